@@ -1,0 +1,156 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import type { Logger } from 'pino';
+import { loadConfig, type Config } from './config';
+import { createLogger } from './ops/log';
+import { Metrics } from './ops/metrics';
+import { startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded';
+import { migrate } from './db/migrate';
+import { connectDatabase, type Database } from './db/client';
+import { TokenStore, generateToken } from './auth/tokens';
+import { Queues } from '../jobs/registry';
+import { startWorkers } from '../jobs/workers';
+import { createGraphqlServer, type GraphqlServer } from './graphql/yoga';
+import { RestRouter } from './rest/router';
+import { createHttpServer } from './server';
+import type { Services } from './context';
+import { fromRoot } from './paths';
+
+export interface App {
+  config: Config;
+  services: Services;
+  database: Database;
+  queues: Queues;
+  yoga: GraphqlServer | null;
+  server: Server | null;
+  /** http://host:port of the listening server (api and all roles). */
+  url: string | null;
+  databaseUrl: string;
+  stop(): Promise<void>;
+}
+
+async function packageVersion(): Promise<string> {
+  const pkg = JSON.parse(await fs.readFile(fromRoot('package.json'), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+/**
+ * The admin token: ADMIN_TOKEN when set; else the one in DATA_DIR/admin-token; else, when the
+ * database has no platform admin yet, a new one written there (0600). The token itself is never logged.
+ */
+async function bootstrapAdmin(config: Config, tokens: TokenStore, database: Database, log: Logger): Promise<void> {
+  if (config.adminToken) {
+    await tokens.ensureAdminToken(config.adminToken, 'admin (ADMIN_TOKEN)');
+    return;
+  }
+  const file = path.join(config.dataDir, 'admin-token');
+  const existing = await fs.readFile(file, 'utf8').then((t) => t.trim(), () => null);
+  if (existing) {
+    await tokens.ensureAdminToken(existing, 'admin (generated)');
+    log.info({ path: file }, 'platform admin token is in this file');
+    return;
+  }
+  const admins = await database.prisma.apiToken.count({
+    where: { tenantId: null, revokedAt: null, grants: { some: { scopeType: 'platform', permission: 'admin' } } },
+  });
+  if (admins > 0) {
+    log.info('a platform admin token already exists; set ADMIN_TOKEN to add one');
+    return;
+  }
+  const token = generateToken();
+  await fs.mkdir(config.dataDir, { recursive: true });
+  await fs.writeFile(file, token + '\n', { mode: 0o600, flag: 'wx' });
+  await tokens.ensureAdminToken(token, 'admin (generated)');
+  log.info({ path: file }, 'generated the platform admin token and wrote it to this file (mode 0600)');
+}
+
+export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Logger } = {}): Promise<App> {
+  const config = { ...loadConfig(), ...overrides };
+  const log = opts.log ?? createLogger(config.logLevel);
+  const cleanups: (() => Promise<void>)[] = [];
+  const stopAll = async () => {
+    for (const cleanup of cleanups.reverse()) {
+      await cleanup().catch((error: unknown) => log.error({ err: error }, 'error while stopping'));
+    }
+  };
+  try {
+    let databaseUrl = config.databaseUrl;
+    if (!databaseUrl) {
+      const embedded: EmbeddedDatabase = await startEmbeddedPostgres({ dataDir: config.dataDir, port: config.embeddedPgPort, log });
+      cleanups.push(async () => {
+        await embedded.stop();
+        log.info('embedded PostgreSQL stopped');
+      });
+      databaseUrl = embedded.url;
+    }
+    const applied = await migrate(databaseUrl);
+    if (applied.length) log.info({ applied }, 'migrations applied');
+    const database = connectDatabase(databaseUrl);
+    cleanups.push(() => database.close());
+    const tokens = new TokenStore(database.prisma, config.tokenCacheMs);
+    await bootstrapAdmin(config, tokens, database, log);
+
+    const queues = new Queues(databaseUrl, log, config.bossPollSeconds);
+    await queues.start();
+    cleanups.push(() => queues.stop(config.shutdownTimeoutMs));
+    const services: Services = { config, prisma: database.prisma, tokens, queues, log };
+    if (config.role !== 'api') await startWorkers(queues, log);
+
+    let server: Server | null = null;
+    let yoga: GraphqlServer | null = null;
+    let url: string | null = null;
+    if (config.role !== 'worker') {
+      const metrics = new Metrics(() => queues.depths());
+      yoga = createGraphqlServer(services, metrics);
+      const rest = new RestRouter(yoga);
+      const httpServer = createHttpServer({
+        yoga,
+        rest,
+        metrics,
+        log,
+        version: await packageVersion(),
+        ready: async () => {
+          const checks: Record<string, string> = {};
+          await database.prisma.$queryRawUnsafe('SELECT 1').then(() => (checks.database = 'ok'), (e: Error) => (checks.database = e.message));
+          await queues.boss.getQueueSize('metal.reconcile').then(() => (checks.queue = 'ok'), (e: Error) => (checks.queue = e.message));
+          return { ok: Object.values(checks).every((v) => v === 'ok'), checks };
+        },
+      });
+      await new Promise<void>((resolve, reject) => {
+        httpServer.once('error', reject);
+        httpServer.listen(config.port, config.host, () => resolve());
+      });
+      server = httpServer;
+      const address = httpServer.address() as AddressInfo;
+      url = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
+      cleanups.push(async () => {
+        // Drain: stop accepting, let in-flight requests finish, then cut what is left.
+        const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
+        httpServer.closeIdleConnections();
+        const timer = setTimeout(() => httpServer.closeAllConnections(), config.shutdownTimeoutMs);
+        await closed;
+        clearTimeout(timer);
+      });
+      log.info({ url, role: config.role }, 'listening');
+    } else {
+      log.info({ role: config.role }, 'worker role: no HTTP listener');
+    }
+    let stopping: Promise<void> | undefined;
+    return {
+      config,
+      services,
+      database,
+      queues,
+      yoga,
+      server,
+      url,
+      databaseUrl,
+      stop: () => (stopping ??= stopAll()),
+    };
+  } catch (error) {
+    await stopAll();
+    throw error;
+  }
+}

@@ -1,0 +1,33 @@
+/** The permission names a grant can carry: the seed's, plus `admin` (everything within the scope). */
+export const PERMISSIONS = ['admin', 'compute:nodes:provision', 'compute:nodes:power', 'compute:sites:read'] as const;
+export type Permission = (typeof PERMISSIONS)[number];
+/** `read` is not grantable: any grant lets its holder read its scope, what is under it and the path to it. */
+export type Action = Permission | 'read';
+
+export const SCOPE_TYPES = ['platform', 'tenant', 'site', 'pool', 'node'] as const;
+export type ScopeType = (typeof SCOPE_TYPES)[number];
+
+/** A grant with its scope's lineage resolved when it was created, so decisions need no query. */
+export interface Grant {
+  permission: Permission;
+  scopeType: ScopeType;
+  scopeId: string | null;
+  siteId: string | null;
+  poolId: string | null;
+}
+
+export interface Principal {
+  tokenId: string;
+  name: string;
+  /** null only for platform tokens. */
+  tenantId: string | null;
+  grants: Grant[];
+}
+
+/** What a decision is about: the resource and where it sits. */
+export type Resource =
+  | { type: 'platform' }
+  | { type: 'tenant'; id: string; tenantId: string }
+  | { type: 'site'; id: string; tenantId: string }
+  | { type: 'pool'; id: string; tenantId: string; siteId: string }
+  | { type: 'node'; id: string; tenantId: string; siteId: string; poolId: string };

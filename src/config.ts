@@ -1,0 +1,61 @@
+import path from 'node:path';
+
+/** Every environment variable the service reads, with its default. README's table mirrors this. */
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  databaseUrl: string | undefined;
+  embeddedPgPort: number;
+  adminToken: string | undefined;
+  role: 'api' | 'worker' | 'all';
+  logLevel: string;
+  corsOrigins: string[];
+  maxDepth: number;
+  maxCost: number;
+  maxPageSize: number;
+  tokenCacheMs: number;
+  secretKey: string | undefined;
+  modules: string[] | 'all';
+  shutdownTimeoutMs: number;
+  bossPollSeconds: number;
+}
+
+function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min) {
+    throw new Error(`${name} must be an integer >= ${min}, got "${raw}"`);
+  }
+  return value;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const role = (env.ROLE ?? 'all') as Config['role'];
+  if (!['api', 'worker', 'all'].includes(role)) {
+    throw new Error(`ROLE must be api, worker or all, got "${env.ROLE}"`);
+  }
+  const modules = env.MODULES && env.MODULES !== 'all'
+    ? env.MODULES.split(',').map((m) => m.trim()).filter(Boolean)
+    : 'all';
+  return {
+    host: env.HOST ?? '127.0.0.1',
+    port: intEnv(env, 'PORT', 4000),
+    dataDir: path.resolve(env.DATA_DIR ?? './.data'),
+    databaseUrl: env.DATABASE_URL || undefined,
+    embeddedPgPort: intEnv(env, 'EMBEDDED_PG_PORT', 54329, 1),
+    adminToken: env.ADMIN_TOKEN || undefined,
+    role,
+    logLevel: env.LOG_LEVEL ?? 'info',
+    corsOrigins: (env.CORS_ORIGINS ?? '').split(',').map((o) => o.trim()).filter(Boolean),
+    maxDepth: intEnv(env, 'GRAPHQL_MAX_DEPTH', 12, 1),
+    maxCost: intEnv(env, 'GRAPHQL_MAX_COST', 20000, 1),
+    maxPageSize: intEnv(env, 'MAX_PAGE_SIZE', 500, 1),
+    tokenCacheMs: intEnv(env, 'TOKEN_CACHE_MS', 2000),
+    secretKey: env.SECRET_KEY || undefined,
+    modules,
+    shutdownTimeoutMs: intEnv(env, 'SHUTDOWN_TIMEOUT_MS', 10000),
+    bossPollSeconds: intEnv(env, 'QUEUE_POLL_SECONDS', 1, 1),
+  };
+}

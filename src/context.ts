@@ -1,0 +1,28 @@
+import type { Logger } from 'pino';
+import type { PrismaClient } from './generated/prisma/client';
+import type { Principal } from './auth/permissions';
+import type { TokenStore } from './auth/tokens';
+import type { Config } from './config';
+import type { Queues } from '../jobs/registry';
+import { unauthenticated } from './errors';
+
+/** Long-lived services every request can use. */
+export interface Services {
+  config: Config;
+  prisma: PrismaClient;
+  tokens: TokenStore;
+  queues: Queues | null;
+  log: Logger;
+}
+
+/** Per request (or per subscription) context. */
+export interface Context extends Services {
+  requestId: string;
+  principal: Principal | null;
+}
+
+/** The authenticated principal, or UNAUTHENTICATED. */
+export function requirePrincipal(ctx: Context): Principal {
+  if (!ctx.principal) throw unauthenticated();
+  return ctx.principal;
+}

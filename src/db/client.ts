@@ -1,0 +1,46 @@
+import pg from 'pg';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaClient } from '../generated/prisma/client';
+
+export type Db = PrismaClient;
+export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
+
+/** Counts the SQL statements Prisma sends; the tests and the read bench use it. */
+export class StatementCounter {
+  count = 0;
+  reset(): number {
+    const seen = this.count;
+    this.count = 0;
+    return seen;
+  }
+}
+
+export interface Database {
+  prisma: PrismaClient;
+  pool: pg.Pool;
+  statements: StatementCounter;
+  close(): Promise<void>;
+}
+
+export function connectDatabase(url: string, opts: { poolSize?: number } = {}): Database {
+  const pool = new pg.Pool({ connectionString: url, max: opts.poolSize ?? 20 });
+  // An idle client that loses its server (restart, failover) must not crash the process.
+  pool.on('error', () => undefined);
+  const prisma = new PrismaClient({
+    adapter: new PrismaPg(pool),
+    log: [{ emit: 'event', level: 'query' }],
+  });
+  const statements = new StatementCounter();
+  prisma.$on('query', () => {
+    statements.count += 1;
+  });
+  return {
+    prisma,
+    pool,
+    statements,
+    async close() {
+      await prisma.$disconnect();
+      await pool.end();
+    },
+  };
+}

@@ -1,0 +1,58 @@
+import { GraphQLError } from 'graphql';
+
+/** The one error vocabulary (DESIGN.md). Every refusal the service makes carries one of these. */
+export const ERROR_CODES = [
+  'INVALID_INPUT',
+  'UNAUTHENTICATED',
+  'PERMISSION_DENIED',
+  'NOT_FOUND',
+  'CONFLICT',
+  'INVALID_STATE',
+  'INVALID_CONFIG',
+  'UNSUPPORTED',
+  'UNVERIFIED_WIPE',
+  'ABORTED',
+  'INTERNAL',
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/** HTTP status for each code, used by the REST layer and by GraphQL-over-HTTP for whole-request failures. */
+export const HTTP_STATUS: Record<ErrorCode, number> = {
+  INVALID_INPUT: 400,
+  UNAUTHENTICATED: 401,
+  PERMISSION_DENIED: 403,
+  NOT_FOUND: 404,
+  CONFLICT: 409,
+  INVALID_STATE: 409,
+  INVALID_CONFIG: 422,
+  UNSUPPORTED: 422,
+  UNVERIFIED_WIPE: 422,
+  ABORTED: 409,
+  INTERNAL: 500,
+};
+
+export function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === 'string' && (ERROR_CODES as readonly string[]).includes(value);
+}
+
+/**
+ * A refusal with a code. It extends GraphQLError so Yoga passes it through unmasked with
+ * `extensions.code`; `details` carries machine-readable context (field path, current state...).
+ */
+export class AppError extends GraphQLError {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>) {
+    super(message, { extensions: { code, ...(details ? { details } : {}) } });
+    this.code = code;
+    this.name = 'AppError';
+  }
+}
+
+export const invalidInput = (field: string, message: string) =>
+  new AppError('INVALID_INPUT', `${field}: ${message}`, { field });
+export const notFound = (what: string, id?: string) =>
+  new AppError('NOT_FOUND', id ? `${what} ${id} not found` : `${what} not found`);
+export const permissionDenied = (permission: string, on: string) =>
+  new AppError('PERMISSION_DENIED', `missing permission ${permission} on ${on}`, { permission });
+export const unauthenticated = (message = 'a valid bearer token is required') =>
+  new AppError('UNAUTHENTICATED', message);

@@ -1,0 +1,20 @@
+import { lexicographicSortSchema, printSchema, type GraphQLSchema } from 'graphql';
+import { builder } from './builder';
+// Each module registers its types and fields on the builder when loaded.
+import '../modules/tenancy/tenant';
+import '../modules/tenancy/site';
+import '../modules/tenancy/pool';
+import '../modules/tenancy/hardware-profile';
+import '../modules/tenancy/token';
+import '../modules/metal/node';
+
+let schema: GraphQLSchema | undefined;
+
+export function getSchema(): GraphQLSchema {
+  schema ??= builder.toSchema({ sortSchema: true });
+  return schema;
+}
+
+export function printedSchema(): string {
+  return printSchema(lexicographicSortSchema(getSchema())) + '\n';
+}

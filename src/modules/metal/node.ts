@@ -1,0 +1,109 @@
+import { builder } from '../../graphql/builder';
+import { readFilter } from '../../auth/decide';
+import { requirePrincipal } from '../../context';
+import { checkPageArgs } from '../../graphql/pagination';
+import { DriverBindingsRef, type DriverBindings } from '../tenancy/hardware-profile';
+import { ProvisionState as ProvisionStates } from '../../generated/prisma/enums';
+
+export const ProvisionStateEnum = builder.enumType('ProvisionState', {
+  values: Object.values(ProvisionStates),
+});
+
+interface BmcView {
+  address: string;
+  driver: string;
+  driverOptions: unknown;
+  credentialsSet: boolean;
+}
+
+const Bmc = builder.objectRef<BmcView>('Bmc').implement({
+  description: 'How the node\'s BMC is reached. Credentials are never returned, only whether they are set.',
+  fields: (t) => ({
+    address: t.exposeString('address'),
+    driver: t.exposeString('driver'),
+    driverOptions: t.expose('driverOptions', { type: 'JSON' }),
+    credentialsSet: t.exposeBoolean('credentialsSet'),
+  }),
+});
+
+const LastError = builder.objectRef<{ code: string; message: string }>('NodeError').implement({
+  fields: (t) => ({ code: t.exposeString('code'), message: t.exposeString('message') }),
+});
+
+/** The metal view of a node. */
+builder.prismaNode('Node', {
+  name: 'MetalNode',
+  id: { field: 'id' },
+  nullable: true,
+  fields: (t) => ({
+    name: t.exposeString('name', { nullable: true }),
+    tenantId: t.exposeID('tenantId'),
+    siteId: t.exposeID('siteId'),
+    poolId: t.exposeID('poolId'),
+    site: t.relation('site'),
+    pool: t.relation('pool'),
+    provisionState: t.expose('provisionState', { type: ProvisionStateEnum }),
+    failedFrom: t.expose('failedFrom', { type: ProvisionStateEnum, nullable: true }),
+    lastError: t.field({
+      type: LastError,
+      nullable: true,
+      resolve: (n) => (n.lastErrorCode ? { code: n.lastErrorCode, message: n.lastErrorMessage ?? '' } : null),
+    }),
+    maintenance: t.exposeBoolean('maintenance'),
+    bmc: t.field({
+      type: Bmc,
+      resolve: (n) => ({
+        address: n.bmcAddress,
+        driver: n.bmcDriver,
+        driverOptions: n.bmcDriverOptions,
+        credentialsSet: n.bmcCredentialsRef !== null,
+      }),
+    }),
+    addresses: t.exposeStringList('addresses'),
+    macs: t.exposeStringList('macs'),
+    productUuid: t.exposeString('productUuid', { nullable: true }),
+    hardwareProfile: t.relation('hardwareProfile', { nullable: true }),
+    driverBindings: t.field({ type: DriverBindingsRef, nullable: true, resolve: (n) => (n.driverBindings as DriverBindings | null) ?? null }),
+    inventory: t.expose('inventory', { type: 'JSON', nullable: true }),
+    profileId: t.exposeString('profileId', { nullable: true }),
+    profileVersion: t.exposeInt('profileVersion', { nullable: true }),
+    role: t.exposeString('role', { nullable: true }),
+    workflowId: t.exposeString('workflowId', { nullable: true }),
+    version: t.exposeInt('version'),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+    updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
+  }),
+});
+
+const NodeFilter = builder.inputType('NodeFilter', {
+  fields: (t) => ({
+    siteId: t.id({ required: false }),
+    poolId: t.id({ required: false }),
+    provisionState: t.field({ type: ProvisionStateEnum, required: false }),
+    maintenance: t.boolean({ required: false }),
+  }),
+});
+
+builder.queryField('nodes', (t) =>
+  t.prismaConnection({
+    type: 'Node',
+    cursor: 'id',
+    description: 'Metal nodes the caller may read, oldest first (ids are time-ordered).',
+    args: { filter: t.arg({ type: NodeFilter, required: false }) },
+    resolve: (query, _root, args, ctx) => {
+      checkPageArgs(ctx, args);
+      const access = readFilter(requirePrincipal(ctx), 'node');
+      const f = args.filter ?? {};
+      const where = {
+        AND: [
+          access ?? {},
+          f.siteId ? { siteId: f.siteId } : {},
+          f.poolId ? { poolId: f.poolId } : {},
+          f.provisionState ? { provisionState: f.provisionState } : {},
+          f.maintenance != null ? { maintenance: f.maintenance } : {},
+        ],
+      };
+      return ctx.prisma.node.findMany({ ...query, where, orderBy: { id: 'asc' } });
+    },
+  }),
+);

@@ -1,0 +1,44 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** Prometheus metrics: one registry per service instance (tests start several in one process). */
+export class Metrics {
+  readonly registry = new Registry();
+  readonly httpDuration = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'HTTP request latency by route',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
+  readonly graphqlDuration = new Histogram({
+    name: 'graphql_operation_duration_seconds',
+    help: 'GraphQL operation latency by operation name and type',
+    labelNames: ['operation', 'type', 'outcome'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
+  readonly graphqlErrors = new Counter({
+    name: 'graphql_errors_total',
+    help: 'GraphQL errors by code',
+    labelNames: ['code'] as const,
+    registers: [this.registry],
+  });
+  readonly queueDepth = new Gauge({
+    name: 'queue_depth',
+    help: 'Jobs waiting in each queue',
+    labelNames: ['queue'] as const,
+    registers: [this.registry],
+  });
+
+  constructor(private readDepths?: () => Promise<Record<string, number>>) {
+    collectDefaultMetrics({ register: this.registry });
+  }
+
+  async render(): Promise<string> {
+    if (this.readDepths) {
+      const depths = await this.readDepths().catch(() => ({}) as Record<string, number>);
+      for (const [queue, depth] of Object.entries(depths)) this.queueDepth.set({ queue }, depth);
+    }
+    return this.registry.metrics();
+  }
+}

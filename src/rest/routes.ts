@@ -1,0 +1,160 @@
+import { notFound } from '../errors';
+import { PROVISION_STATES, ref, schemaTypes, type JsonSchema } from './schemas';
+
+const { str, int, bool } = schemaTypes;
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+/** What the router hands a route: path parameters, query string and JSON body, all validated. */
+export interface RouteInput {
+  params: Record<string, string>;
+  query: Record<string, unknown>;
+  body: Record<string, unknown> | undefined;
+}
+
+/**
+ * One REST route: `METHOD /path` executes a named GraphQL operation from schema/operations/ and
+ * shapes its data into the documented JSON. No rule lives here: the resolvers own them all.
+ */
+export interface Route {
+  method: Method;
+  /** OpenAPI style: /api/compute/metal/nodes/{id} */
+  path: string;
+  operation: string;
+  summary: string;
+  description?: string;
+  tag: string;
+  params?: Record<string, JsonSchema>;
+  query?: JsonSchema & { properties: Record<string, JsonSchema> };
+  body?: JsonSchema;
+  variables(input: RouteInput): Record<string, unknown>;
+  respond(data: Record<string, unknown>, input: RouteInput): unknown;
+  response: JsonSchema;
+  successStatus?: number;
+}
+
+/** `node(id)` with a type condition gives `{}` for an id of another type: that is NOT_FOUND too. */
+function one(value: unknown, what: string, id: string): unknown {
+  if (!value || typeof value !== 'object' || !('id' in value)) throw notFound(what, id);
+  return value;
+}
+
+const idParam = { id: { ...str, description: 'The entity id (the same string GraphQL uses)' } };
+
+const edgesToList = (connection: { edges: { node: unknown }[]; pageInfo: unknown }) => ({
+  list: connection.edges.map((e) => e.node),
+  pageInfo: connection.pageInfo,
+});
+
+export const routes: Route[] = [
+  {
+    method: 'GET',
+    path: '/api/compute/metal/nodes/{id}',
+    operation: 'MetalNode',
+    tag: 'metal',
+    summary: 'Get a metal node',
+    description: 'The metal view of one node. Another tenant\'s node is NOT_FOUND.',
+    params: idParam,
+    variables: ({ params }) => ({ id: params.id }),
+    respond: (data, { params }) => ({ node: one(data.node, 'node', params.id!) }),
+    response: { type: 'object', properties: { node: ref('MetalNode') } },
+  },
+  {
+    method: 'GET',
+    path: '/api/compute/metal/nodes',
+    operation: 'MetalNodes',
+    tag: 'metal',
+    summary: 'List metal nodes',
+    description: 'Nodes the caller may read, oldest first, a page at a time (follow pageInfo.endCursor with `after`).',
+    query: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        siteId: str,
+        poolId: str,
+        provisionState: { type: 'string', enum: PROVISION_STATES },
+        maintenance: bool,
+        first: { ...int, minimum: 1 },
+        after: str,
+      },
+    },
+    variables: ({ query }) => ({
+      first: query.first ?? 50,
+      after: query.after,
+      filter: {
+        siteId: query.siteId,
+        poolId: query.poolId,
+        provisionState: query.provisionState,
+        maintenance: query.maintenance,
+      },
+    }),
+    respond: (data) => {
+      const { list, pageInfo } = edgesToList(data.nodes as never);
+      return { nodes: list, pageInfo };
+    },
+    response: { type: 'object', properties: { nodes: { type: 'array', items: ref('MetalNode') }, pageInfo: ref('PageInfo') } },
+  },
+  {
+    method: 'GET',
+    path: '/api/compute/sites',
+    operation: 'Sites',
+    tag: 'tenancy',
+    summary: 'List sites',
+    variables: () => ({}),
+    respond: (data) => ({ sites: data.sites }),
+    response: { type: 'object', properties: { sites: { type: 'array', items: ref('Site') } } },
+  },
+  {
+    method: 'GET',
+    path: '/api/compute/sites/{id}',
+    operation: 'Site',
+    tag: 'tenancy',
+    summary: 'Get a site',
+    params: idParam,
+    variables: ({ params }) => ({ id: params.id }),
+    respond: (data, { params }) => ({ site: one(data.node, 'site', params.id!) }),
+    response: { type: 'object', properties: { site: ref('Site') } },
+  },
+  {
+    method: 'GET',
+    path: '/api/compute/pools',
+    operation: 'Pools',
+    tag: 'tenancy',
+    summary: 'List pools',
+    query: { type: 'object', additionalProperties: false, properties: { siteId: str } },
+    variables: ({ query }) => ({ siteId: query.siteId }),
+    respond: (data) => ({ pools: data.pools }),
+    response: { type: 'object', properties: { pools: { type: 'array', items: ref('Pool') } } },
+  },
+  {
+    method: 'GET',
+    path: '/api/compute/pools/{id}',
+    operation: 'Pool',
+    tag: 'tenancy',
+    summary: 'Get a pool',
+    params: idParam,
+    variables: ({ params }) => ({ id: params.id }),
+    respond: (data, { params }) => ({ pool: one(data.node, 'pool', params.id!) }),
+    response: { type: 'object', properties: { pool: ref('Pool') } },
+  },
+  {
+    method: 'GET',
+    path: '/api/compute/hardware-profiles',
+    operation: 'HardwareProfiles',
+    tag: 'tenancy',
+    summary: 'List hardware profiles',
+    variables: () => ({}),
+    respond: (data) => ({ hardwareProfiles: data.hardwareProfiles }),
+    response: { type: 'object', properties: { hardwareProfiles: { type: 'array', items: ref('HardwareProfile') } } },
+  },
+  {
+    method: 'GET',
+    path: '/api/viewer',
+    operation: 'Viewer',
+    tag: 'tenancy',
+    summary: 'Who the bearer token says the caller is',
+    variables: () => ({}),
+    respond: (data) => ({ viewer: data.viewer }),
+    response: { type: 'object', properties: { viewer: ref('Viewer') } },
+  },
+];

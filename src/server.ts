@@ -1,0 +1,122 @@
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { GraphqlServer } from './graphql/yoga';
+import type { RestRouter } from './rest/router';
+import type { Metrics } from './ops/metrics';
+import { openApiDocument, docsPage } from './rest/openapi';
+import { readBody, PayloadTooLarge } from './http/body';
+import { sendError, sendJson } from './http/respond';
+import { AppError, HTTP_STATUS } from './errors';
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export interface HttpDeps {
+  yoga: GraphqlServer;
+  rest: RestRouter;
+  metrics: Metrics;
+  log: Logger;
+  version: string;
+  ready(): Promise<{ ok: boolean; checks: Record<string, string> }>;
+}
+
+/** Route label for metrics: the matched route template, never the raw path (bounded cardinality). */
+function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
+  if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs'].includes(pathname)) return pathname;
+  for (const r of deps.rest.routes) {
+    if (r.method !== method) continue;
+    const re = new RegExp('^' + r.path.replace(/\{\w+\}/g, '[^/]+') + '/?$');
+    if (re.test(pathname)) return r.path;
+  }
+  return 'other';
+}
+
+/** Hands a request to Yoga through its fetch API, with the body already read under the size limit. */
+async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerResponse, requestId: string): Promise<void> {
+  const body = req.method === 'GET' || req.method === 'HEAD' ? undefined : await readBody(req);
+  const abort = new AbortController();
+  res.on('close', () => abort.abort());
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined) continue;
+    headers.set(name, Array.isArray(value) ? value.join(', ') : value);
+  }
+  const response = await deps.yoga.fetch(
+    `http://${req.headers.host ?? 'localhost'}${req.url}`,
+    { method: req.method, headers, body, signal: abort.signal } as RequestInit,
+    { requestId },
+  );
+  const outHeaders: Record<string, string> = {};
+  response.headers.forEach((value, name) => {
+    outHeaders[name] = value;
+  });
+  res.writeHead(response.status, outHeaders);
+  if (!response.body) return void res.end();
+  const reader = response.body.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (!res.write(value)) await new Promise((r) => res.once('drain', r));
+    }
+  } finally {
+    res.end();
+  }
+}
+
+export function createHttpServer(deps: HttpDeps): http.Server {
+  const handler = async (req: IncomingMessage, res: ServerResponse) => {
+    const started = process.hrtime.bigint();
+    const incoming = req.headers['x-request-id'];
+    const requestId = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    res.setHeader('x-request-id', requestId);
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    const method = req.method ?? 'GET';
+    res.on('finish', () => {
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      deps.metrics.httpDuration.observe({ method, route: routeLabel(deps, method, url.pathname), status: String(res.statusCode) }, seconds);
+      deps.log.info({ requestId, method, path: url.pathname, status: res.statusCode, ms: Math.round(seconds * 1e4) / 10 }, 'request');
+    });
+    try {
+      switch (url.pathname) {
+        case '/healthz':
+          return sendJson(res, 200, { status: 'ok' });
+        case '/readyz': {
+          const { ok, checks } = await deps.ready();
+          return sendJson(res, ok ? 200 : 503, { status: ok ? 'ready' : 'not ready', checks });
+        }
+        case '/metrics': {
+          const text = await deps.metrics.render();
+          res.writeHead(200, { 'content-type': deps.metrics.registry.contentType });
+          return void res.end(text);
+        }
+        case '/openapi.json':
+          return sendJson(res, 200, openApiDocument(deps.rest.routes, deps.version));
+        case '/docs':
+          res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+          return void res.end(docsPage(deps.rest.routes));
+        case '/graphql':
+          return await serveGraphql(deps, req, res, requestId);
+      }
+      if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res);
+      return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);
+    } catch (error) {
+      if (res.headersSent) {
+        deps.log.error({ err: error, requestId }, 'error after the response started');
+        return void res.destroy();
+      }
+      if (error instanceof PayloadTooLarge) {
+        res.setHeader('connection', 'close');
+        return sendError(res, 413, 'INVALID_INPUT', error.message, requestId, { field: 'body' });
+      }
+      if (error instanceof AppError) return sendError(res, HTTP_STATUS[error.code], error.code, error.message, requestId);
+      deps.log.error({ err: error, requestId }, 'unhandled error');
+      return sendError(res, 500, 'INTERNAL', 'internal error', requestId);
+    }
+  };
+  const server = http.createServer((req, res) => void handler(req, res));
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  server.requestTimeout = 120_000;
+  return server;
+}
