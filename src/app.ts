@@ -102,7 +102,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     let yoga: GraphqlServer | null = null;
     let url: string | null = null;
     if (config.role !== 'worker') {
-      const metrics = new Metrics(() => queues.depths());
+      const metrics = new Metrics(() => queues.depths(), () => database.statements.count);
       yoga = createGraphqlServer(services, metrics);
       const rest = new RestRouter(yoga);
       const httpServer = createHttpServer({

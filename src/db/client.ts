@@ -5,14 +5,9 @@ import { PrismaClient } from '../generated/prisma/client';
 export type Db = PrismaClient;
 export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
 
-/** Counts the SQL statements Prisma sends; the tests and the read bench use it. */
+/** Counts the SQL statements Prisma sends (monotonic: read deltas); /metrics exports it. */
 export class StatementCounter {
   count = 0;
-  reset(): number {
-    const seen = this.count;
-    this.count = 0;
-    return seen;
-  }
 }
 
 export interface Database {

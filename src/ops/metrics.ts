@@ -23,6 +23,11 @@ export class Metrics {
     labelNames: ['code'] as const,
     registers: [this.registry],
   });
+  readonly dbStatements = new Counter({
+    name: 'db_statements_total',
+    help: 'SQL statements sent through Prisma',
+    registers: [this.registry],
+  });
   readonly queueDepth = new Gauge({
     name: 'queue_depth',
     help: 'Jobs waiting in each queue',
@@ -30,7 +35,7 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  constructor(private readDepths?: () => Promise<Record<string, number>>) {
+  constructor(private readDepths?: () => Promise<Record<string, number>>, private readStatements?: () => number) {
     collectDefaultMetrics({ register: this.registry });
   }
 
@@ -38,6 +43,11 @@ export class Metrics {
     if (this.readDepths) {
       const depths = await this.readDepths().catch(() => ({}) as Record<string, number>);
       for (const [queue, depth] of Object.entries(depths)) this.queueDepth.set({ queue }, depth);
+    }
+    if (this.readStatements) {
+      const total = this.readStatements();
+      const seen = (await this.dbStatements.get()).values[0]?.value ?? 0;
+      if (total > seen) this.dbStatements.inc(total - seen);
     }
     return this.registry.metrics();
   }

@@ -1,4 +1,5 @@
 import { notFound } from '../errors';
+import { PERMISSIONS, SCOPE_TYPES } from '../auth/permissions';
 import { PROVISION_STATES, ref, schemaTypes, type JsonSchema } from './schemas';
 
 const { str, int, bool } = schemaTypes;
@@ -38,6 +39,21 @@ function one(value: unknown, what: string, id: string): unknown {
   if (!value || typeof value !== 'object' || !('id' in value)) throw notFound(what, id);
   return value;
 }
+
+const POOL_POLICY_INPUT: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    hardwareProfile: { anyOf: [str, { type: 'null' }] },
+    agent: { type: 'string', enum: ['none', 'bcd'] },
+    trustProvisioningNetwork: bool,
+    approverKeys: {
+      type: 'array',
+      items: { type: 'object', additionalProperties: false, required: ['id', 'publicKey'], properties: { id: str, publicKey: str } },
+    },
+    quorum: { anyOf: [{ ...int, minimum: 1 }, { type: 'null' }] },
+  },
+};
 
 const idParam = { id: { ...str, description: 'The entity id (the same string GraphQL uses)' } };
 
@@ -156,5 +172,105 @@ export const routes: Route[] = [
     variables: () => ({}),
     respond: (data) => ({ viewer: data.viewer }),
     response: { type: 'object', properties: { viewer: ref('Viewer') } },
+  },
+  {
+    method: 'POST',
+    path: '/api/compute/sites',
+    operation: 'CreateSite',
+    tag: 'tenancy',
+    summary: 'Create a site',
+    description: 'Needs admin on the tenant. tenantId defaults to the caller\'s tenant.',
+    body: { type: 'object', additionalProperties: false, required: ['name'], properties: { tenantId: str, name: str } },
+    variables: ({ body }) => ({ input: body }),
+    respond: (data) => ({ site: data.createSite }),
+    response: { type: 'object', properties: { site: ref('Site') } },
+    successStatus: 201,
+  },
+  {
+    method: 'POST',
+    path: '/api/compute/pools',
+    operation: 'CreatePool',
+    tag: 'tenancy',
+    summary: 'Create a pool in a site',
+    description: 'Needs admin on the site.',
+    body: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['siteId', 'name'],
+      properties: { siteId: str, name: str, policy: POOL_POLICY_INPUT },
+    },
+    variables: ({ body }) => ({ input: body }),
+    respond: (data) => ({ pool: data.createPool }),
+    response: { type: 'object', properties: { pool: ref('Pool') } },
+    successStatus: 201,
+  },
+  {
+    method: 'PATCH',
+    path: '/api/compute/pools/{id}/policy',
+    operation: 'UpdatePoolPolicy',
+    tag: 'tenancy',
+    summary: 'Change a pool\'s policy',
+    description: 'Fields left out keep their value. expectedVersion makes it a compare-and-set (CONFLICT otherwise).',
+    params: idParam,
+    body: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['policy'],
+      properties: { policy: POOL_POLICY_INPUT, expectedVersion: int },
+    },
+    variables: ({ params, body }) => ({ input: { poolId: params.id, ...body } }),
+    respond: (data) => ({ pool: data.updatePoolPolicy }),
+    response: { type: 'object', properties: { pool: ref('Pool') } },
+  },
+  {
+    method: 'POST',
+    path: '/api/tokens',
+    operation: 'CreateApiToken',
+    tag: 'tenancy',
+    summary: 'Create an API token with grants',
+    description: 'The token is in the response once; only its hash is stored.',
+    body: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['name', 'grants'],
+      properties: {
+        name: str,
+        tenantId: str,
+        expiresAt: { type: 'string', format: 'date-time' },
+        grants: {
+          type: 'array',
+          minItems: 1,
+          maxItems: 100,
+          items: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['permission', 'scopeType'],
+            properties: {
+              permission: { type: 'string', enum: [...PERMISSIONS] },
+              scopeType: { type: 'string', enum: [...SCOPE_TYPES] },
+              scopeId: str,
+            },
+          },
+        },
+      },
+    },
+    variables: ({ body }) => ({ input: body }),
+    respond: (data) => data.createApiToken,
+    response: {
+      type: 'object',
+      properties: { token: str, apiToken: { type: 'object', properties: { id: str, name: str, tenantId: { anyOf: [str, { type: 'null' }] } } } },
+    },
+    successStatus: 201,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/tokens/{id}',
+    operation: 'RevokeApiToken',
+    tag: 'tenancy',
+    summary: 'Revoke an API token',
+    params: idParam,
+    variables: ({ params }) => ({ id: params.id }),
+    respond: (data) => ({ apiToken: data.revokeApiToken }),
+    response: { type: 'object', properties: { apiToken: { type: 'object', properties: { id: str, revokedAt: str } } } },
   },
 ];

@@ -1,0 +1,37 @@
+import { startTestApp, type TestApp } from './helpers/app';
+import { gql } from './helpers/client';
+
+describe('operations endpoints', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t.stop());
+
+  it('answers { __typename } without a token', async () => {
+    const result = await gql(t.url, null, '{ __typename }');
+    expect(result.data).toEqual({ __typename: 'Query' });
+  });
+
+  it('reports ready when the database and the queue answer', async () => {
+    const response = await fetch(`${t.url}/readyz`);
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ status: 'ready', checks: { database: 'ok', queue: 'ok' } });
+    expect((await fetch(`${t.url}/healthz`)).status).toBe(200);
+  });
+
+  it('echoes X-Request-Id, or makes one', async () => {
+    const given = await fetch(`${t.url}/healthz`, { headers: { 'x-request-id': 'abc-123' } });
+    expect(given.headers.get('x-request-id')).toBe('abc-123');
+    const made = await fetch(`${t.url}/healthz`);
+    expect(made.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it('serves Prometheus metrics with HTTP and GraphQL latencies and queue depths', async () => {
+    await gql(t.url, t.adminToken, 'query Probe { viewer { name } }');
+    const text = await (await fetch(`${t.url}/metrics`)).text();
+    expect(text).toMatch(/http_request_duration_seconds_bucket\{.*route="\/graphql"/);
+    expect(text).toMatch(/graphql_operation_duration_seconds_count\{operation="Probe",type="query",outcome="ok"\} 1/);
+    expect(text).toMatch(/queue_depth\{queue="metal.reconcile"\} 0/);
+  });
+});

@@ -1,0 +1,46 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import pino from 'pino';
+import { startApp, type App } from '../../src/app';
+import type { Config } from '../../src/config';
+
+export const TEMPLATE_DB = 'metal_template';
+
+function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = '/' + database;
+  return u.toString();
+}
+
+/** A fresh database cloned from the migrated template: each suite gets its own, no mocks. */
+export async function createTestDatabase(): Promise<string> {
+  const adminUrl = process.env.METAL_TEST_ADMIN_URL;
+  if (!adminUrl) throw new Error('METAL_TEST_ADMIN_URL is unset: run the tests through jest (globalSetup starts PostgreSQL)');
+  const name = `metal_test_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${name} TEMPLATE ${process.env.METAL_TEST_TEMPLATE ?? TEMPLATE_DB}`);
+  } finally {
+    await admin.end();
+  }
+  return withDatabase(adminUrl, name);
+}
+
+export interface TestApp {
+  app: App;
+  url: string;
+  adminToken: string;
+  stop(): Promise<void>;
+}
+
+/** Starts the whole service (HTTP on a free port, queues, workers) on a database of its own. */
+export async function startTestApp(overrides: Partial<Config> = {}): Promise<TestApp> {
+  const databaseUrl = overrides.databaseUrl ?? (await createTestDatabase());
+  const adminToken = overrides.adminToken ?? `test-admin-${randomBytes(16).toString('hex')}`;
+  const app = await startApp(
+    { databaseUrl, adminToken, port: 0, host: '127.0.0.1', role: 'all', dataDir: '/nonexistent-not-used', ...overrides },
+    { log: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) },
+  );
+  return { app, url: app.url!, adminToken, stop: () => app.stop() };
+}

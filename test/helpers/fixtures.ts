@@ -1,0 +1,54 @@
+import type { PrismaClient } from '../../src/generated/prisma/client';
+import { newId } from '../../src/ids';
+import { generateToken, hashToken } from '../../src/auth/tokens';
+import type { Permission, ScopeType } from '../../src/auth/permissions';
+
+/**
+ * Rows written straight to the real database for a test's starting point (nodes cannot be
+ * enrolled through the API until the metal issue lands).
+ */
+export async function makeTenantTree(prisma: PrismaClient, name: string, opts: { pools?: number; nodesPerPool?: number } = {}) {
+  const tenant = await prisma.tenant.create({ data: { id: newId('Tenant'), name } });
+  const site = await prisma.site.create({ data: { id: newId('Site'), tenantId: tenant.id, name: `${name}-site` } });
+  const pools = [];
+  const nodes = [];
+  for (let p = 0; p < (opts.pools ?? 2); p += 1) {
+    const pool = await prisma.pool.create({
+      data: { id: newId('Pool'), tenantId: tenant.id, siteId: site.id, name: `${name}-pool-${p}`, policy: { agent: 'none' } },
+    });
+    pools.push(pool);
+    const batch = Array.from({ length: opts.nodesPerPool ?? 2 }, (_, i) => ({
+      id: newId('MetalNode'),
+      tenantId: tenant.id,
+      siteId: site.id,
+      poolId: pool.id,
+      name: `${pool.name}-node-${i}`,
+      provisionState: 'ready' as const,
+      bmcAddress: `10.0.${p}.${i + 1}`,
+      bmcDriver: 'redfish',
+      bmcCredentialsRef: 'secret://fixture',
+    }));
+    await prisma.node.createMany({ data: batch });
+    nodes.push(...batch);
+  }
+  return { tenant, site, pools, nodes };
+}
+
+/** A token with the given grants, written directly (the API path is tested on its own). */
+export async function makeToken(
+  prisma: PrismaClient,
+  tenantId: string | null,
+  grants: { permission: Permission; scopeType: ScopeType; scopeId: string | null; siteId?: string | null; poolId?: string | null }[],
+): Promise<string> {
+  const token = generateToken();
+  await prisma.apiToken.create({
+    data: {
+      id: newId('ApiToken'),
+      name: 'fixture',
+      tenantId,
+      hash: hashToken(token),
+      grants: { create: grants.map((g) => ({ id: newId('ApiGrant'), siteId: null, poolId: null, ...g })) },
+    },
+  });
+  return token;
+}
