@@ -63,7 +63,11 @@ builder.prismaNode('Node', {
     macs: t.exposeStringList('macs'),
     productUuid: t.exposeString('productUuid', { nullable: true }),
     hardwareProfile: t.relation('hardwareProfile', { nullable: true }),
-    driverBindings: t.field({ type: DriverBindingsRef, nullable: true, resolve: (n) => (n.driverBindings as DriverBindings | null) ?? null }),
+    driverBindings: t.field({ type: DriverBindingsRef, nullable: true, resolve: (n) => {
+        // Bindings are resolved at enrollment; until then the column holds {}.
+        const bindings = n.driverBindings as Partial<DriverBindings> | null;
+        return bindings?.power && bindings.management && bindings.virtualMedia ? (bindings as DriverBindings) : null;
+      } }),
     inventory: t.expose('inventory', { type: 'JSON', nullable: true }),
     profileId: t.exposeString('profileId', { nullable: true }),
     profileVersion: t.exposeInt('profileVersion', { nullable: true }),
@@ -88,6 +92,9 @@ builder.queryField('nodes', (t) =>
   t.prismaConnection({
     type: 'Node',
     cursor: 'id',
+    // checkPageArgs refuses larger pages with an error; this only stops the plugin clamping at 100.
+    maxSize: (_args, ctx) => ctx.config.maxPageSize,
+    defaultSize: 50,
     description: 'Metal nodes the caller may read, oldest first (ids are time-ordered).',
     args: { filter: t.arg({ type: NodeFilter, required: false }) },
     resolve: (query, _root, args, ctx) => {
