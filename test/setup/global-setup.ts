@@ -32,7 +32,8 @@ export default async function globalSetup(): Promise<void> {
   await admin.end();
   const templateUrl = withDatabase(adminUrl, TEMPLATE_DB);
   await migrate(templateUrl);
-  const boss = new PgBoss({ connectionString: templateUrl, max: 1 });
+  // Only to create pg-boss's schema in the template; no supervisor or scheduler (their timers outlive stop()).
+  const boss = new PgBoss({ connectionString: templateUrl, max: 1, supervise: false, schedule: false });
   await boss.start();
   await boss.stop({ graceful: false, close: true, wait: true });
 }
