@@ -1,0 +1,38 @@
+import { createTestDatabase, startTestApp } from './helpers/app';
+import { gql } from './helpers/client';
+import { prismaExecutor } from '../jobs/registry';
+
+describe('ROLE splits the API and the workers over one database', () => {
+  it('an api process and a worker process start together; jobs sent in a transaction commit or roll back with it', async () => {
+    const databaseUrl = await createTestDatabase();
+    const [api, worker] = await Promise.all([
+      startTestApp({ databaseUrl, role: 'api' }),
+      startTestApp({ databaseUrl, role: 'worker' }),
+    ]);
+    try {
+      expect(api.app.server).not.toBeNull();
+      expect(worker.app.server).toBeNull();
+      expect(worker.app.url).toBeNull();
+      expect((await gql(api.url, api.adminToken, '{ viewer { platformAdmin } }')).data).toEqual({ viewer: { platformAdmin: true } });
+      // The worker's admin token (another ADMIN_TOKEN) was seeded in the same database.
+      expect((await gql(api.url, worker.adminToken, '{ viewer { platformAdmin } }')).data).toEqual({ viewer: { platformAdmin: true } });
+
+      const prisma = api.app.database.prisma;
+      const queues = api.app.queues;
+      const before = await queues.boss.getQueueSize('metal.reconcile');
+      await expect(
+        prisma.$transaction(async (tx) => {
+          await queues.send('metal.reconcile', { nodeId: 'node_x', reason: 'test' }, { db: prismaExecutor(tx) });
+          throw new Error('roll back');
+        }),
+      ).rejects.toThrow('roll back');
+      expect(await queues.boss.getQueueSize('metal.reconcile')).toBe(before);
+      const id = await prisma.$transaction((tx) => queues.send('metal.reconcile', { nodeId: 'node_y', reason: 'test' }, { db: prismaExecutor(tx) }));
+      // Visible to the other process through the shared database.
+      const job = await worker.app.queues.boss.getJobById('metal.reconcile', id);
+      expect(job?.data).toEqual({ nodeId: 'node_y', reason: 'test' });
+    } finally {
+      await Promise.all([api.stop(), worker.stop()]);
+    }
+  });
+});
