@@ -18,7 +18,7 @@ describe('npm start on an embedded PostgreSQL', () => {
   let output = '';
 
   function start(): ChildProcess {
-    const env = { ...process.env, DATA_DIR: dataDir, PORT: String(port), EMBEDDED_PG_PORT: String(pgPort), LOG_LEVEL: 'info' };
+    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, PORT: String(port), EMBEDDED_PG_PORT: String(pgPort), LOG_LEVEL: 'info' };
     delete env.DATABASE_URL;
     delete env.ADMIN_TOKEN;
     const proc = spawn(process.execPath, [fromRoot('dist', 'src', 'main.js')], { env, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -1,5 +1,6 @@
 import { startTestApp, type TestApp } from './helpers/app';
 import { gql } from './helpers/client';
+import { ViewerDocument } from '../src/generated/operations';
 
 describe('operations endpoints', () => {
   let t: TestApp;
@@ -18,6 +19,11 @@ describe('operations endpoints', () => {
     expect(response.status).toBe(200);
     expect(await response.json()).toEqual({ status: 'ready', checks: { database: 'ok', queue: 'ok' } });
     expect((await fetch(`${t.url}/healthz`)).status).toBe(200);
+  });
+
+  it('runs the typed documents codegen makes from schema/operations', async () => {
+    const result = await gql(t.url, t.adminToken, ViewerDocument);
+    expect(result.data?.viewer).toMatchObject({ platformAdmin: true, tenantId: null, grants: [{ permission: 'admin', scopeType: 'platform', scopeId: null }] });
   });
 
   it('echoes X-Request-Id, or makes one', async () => {

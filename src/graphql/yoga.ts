@@ -50,7 +50,9 @@ function timing(metrics: Metrics): Plugin {
       const started = process.hrtime.bigint();
       const definitions = (args.document as { definitions: readonly DefinitionNode[] }).definitions;
       const op = definitions.find((d): d is OperationDefinitionNode => d.kind === 'OperationDefinition');
-      const operation = args.operationName ?? op?.name?.value ?? 'anonymous';
+      const name = args.operationName ?? op?.name?.value ?? 'anonymous';
+      // Operation names come from clients: keep the label set bounded.
+      const operation = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/.test(name) ? name : 'invalid';
       const type = op?.operation ?? 'unknown';
       return {
         onExecuteDone({ result }) {
