@@ -1,5 +1,5 @@
 import { createYoga, type Plugin } from 'graphql-yoga';
-import { GraphQLError, type DefinitionNode, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
+import { GraphQLError, Kind, visit, type ASTNode, type ASTVisitor, type ValidationContext, type DefinitionNode, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { getSchema } from './schema';
@@ -65,6 +65,55 @@ function timing(metrics: Metrics): Plugin {
   };
 }
 
+/**
+ * Abuse limits (graphql-armor). Every limit reports its error instead of throwing, so a query that
+ * breaks several limits hears about each of them; introspection counts too (the standard
+ * introspection query is 15 deep, the default limit).
+ */
+function armorConfig(config: Services['config']) {
+  const report = (context: ValidationContext | null, error: GraphQLError) => {
+    context?.reportError(new GraphQLError(error.message.replace(/^Syntax Error: /, ''), { extensions: { code: 'INVALID_INPUT' } }));
+  };
+  const common = { exposeLimits: true, propagateOnRejection: false, onReject: [report] };
+  return {
+    maxDepth: { ...common, n: config.maxDepth, flattenFragments: true, ignoreIntrospection: false },
+    costLimit: { ...common, maxCost: config.maxCost, ignoreIntrospection: false },
+    maxAliases: { ...common, n: 30 },
+    maxDirectives: { ...common, n: 30 },
+    // The token limit guards the parser, which can only stop by throwing.
+    maxTokens: { exposeLimits: true, n: 5000 },
+    blockFieldSuggestion: { enabled: true },
+  };
+}
+
+/** `first`/`last` literals over the page limit are refused by name, before any cost is computed. */
+function pageSizeRule(max: number) {
+  // Checked when each definition is entered, so this error comes before the cost limit's.
+  const check = (context: ValidationContext) => (definition: ASTNode) => {
+    visit(definition, {
+      Argument(node) {
+        if ((node.name.value === 'first' || node.name.value === 'last') && node.value.kind === Kind.INT) {
+          const value = Number(node.value.value);
+          if (value < 1 || value > max) {
+            context.reportError(new GraphQLError(`${node.name.value}: must be between 1 and ${max}, got ${value}`, {
+              nodes: [node],
+              extensions: { code: 'INVALID_INPUT', details: { field: node.name.value } },
+            }));
+          }
+        }
+      },
+    });
+  };
+  return (context: ValidationContext): ASTVisitor => ({
+    OperationDefinition: check(context),
+    FragmentDefinition: check(context),
+  });
+}
+
+function pageSizePlugin(max: number): Plugin {
+  return { onValidate: ({ addValidationRule }) => addValidationRule(pageSizeRule(max)) };
+}
+
 export function createGraphqlServer(services: Services, metrics: Metrics) {
   const { config, log } = services;
   return createYoga<ServerContext, Context>({
@@ -83,8 +132,13 @@ export function createGraphqlServer(services: Services, metrics: Metrics) {
       : false,
     maskedErrors: {
       maskError(error, message) {
-        const original = error instanceof GraphQLError ? error.originalError : error;
+        const original = (error instanceof GraphQLError ? error.originalError : error) as Error | undefined;
         if (original instanceof AppError) return original;
+        // Pothos checks connection arguments (cursors, negative sizes) before the resolver runs.
+        if (original?.name === 'PothosValidationError') {
+          const message = /cursor/i.test(original.message) ? `after: ${original.message}` : original.message;
+          return new GraphQLError(message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: { code: 'INVALID_INPUT' } });
+        }
         if (error instanceof GraphQLError) {
           if (isErrorCode(error.extensions?.code)) return error;
           // Raised by GraphQL or Yoga before any resolver ran: bad JSON, syntax, CSRF header missing.
@@ -109,14 +163,8 @@ export function createGraphqlServer(services: Services, metrics: Metrics) {
     },
     plugins: [
       useCSRFPrevention({ requestHeaders: [CSRF_HEADER, 'x-request-id'] }),
-      EnvelopArmorPlugin({
-        maxDepth: { n: config.maxDepth, exposeLimits: true, flattenFragments: true },
-        costLimit: { maxCost: config.maxCost, exposeLimits: true },
-        maxAliases: { n: 30, exposeLimits: true },
-        maxDirectives: { n: 30, exposeLimits: true },
-        maxTokens: { n: 5000, exposeLimits: true },
-        blockFieldSuggestion: { enabled: true },
-      }),
+      pageSizePlugin(config.maxPageSize),
+      EnvelopArmorPlugin(armorConfig(config)),
       timing(metrics),
       codeErrors(metrics),
     ],

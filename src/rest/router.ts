@@ -6,7 +6,7 @@ import { AppError, HTTP_STATUS, isErrorCode, type ErrorCode } from '../errors';
 import { routes as defaultRoutes, type Route, type RouteInput } from './routes';
 import { loadOperations } from './operations';
 import { CSRF_HEADER, type GraphqlServer } from '../graphql/yoga';
-import { readBody } from '../http/body';
+import { PayloadTooLarge, readBody } from '../http/body';
 import { sendJson, sendError } from '../http/respond';
 
 interface CompiledRoute {
@@ -79,9 +79,8 @@ export class RestRouter {
     const url = req.url ?? '/';
     const found = this.router.find(req.method as never, url.split('?')[0]!);
     if (found) return this.router.lookup(req, res);
-    const allowed = this.routes
-      .filter((r) => this.router.find(r.method, url.split('?')[0]!) !== null)
-      .map((r) => r.method);
+    const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+    const allowed = METHODS.filter((method) => this.router.find(method, url.split('?')[0]!) !== null);
     if (allowed.length) {
       res.setHeader('allow', allowed.join(', '));
       return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use ${allowed.join(' or ')}`, requestId);
@@ -113,6 +112,7 @@ export class RestRouter {
       }
       return sendJson(res, compiled.route.successStatus ?? 200, compiled.route.respond(result.data ?? {}, input));
     } catch (error) {
+      if (error instanceof PayloadTooLarge) throw error; // the server answers 413 for it
       if (error instanceof AppError) {
         return sendError(res, HTTP_STATUS[error.code], error.code, error.message, requestId, error.extensions.details as Record<string, unknown> | undefined);
       }
