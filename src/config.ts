@@ -15,8 +15,6 @@ export interface Config {
   maxCost: number;
   maxPageSize: number;
   tokenCacheMs: number;
-  secretKey: string | undefined;
-  modules: string[] | 'all';
   shutdownTimeoutMs: number;
   bossPollSeconds: number;
 }
@@ -36,9 +34,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!['api', 'worker', 'all'].includes(role)) {
     throw new Error(`ROLE must be api, worker or all, got "${env.ROLE}"`);
   }
-  const modules = env.MODULES && env.MODULES !== 'all'
-    ? env.MODULES.split(',').map((m) => m.trim()).filter(Boolean)
-    : 'all';
   return {
     host: env.HOST ?? '127.0.0.1',
     port: intEnv(env, 'PORT', 4000),
@@ -53,8 +48,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxCost: intEnv(env, 'GRAPHQL_MAX_COST', 100000, 1),
     maxPageSize: intEnv(env, 'MAX_PAGE_SIZE', 500, 1),
     tokenCacheMs: intEnv(env, 'TOKEN_CACHE_MS', 2000),
-    secretKey: env.SECRET_KEY || undefined,
-    modules,
     shutdownTimeoutMs: intEnv(env, 'SHUTDOWN_TIMEOUT_MS', 10000),
     bossPollSeconds: intEnv(env, 'QUEUE_POLL_SECONDS', 1, 1),
   };
