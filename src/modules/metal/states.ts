@@ -1,0 +1,208 @@
+/**
+ * The provision state machine, as data: every state named and described once, then every verb
+ * with its legal sources, its target and the event it publishes, then the moves the workflows make
+ * on their own. Verbs, bulk, recover, the docs diagram and the tests all read this table; nothing
+ * else says which move is legal. Source: the metal seed (shared/seeds/000_*.txt).
+ */
+export const PROVISION_STATES = [
+  'adopting',
+  'adopted',
+  'enrolling',
+  'inspecting',
+  'ready',
+  'commissioning',
+  'deploying',
+  'deployed',
+  'releasing',
+  'rescue',
+  'failed',
+  'retiring',
+  'retired',
+] as const;
+export type ProvisionState = (typeof PROVISION_STATES)[number];
+
+export const STATE_DOCS: Record<ProvisionState, string> = {
+  adopting: 'an already-running machine is being taken under management without touching its OS',
+  adopted: 'taken under management; its OS was left as it was',
+  enrolling: 'the reconciler verifies BMC access and inspects the machine out of band',
+  inspecting: 'the machine boots the ramdisk and reports its inventory',
+  ready: 'verified, inspected and commissioned: available to deploy',
+  commissioning: 'DCGM diagnostics, a quick wipe and a power-off',
+  deploying: 'a workflow of the recorded deploy profile version runs',
+  deployed: 'the profile\'s OS runs; the node has the profile\'s role',
+  releasing: 'disks are wiped with the chosen mode and the machine powered off',
+  rescue: 'the rescue ramdisk runs, for repairs from outside the installed OS',
+  failed: 'a workflow failed or was aborted; failedFrom says where, maintenance is on',
+  retiring: 'crypto-erase (bcd pools), power-off and identity revocation',
+  retired: 'terminal',
+};
+
+/** States in which a workflow controls the machine's power (power is refused then). */
+export const WORKFLOW_POWER_STATES: readonly ProvisionState[] = ['inspecting', 'commissioning', 'deploying', 'releasing'];
+
+export interface VerbRule {
+  /** Legal source states. Empty for enroll, which creates the node. */
+  from: readonly ProvisionState[];
+  /** The state the verb moves the node to; for recover it depends on failedFrom (see RECOVER_TO). */
+  to: ProvisionState | 'stable-point' | 'unchanged';
+  /** The event the verb publishes. For recover: node.provision.<stable point>. */
+  event: string;
+  /** Steps of the workflow the verb starts, and whether each sends a destructive command. */
+  steps: readonly { name: string; destructive: boolean }[];
+  /** Whether `bulk` may run this verb. */
+  bulk: boolean;
+}
+
+export const VERBS = {
+  enroll: {
+    from: [],
+    to: 'enrolling',
+    event: 'node.enrolled',
+    steps: [{ name: 'verify-bmc', destructive: false }, { name: 'inspect-out-of-band', destructive: false }],
+    bulk: false,
+  },
+  manage: {
+    from: ['ready'],
+    to: 'enrolling',
+    event: 'node.provision.enrolling',
+    // Re-verification chains re-inspection and re-commissioning, whose quick wipe is destructive.
+    steps: [
+      { name: 'verify-bmc', destructive: false },
+      { name: 'inspect', destructive: false },
+      { name: 'commission-quick-wipe', destructive: true },
+    ],
+    bulk: true,
+  },
+  inspect: {
+    from: ['ready'],
+    to: 'inspecting',
+    event: 'node.provision.inspecting',
+    steps: [{ name: 'boot-ramdisk', destructive: false }, { name: 'report-inventory', destructive: false }],
+    bulk: true,
+  },
+  provide: {
+    from: ['ready'],
+    to: 'commissioning',
+    event: 'node.provision.commissioning',
+    steps: [
+      { name: 'dcgm-diagnostics', destructive: false },
+      { name: 'quick-wipe', destructive: true },
+      { name: 'power-off', destructive: false },
+    ],
+    bulk: true,
+  },
+  deploy: {
+    from: ['ready'],
+    to: 'deploying',
+    event: 'node.provision.deploying',
+    steps: [{ name: 'run-profile', destructive: true }],
+    bulk: false,
+  },
+  undeploy: {
+    from: ['deployed', 'rescue'],
+    to: 'releasing',
+    event: 'node.provision.releasing',
+    steps: [{ name: 'wipe', destructive: true }, { name: 'power-off', destructive: true }],
+    bulk: true,
+  },
+  rescue: {
+    from: ['deployed'],
+    to: 'rescue',
+    event: 'node.provision.rescue',
+    // Rebooting a deployed machine into the ramdisk interrupts its OS.
+    steps: [{ name: 'boot-rescue-ramdisk', destructive: true }],
+    bulk: true,
+  },
+  unrescue: {
+    from: ['rescue'],
+    to: 'unchanged',
+    event: 'node.provision.unrescuing',
+    steps: [{ name: 'boot-installed-os', destructive: false }],
+    bulk: false,
+  },
+  abort: {
+    from: ['enrolling', 'inspecting', 'commissioning', 'deploying', 'releasing'],
+    to: 'failed',
+    event: 'node.provision.failed',
+    steps: [],
+    bulk: false,
+  },
+  recover: {
+    from: ['failed'],
+    to: 'stable-point',
+    event: 'node.provision.<stable point>',
+    steps: [],
+    bulk: false,
+  },
+  retire: {
+    from: ['adopting', 'adopted', 'enrolling', 'ready', 'failed'],
+    to: 'retiring',
+    event: 'node.provision.retiring',
+    steps: [
+      { name: 'crypto-erase (bcd pools)', destructive: true },
+      { name: 'power-off', destructive: true },
+      { name: 'revoke-identity', destructive: false },
+    ],
+    bulk: true,
+  },
+} as const satisfies Record<string, VerbRule>;
+export type Verb = keyof typeof VERBS;
+
+/** recover: the last stable point for the state a node failed in. */
+export const RECOVER_TO: Partial<Record<ProvisionState, ProvisionState>> = {
+  enrolling: 'enrolling',
+  inspecting: 'enrolling',
+  commissioning: 'enrolling',
+  deploying: 'releasing',
+  releasing: 'releasing',
+  rescue: 'deployed',
+  retiring: 'retiring',
+};
+
+/** Moves the workflows make on their own (success), for the diagram and the reconciler. */
+export const WORKFLOW_MOVES: readonly { from: ProvisionState; to: ProvisionState; when: string }[] = [
+  { from: 'adopting', to: 'adopted', when: 'adoption verified' },
+  { from: 'enrolling', to: 'inspecting', when: 'BMC verified' },
+  { from: 'inspecting', to: 'commissioning', when: 'inventory reported' },
+  { from: 'commissioning', to: 'ready', when: 'diagnostics and wipe passed' },
+  { from: 'deploying', to: 'deployed', when: 'profile workflow succeeded' },
+  { from: 'releasing', to: 'ready', when: 'wipe attested (UNVERIFIED_WIPE fails it)' },
+  { from: 'rescue', to: 'deployed', when: 'unrescue workflow succeeded' },
+  { from: 'retiring', to: 'retired', when: 'erased, off, identity revoked' },
+];
+
+/** States a running workflow can fail out of (to failed, with failedFrom). */
+export const FAILABLE: readonly ProvisionState[] = ['adopting', 'enrolling', 'inspecting', 'commissioning', 'deploying', 'releasing', 'rescue', 'retiring'];
+
+export type Decision =
+  | { legal: true; to: ProvisionState | null; event: string }
+  | { legal: false; current: ProvisionState; legalFrom: readonly ProvisionState[] };
+
+/** Is `verb` legal for a node in `state` (with `failedFrom` when failed)? The one check every verb makes. */
+export function decideMove(verb: Exclude<Verb, 'enroll'>, state: ProvisionState, failedFrom: ProvisionState | null = null): Decision {
+  const rule: VerbRule = VERBS[verb];
+  if (!rule.from.includes(state)) return { legal: false, current: state, legalFrom: rule.from };
+  if (rule.to === 'stable-point') {
+    const to = failedFrom ? RECOVER_TO[failedFrom] : undefined;
+    if (!to) return { legal: false, current: state, legalFrom: rule.from };
+    return { legal: true, to, event: `node.provision.${to}` };
+  }
+  return { legal: true, to: rule.to === 'unchanged' ? null : rule.to, event: rule.event };
+}
+
+/** Whether any step of the verb sends a destructive command (bulk then creates a command batch). */
+export const isDestructive = (verb: Verb): boolean => VERBS[verb].steps.some((s) => s.destructive);
+
+/** The Mermaid state diagram of this table (docs/provision-states.md is generated from it). */
+export function mermaidDiagram(): string {
+  const lines = ['stateDiagram-v2', '    [*] --> enrolling: enroll'];
+  for (const [verb, rule] of Object.entries(VERBS) as [Verb, VerbRule][]) {
+    if (verb === 'enroll' || verb === 'recover' || rule.to === 'unchanged') continue;
+    for (const from of rule.from) lines.push(`    ${from} --> ${rule.to}: ${verb}`);
+  }
+  for (const [from, to] of Object.entries(RECOVER_TO)) lines.push(`    failed --> ${to}: recover (failed from ${from})`);
+  for (const move of WORKFLOW_MOVES) lines.push(`    ${move.from} --> ${move.to}: ${move.when}`);
+  for (const from of FAILABLE) lines.push(`    ${from} --> failed: workflow failed`);
+  lines.push('    retired --> [*]');
+  return lines.join('\n') + '\n';
+}
