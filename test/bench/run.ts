@@ -1,0 +1,46 @@
+/**
+ * Benchmarks: `npm run bench -- <name> [options]` (after `npm run build`).
+ * Each benchmark starts the real service as a child process, loads it, prints a summary and
+ * cleans up after itself. Results are recorded in BENCHMARKS.md.
+ */
+import { readBench } from './read';
+
+export interface Bench {
+  /** One line for the list printed on an unknown name. */
+  summary: string;
+  /** Its options, one per line. */
+  options?: string[];
+  /** Runs the benchmark; resolves to the process exit code. */
+  run(args: string[]): Promise<number>;
+}
+
+const BENCHES: Record<string, Bench> = {
+  read: readBench,
+};
+
+function usage(): string {
+  const names = Object.entries(BENCHES).flatMap(([name, bench]) => [
+    `  ${name.padEnd(8)} ${bench.summary}`,
+    ...(bench.options ?? []).map((line) => `           ${line}`),
+  ]);
+  return ['usage: npm run bench -- <name> [options]', '', 'benchmarks:', ...names].join('\n');
+}
+
+async function main(): Promise<number> {
+  const name = process.argv[2];
+  if (!name || name === '--help' || name === '-h' || !Object.hasOwn(BENCHES, name)) {
+    if (name && name !== '--help' && name !== '-h') console.error(`unknown benchmark "${name}"\n`);
+    console.error(usage());
+    return 1;
+  }
+  return BENCHES[name]!.run(process.argv.slice(3));
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    if (error instanceof Error && error.name === 'UsageError') console.error(`${error.message}\n\n${usage()}`);
+    else console.error('bench failed:', error instanceof Error ? (error.stack ?? error.message) : error);
+    process.exit(1);
+  },
+);
