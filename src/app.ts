@@ -13,6 +13,7 @@ import { TokenStore, generateToken } from './auth/tokens';
 import { Queues } from '../jobs/registry';
 import { startWorkers } from '../jobs/workers';
 import { createGraphqlServer, type GraphqlServer } from './graphql/yoga';
+import { ResponseCache } from './graphql/response-cache';
 import { RestRouter } from './rest/router';
 import { createHttpServer } from './server';
 import type { Services } from './context';
@@ -103,7 +104,14 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     let url: string | null = null;
     if (config.role !== 'worker') {
       const metrics = new Metrics(() => queues.depths(), () => database.statements.count);
-      yoga = createGraphqlServer(services, metrics);
+      let cache: ResponseCache | null = null;
+      if (config.responseCacheTtlMs > 0) {
+        const readCache = new ResponseCache(databaseUrl, log, config.responseCacheTtlMs);
+        await readCache.start();
+        cleanups.push(() => readCache.stop());
+        cache = readCache;
+      }
+      yoga = createGraphqlServer(services, metrics, cache);
       const rest = new RestRouter(yoga);
       const httpServer = createHttpServer({
         yoga,

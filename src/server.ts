@@ -35,7 +35,10 @@ function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
 async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerResponse, requestId: string): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? undefined : await readBody(req);
   const abort = new AbortController();
-  res.on('close', () => abort.abort());
+  // 'close' also fires after every complete response: abort only when the client left early.
+  res.on('close', () => {
+    if (!res.writableFinished) abort.abort();
+  });
   const headers = new Headers();
   for (const [name, value] of Object.entries(req.headers)) {
     if (value === undefined) continue;
@@ -101,6 +104,7 @@ export function createHttpServer(deps: HttpDeps): http.Server {
       if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res);
       return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);
     } catch (error) {
+      if (res.destroyed || !res.socket || res.socket.destroyed) return; // the client went away: nothing to answer
       if (res.headersSent) {
         deps.log.error({ err: error, requestId }, 'error after the response started');
         return void res.destroy();

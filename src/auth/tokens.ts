@@ -29,13 +29,24 @@ export function bearerToken(header: string | null | undefined): string | undefin
  */
 export class TokenStore {
   private cache = new Map<string, { principal: Principal; until: number }>();
+  /** One lookup per token at a time: when an entry expires under load, requests share the refresh. */
+  private inFlight = new Map<string, Promise<Principal>>();
   constructor(private prisma: PrismaClient, private cacheMs: number) {}
 
   async authenticate(token: string): Promise<Principal> {
     const hash = hashToken(token);
-    const now = Date.now();
     const cached = this.cache.get(hash);
-    if (cached && cached.until > now) return cached.principal;
+    if (cached && cached.until > Date.now()) return cached.principal;
+    let lookup = this.inFlight.get(hash);
+    if (!lookup) {
+      lookup = this.lookup(hash).finally(() => this.inFlight.delete(hash));
+      this.inFlight.set(hash, lookup);
+    }
+    return lookup;
+  }
+
+  private async lookup(hash: string): Promise<Principal> {
+    const now = Date.now();
     const row = await this.prisma.apiToken.findUnique({ where: { hash }, include: { grants: true } });
     if (!row || row.revokedAt || (row.expiresAt && row.expiresAt.getTime() <= now)) {
       this.cache.delete(hash);
@@ -61,6 +72,7 @@ export class TokenStore {
   }
 
   forget(tokenId: string): void {
+    this.inFlight.clear(); // a lookup under way may have read the row before the revoke
     for (const [hash, entry] of this.cache) if (entry.principal.tokenId === tokenId) this.cache.delete(hash);
   }
 

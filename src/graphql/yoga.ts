@@ -7,6 +7,7 @@ import type { Context, Services } from '../context';
 import { bearerToken } from '../auth/tokens';
 import { AppError, isErrorCode } from '../errors';
 import type { Metrics } from '../ops/metrics';
+import type { ResponseCache } from './response-cache';
 
 export const CSRF_HEADER = 'x-graphql-csrf';
 
@@ -114,7 +115,7 @@ function pageSizePlugin(max: number): Plugin {
   return { onValidate: ({ addValidationRule }) => addValidationRule(pageSizeRule(max)) };
 }
 
-export function createGraphqlServer(services: Services, metrics: Metrics) {
+export function createGraphqlServer(services: Services, metrics: Metrics, cache: ResponseCache | null = null) {
   const { config, log } = services;
   return createYoga<ServerContext, Context>({
     schema: getSchema(),
@@ -165,6 +166,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics) {
       useCSRFPrevention({ requestHeaders: [CSRF_HEADER, 'x-request-id'] }),
       pageSizePlugin(config.maxPageSize),
       EnvelopArmorPlugin(armorConfig(config)),
+      ...(cache ? [cache.plugin(services.tokens)] : []),
       timing(metrics),
       codeErrors(metrics),
     ],

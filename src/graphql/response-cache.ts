@@ -1,0 +1,121 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+import type { ExecutionResult } from 'graphql';
+import { createInMemoryCache, useResponseCache, type Cache } from '@graphql-yoga/plugin-response-cache';
+import type { Plugin } from 'graphql-yoga';
+import type { Context } from '../context';
+import { bearerToken, type TokenStore } from '../auth/tokens';
+
+/** Which GraphQL types each table's rows appear as. */
+const TYPES_BY_TABLE: Record<string, string[]> = {
+  tenant: ['Tenant'],
+  site: ['Site'],
+  pool: ['Pool', 'PoolPolicy'],
+  hardware_profile: ['HardwareProfile'],
+  node: ['MetalNode'],
+  api_token: ['ApiToken', 'Viewer'],
+  api_grant: ['ApiToken', 'Viewer', 'Grant'],
+};
+
+/**
+ * A read cache for GraphQL query results, per token, that is never knowingly stale:
+ * - a trigger on every table it serves NOTIFYs "metal_cache" on commit, whoever wrote; every
+ *   process LISTENs and drops the cached results that hold that type;
+ * - a result computed while an invalidation arrived is not stored (it may have read old rows);
+ * - when the LISTEN connection drops, everything is dropped and nothing is cached until it is back.
+ * The only staleness left is the notification's flight time after a commit (milliseconds).
+ * Authentication runs before the cache is consulted, so a revoked token never reads from it.
+ */
+export class ResponseCache implements Cache {
+  private store = createInMemoryCache({ max: 5000 });
+  private generation = 0;
+  private started = new Map<string, number>();
+  private listener: pg.Client | null = null;
+  private listening = false;
+  private stopped = false;
+
+  constructor(private databaseUrl: string, private log: Logger, readonly ttlMs: number) {}
+
+  async start(): Promise<void> {
+    await this.connect();
+  }
+
+  private async connect(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: 'metal-cache-listener' });
+    client.on('notification', (message) => this.onTableChanged(message.payload ?? ''));
+    client.on('error', (error) => {
+      this.log.warn({ err: error }, 'cache listener lost its connection; caching is off until it is back');
+      this.goDeaf();
+      void client.end().catch(() => undefined);
+      if (!this.stopped) setTimeout(() => void this.connect().catch(() => this.goDeaf()), 1000).unref();
+    });
+    await client.connect();
+    await client.query('LISTEN metal_cache');
+    this.listener = client;
+    this.listening = true;
+  }
+
+  private goDeaf(): void {
+    this.listening = false;
+    this.generation += 1;
+    void this.store.invalidate(Object.values(TYPES_BY_TABLE).flat().map((typename) => ({ typename })));
+  }
+
+  private onTableChanged(table: string): void {
+    const types = TYPES_BY_TABLE[table];
+    this.generation += 1;
+    if (types) void this.store.invalidate(types.map((typename) => ({ typename })));
+  }
+
+  async get(key: string): Promise<ExecutionResult | undefined> {
+    const hit = await this.store.get(key);
+    if (!hit && !this.started.has(key)) {
+      if (this.started.size > 10000) this.started.clear(); // results that were never stored (errors)
+      this.started.set(key, this.generation);
+    }
+    return hit ?? undefined;
+  }
+
+  set(key: string, result: ExecutionResult, entities: Iterable<{ typename: string; id?: string | number }>, ttl: number): void | Promise<void> {
+    const startedAt = this.started.get(key);
+    this.started.delete(key);
+    if (!this.listening || startedAt === undefined || startedAt !== this.generation) return;
+    return this.store.set(key, result, entities, ttl);
+  }
+
+  invalidate(entities: Iterable<{ typename: string; id?: string | number }>): void | Promise<void> {
+    this.generation += 1;
+    return this.store.invalidate(entities);
+  }
+
+  /**
+   * Yoga's plugin answers from the cache before the context (and so authentication) is built, so the
+   * session is decided here from the bearer token itself: a token that does not authenticate gets
+   * the anonymous session, which only ever holds results computed without a principal.
+   */
+  plugin(tokens: TokenStore): Plugin {
+    return useResponseCache<Context>({
+      cache: this,
+      ttl: this.ttlMs,
+      session: async (request) => {
+        try {
+          const token = bearerToken(request.headers.get('authorization'));
+          return token ? (await tokens.authenticate(token)).tokenId : null;
+        } catch {
+          return null;
+        }
+      },
+      // Conditional requests (If-None-Match) are answered before any of this: never from the cache.
+      enabled: (request) => !request.headers.has('if-none-match'),
+      // Mutations answer from the database; their results also invalidate what they touched.
+      invalidateViaMutation: true,
+      includeExtensionMetadata: false,
+    }) as Plugin;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.listening = false;
+    await this.listener?.end().catch(() => undefined);
+  }
+}
