@@ -1,5 +1,8 @@
 import PgBoss from 'pg-boss';
 import type { Logger } from 'pino';
+import pg from 'pg';
+
+const QUEUE_CREATION_LOCK = 7243916082;
 
 /**
  * Every queue the service uses, with the shape of its job data. Adding a queue here is the only way
@@ -7,7 +10,7 @@ import type { Logger } from 'pino';
  */
 export interface QueueData {
   /** Level-triggered: "make node X match its desired state". Queued by the metal verbs. */
-  'metal.reconcile': { nodeId: string; reason: string };
+  'metal.reconcile': { nodeId: string; reason: string; wipe?: string };
 }
 export type QueueName = keyof QueueData;
 
@@ -26,14 +29,26 @@ export class Queues {
   readonly boss: PgBoss;
   private workers: string[] = [];
 
-  constructor(databaseUrl: string, private log: Logger, private pollSeconds = 1) {
+  constructor(private databaseUrl: string, private log: Logger, private pollSeconds = 1) {
     this.boss = new PgBoss({ connectionString: databaseUrl, max: 5, application_name: 'metal-queues' });
     this.boss.on('error', (error) => this.log.error({ err: error }, 'queue error'));
   }
 
   async start(): Promise<void> {
     await this.boss.start();
-    for (const queue of Object.values(QUEUES)) await this.boss.createQueue(queue.name, queue);
+    // Several processes starting at once deadlock inside createQueue (it creates a partition):
+    // create the missing queues one process at a time, under an advisory lock.
+    const lock = new pg.Client({ connectionString: this.databaseUrl });
+    await lock.connect();
+    try {
+      await lock.query('SELECT pg_advisory_lock($1)', [QUEUE_CREATION_LOCK]);
+      for (const queue of Object.values(QUEUES)) {
+        if (!(await this.boss.getQueue(queue.name))) await this.boss.createQueue(queue.name, queue);
+      }
+    } finally {
+      await lock.query('SELECT pg_advisory_unlock($1)', [QUEUE_CREATION_LOCK]).catch(() => undefined);
+      await lock.end();
+    }
   }
 
   /** Queues a job; with `db`, inside the caller's transaction. */

@@ -5,9 +5,12 @@ import { prismaExecutor } from '../jobs/registry';
 describe('ROLE splits the API and the workers over one database', () => {
   it('an api process and a worker process start together; jobs sent in a transaction commit or roll back with it', async () => {
     const databaseUrl = await createTestDatabase();
-    const [api, worker] = await Promise.all([
+    // Four processes at once: migrations, pg-boss's schema and queue creation must not race.
+    const [api, worker, ...more] = await Promise.all([
       startTestApp({ databaseUrl, role: 'api' }),
       startTestApp({ databaseUrl, role: 'worker' }),
+      startTestApp({ databaseUrl, role: 'worker' }),
+      startTestApp({ databaseUrl, role: 'api' }),
     ]);
     try {
       expect(api.app.server).not.toBeNull();
@@ -32,7 +35,7 @@ describe('ROLE splits the API and the workers over one database', () => {
       const job = await worker.app.queues.boss.getJobById('metal.reconcile', id);
       expect(job?.data).toEqual({ nodeId: 'node_y', reason: 'test' });
     } finally {
-      await Promise.all([api.stop(), worker.stop()]);
+      await Promise.all([api.stop(), worker.stop(), ...more.map((m) => m.stop())]);
     }
   });
 });
