@@ -273,4 +273,39 @@ export const routes: Route[] = [
     respond: (data) => ({ apiToken: data.revokeApiToken }),
     response: { type: 'object', properties: { apiToken: { type: 'object', properties: { id: str, revokedAt: str } } } },
   },
+  ...metalVerbRoutes(),
 ];
+
+/** POST /api/compute/metal/<verb>: the seed's metal group, each running its GraphQL mutation. */
+function metalVerbRoutes(): Route[] {
+  const nodeId = { ...str, description: 'The metal node' };
+  const verbs: { verb: string; operation: string; field: string; summary: string; extra?: Record<string, JsonSchema>; map?: (body: Record<string, unknown>) => Record<string, unknown> }[] = [
+    { verb: 'manage', operation: 'Manage', field: 'manageNode', summary: 'Move a ready node back to enrolling to re-verify BMC access' },
+    { verb: 'inspect', operation: 'Inspect', field: 'inspectNode', summary: 'Move a ready node to inspecting' },
+    { verb: 'provide', operation: 'Provide', field: 'provideNode', summary: 'Move a ready node to commissioning' },
+    { verb: 'recover', operation: 'Recover', field: 'recoverNode', summary: 'Move a failed node to the last stable point for the state it failed in' },
+    { verb: 'retire', operation: 'Retire', field: 'retireNode', summary: 'Move a node to retiring' },
+    { verb: 'abort', operation: 'Abort', field: 'abortNode', summary: 'Stop the node\'s workflow and move it to failed', extra: { reason: str } },
+    {
+      verb: 'undeploy',
+      operation: 'Undeploy',
+      field: 'undeployNode',
+      summary: 'Move a deployed or rescue node to releasing (wipe: none, quick (default), secure-erase or crypto-erase)',
+      extra: { wipe: { type: 'string', enum: ['none', 'quick', 'secure-erase', 'crypto-erase'] } },
+      // GraphQL enum values cannot hold "-": secure-erase is secure_erase there.
+      map: (body) => ({ ...body, ...(typeof body.wipe === 'string' ? { wipe: body.wipe.replace('-', '_') } : {}) }),
+    },
+  ];
+  return verbs.map(({ verb, operation, field, summary, extra, map }): Route => ({
+    method: 'POST',
+    path: `/api/compute/metal/${verb}`,
+    operation,
+    tag: 'metal',
+    summary,
+    description: 'Authorization: compute:nodes:provision on the node. INVALID_STATE names the current and the legal states; CONFLICT when the node changed concurrently.',
+    body: { type: 'object', additionalProperties: false, required: ['nodeId'], properties: { nodeId, ...extra } },
+    variables: ({ body }) => ({ input: map ? map(body!) : body }),
+    respond: (data) => ({ node: (data[field] as { node: unknown }).node }),
+    response: { type: 'object', properties: { node: ref('MetalNode') } },
+  }));
+}

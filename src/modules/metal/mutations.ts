@@ -1,0 +1,65 @@
+import { builder } from '../../graphql/builder';
+import { runMoveVerb, WIPE_MODES, type MoveVerb } from './verbs';
+
+const WipeMode = builder.enumType('WipeMode', {
+  description: 'How undeploy wipes the disks (default quick).',
+  values: Object.fromEntries(WIPE_MODES.map((mode) => [mode.replace('-', '_'), { value: mode }])) as Record<string, { value: (typeof WIPE_MODES)[number] }>,
+});
+
+const NodePayload = builder.objectRef<{ nodeId: string }>('MetalNodePayload').implement({
+  description: 'The node\'s metal view after the verb.',
+  fields: (t) => ({
+    node: t.prismaField({
+      type: 'Node',
+      resolve: (query, parent, _args, ctx) => ctx.prisma.node.findUniqueOrThrow({ ...query, where: { id: parent.nodeId } }),
+    }),
+  }),
+});
+
+const NodeVerbInput = builder.inputType('MetalNodeVerbInput', {
+  fields: (t) => ({ nodeId: t.id({ required: true }) }),
+});
+const AbortInput = builder.inputType('MetalAbortInput', {
+  fields: (t) => ({ nodeId: t.id({ required: true }), reason: t.string({ required: false }) }),
+});
+const UndeployInput = builder.inputType('MetalUndeployInput', {
+  fields: (t) => ({ nodeId: t.id({ required: true }), wipe: t.field({ type: WipeMode, required: false }) }),
+});
+
+/** The seed's one-line descriptions, as the mutations' descriptions. */
+const SIMPLE: [MoveVerb, string, string][] = [
+  ['manage', 'manageNode', 'Moves a ready node back to enrolling to re-verify BMC access. Publishes node.provision.enrolling.'],
+  ['inspect', 'inspectNode', 'Moves a ready node to inspecting. Publishes node.provision.inspecting.'],
+  ['provide', 'provideNode', 'Moves a ready node to commissioning. Publishes node.provision.commissioning.'],
+  ['recover', 'recoverNode', 'Moves a failed node to the last stable point for the state it failed in; clears failedFrom and lastError, leaves maintenance on.'],
+  ['retire', 'retireNode', 'Moves a node to retiring (legal from adopting, adopted, enrolling, ready and failed). Publishes node.provision.retiring.'],
+];
+
+for (const [verb, field, description] of SIMPLE) {
+  builder.mutationField(field, (t) =>
+    t.field({
+      type: NodePayload,
+      description: `${description} Decided as compute:nodes:provision on the node.`,
+      args: { input: t.arg({ type: NodeVerbInput, required: true }) },
+      resolve: async (_root, { input }, ctx) => ({ nodeId: await runMoveVerb(ctx, verb, input.nodeId) }),
+    }),
+  );
+}
+
+builder.mutationField('abortNode', (t) =>
+  t.field({
+    type: NodePayload,
+    description: 'Stops the node\'s workflow and moves it to failed with an ABORTED error, the reason, and maintenance on. Publishes node.provision.failed.',
+    args: { input: t.arg({ type: AbortInput, required: true }) },
+    resolve: async (_root, { input }, ctx) => ({ nodeId: await runMoveVerb(ctx, 'abort', input.nodeId, { reason: input.reason }) }),
+  }),
+);
+
+builder.mutationField('undeployNode', (t) =>
+  t.field({
+    type: NodePayload,
+    description: 'Moves a deployed or rescue node to releasing, which wipes its disks (default quick) and powers it off. Publishes node.provision.releasing.',
+    args: { input: t.arg({ type: UndeployInput, required: true }) },
+    resolve: async (_root, { input }, ctx) => ({ nodeId: await runMoveVerb(ctx, 'undeploy', input.nodeId, { wipe: input.wipe }) }),
+  }),
+);

@@ -1,0 +1,149 @@
+import pg from 'pg';
+import { startTestApp, type TestApp } from './helpers/app';
+import { codeOf, gql, rest } from './helpers/client';
+import { makeTenantTree, makeToken } from './helpers/fixtures';
+import { newId } from '../src/ids';
+import { PROVISION_STATES, decideMove, type ProvisionState } from '../src/modules/metal/states';
+
+type Verb = 'manage' | 'inspect' | 'provide' | 'recover' | 'retire' | 'abort' | 'undeploy';
+const FIELD: Record<Verb, string> = {
+  manage: 'manageNode', inspect: 'inspectNode', provide: 'provideNode', recover: 'recoverNode',
+  retire: 'retireNode', abort: 'abortNode', undeploy: 'undeployNode',
+};
+const INPUT: Record<Verb, string> = {
+  manage: 'MetalNodeVerbInput', inspect: 'MetalNodeVerbInput', provide: 'MetalNodeVerbInput', recover: 'MetalNodeVerbInput',
+  retire: 'MetalNodeVerbInput', abort: 'MetalAbortInput', undeploy: 'MetalUndeployInput',
+};
+const mutation = (verb: Verb) =>
+  `mutation ($input: ${INPUT[verb]}!) { ${FIELD[verb]}(input: $input) { node { id provisionState failedFrom lastError { code message } maintenance version } } }`;
+
+describe('metal verbs that move a node (manage, inspect, provide, recover, retire, abort, undeploy)', () => {
+  let t: TestApp;
+  let tree: Awaited<ReturnType<typeof makeTenantTree>>;
+  let other: Awaited<ReturnType<typeof makeTenantTree>>;
+  let token: string;
+  let sql: pg.Client;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    tree = await makeTenantTree(t.app.database.prisma, 'verbs', { pools: 1, nodesPerPool: 0 });
+    other = await makeTenantTree(t.app.database.prisma, 'others', { pools: 1, nodesPerPool: 0 });
+    token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    sql = new pg.Client({ connectionString: t.app.databaseUrl });
+    await sql.connect();
+  });
+  afterAll(async () => {
+    await sql.end();
+    await t.stop();
+  });
+
+  async function nodeIn(state: ProvisionState, failedFrom: ProvisionState | null = null, owner = tree) {
+    const id = newId('MetalNode');
+    await t.app.database.prisma.node.create({
+      data: {
+        id, tenantId: owner.tenant.id, siteId: owner.site.id, poolId: owner.pools[0]!.id, provisionState: state,
+        failedFrom, lastErrorCode: failedFrom ? 'WORKFLOW_FAILED' : null, lastErrorMessage: failedFrom ? 'boom' : null,
+        maintenance: failedFrom !== null, bmcAddress: '10.1.1.1', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://x',
+      },
+    });
+    return id;
+  }
+  const eventsOf = async (nodeId: string) => (await sql.query('SELECT type, payload FROM event WHERE node_id = $1 ORDER BY id', [nodeId])).rows;
+  const jobsOf = async (nodeId: string) =>
+    (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [nodeId])).rows;
+
+  const verbs: Verb[] = ['manage', 'inspect', 'provide', 'recover', 'retire', 'abort', 'undeploy'];
+  const rows = verbs.flatMap((verb) => PROVISION_STATES.map((state) => [verb, state] as const));
+
+  it.each(rows)('%s on a node in %s: the table decides, and a legal move commits state, event and job together', async (verb, state) => {
+    const failedFrom: ProvisionState | null = state === 'failed' ? 'deploying' : null;
+    const nodeId = await nodeIn(state, failedFrom);
+    const expected = decideMove(verb, state, failedFrom);
+    const result = await gql(t.url, token, mutation(verb), { input: { nodeId, ...(verb === 'abort' ? { reason: 'operator stop' } : {}) } });
+    const row = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } });
+    if (!expected.legal) {
+      expect(codeOf(result)).toBe('INVALID_STATE');
+      expect(result.errors![0]!.message).toContain(`in state ${state}`);
+      expect(row.provisionState).toBe(state);
+      expect(row.version).toBe(1);
+      expect(await eventsOf(nodeId)).toEqual([]);
+      expect(await jobsOf(nodeId)).toEqual([]);
+      return;
+    }
+    expect(result.errors).toBeUndefined();
+    const to = expected.to ?? state;
+    expect(result.data![FIELD[verb]].node).toMatchObject({ id: nodeId, provisionState: to, version: 2 });
+    expect(row.provisionState).toBe(to);
+    const events = await eventsOf(nodeId);
+    expect(events.map((e) => e.type)).toEqual([expected.event]);
+    expect(events[0].payload).toMatchObject({ nodeId, verb, from: state, to });
+    expect((await jobsOf(nodeId)).map((j) => j.data)).toEqual([{ nodeId, reason: verb, ...(verb === 'undeploy' ? { wipe: 'quick' } : {}) }]);
+    if (verb === 'abort') {
+      expect(row).toMatchObject({ failedFrom: state, lastErrorCode: 'ABORTED', lastErrorMessage: 'aborted: operator stop', maintenance: true });
+    }
+    if (verb === 'recover') {
+      expect(row).toMatchObject({ failedFrom: null, lastErrorCode: null, lastErrorMessage: null, maintenance: true });
+    }
+  });
+
+  it('REST and GraphQL give the same view (undeploy with secure-erase through REST)', async () => {
+    const viaRest = await nodeIn('deployed');
+    const viaGraphql = await nodeIn('deployed');
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/undeploy', { nodeId: viaRest, wipe: 'secure-erase' });
+    expect(response.status).toBe(200);
+    const result = await gql(t.url, token, 'mutation ($i: MetalUndeployInput!) { undeployNode(input: $i) { node { id provisionState version maintenance } } }', { i: { nodeId: viaGraphql, wipe: 'secure_erase' } });
+    const strip = (n: any) => ({ provisionState: n.provisionState, version: n.version, maintenance: n.maintenance });
+    expect(strip(response.body.node)).toEqual(strip(result.data!.undeployNode.node));
+    expect(response.body.node).toMatchObject({ id: viaRest, bmc: { credentialsSet: true } });
+    expect((await jobsOf(viaRest))[0].data.wipe).toBe('secure-erase');
+    const bad = await rest(t.url, token, 'POST', '/api/compute/metal/undeploy', { nodeId: viaRest, wipe: 'shred' });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.message).toMatch(/body\.wipe/);
+  });
+
+  it('a node\'s history under concurrent verbs is a legal path', async () => {
+    const nodeId = await nodeIn('ready');
+    const racers: Verb[] = ['manage', 'retire', 'abort', 'recover', 'inspect', 'provide', 'retire', 'abort'];
+    await Promise.all(racers.flatMap((verb) => [0, 1].map(() => gql(t.url, token, mutation(verb), { input: { nodeId } }))));
+    const events = await eventsOf(nodeId);
+    let state: ProvisionState = 'ready';
+    let failedFrom: ProvisionState | null = null;
+    for (const event of events) {
+      expect(event.payload.from).toBe(state);
+      const decision = decideMove(event.payload.verb, state, failedFrom);
+      expect(decision).toMatchObject({ legal: true, event: event.type });
+      failedFrom = event.payload.verb === 'abort' ? state : event.payload.verb === 'recover' ? null : failedFrom;
+      state = event.payload.to;
+    }
+    expect((await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } })).provisionState).toBe(state);
+  });
+
+  it('another tenant\'s node is NOT_FOUND; without compute:nodes:provision on the right scope, PERMISSION_DENIED', async () => {
+    const foreign = await nodeIn('ready', null, other);
+    expect(codeOf(await gql(t.url, token, mutation('inspect'), { input: { nodeId: foreign } }))).toBe('NOT_FOUND');
+    expect((await rest(t.url, token, 'POST', '/api/compute/metal/inspect', { nodeId: foreign })).status).toBe(404);
+    const mine = await nodeIn('ready');
+    const powerOnly = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:power', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    expect(codeOf(await gql(t.url, powerOnly, mutation('inspect'), { input: { nodeId: mine } }))).toBe('PERMISSION_DENIED');
+    const otherPool = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'node', scopeId: await nodeIn('ready') }]);
+    expect((await rest(t.url, otherPool, 'POST', '/api/compute/metal/retire', { nodeId: mine })).status).toBe(403);
+  });
+
+  it('20 concurrent verbs on one node: exactly one wins, the others get CONFLICT or INVALID_STATE', async () => {
+    const nodeId = await nodeIn('ready');
+    // Each is legal only from ready, and none is legal after another: one must win.
+    const verbsToRace: Verb[] = ['manage', 'inspect', 'provide'];
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => gql(t.url, token, mutation(verbsToRace[i % 3]!), { input: { nodeId } })),
+    );
+    const winners = results.filter((r) => !r.errors);
+    expect(winners).toHaveLength(1);
+    for (const loser of results.filter((r) => r.errors)) expect(['CONFLICT', 'INVALID_STATE']).toContain(codeOf(loser));
+    const events = await eventsOf(nodeId);
+    expect(events).toHaveLength(1);
+    expect(await jobsOf(nodeId)).toHaveLength(1);
+    const row = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } });
+    expect(row.version).toBe(2);
+    expect(decideMove(events[0].payload.verb, 'ready')).toMatchObject({ legal: true, to: row.provisionState });
+  });
+});
