@@ -18,6 +18,7 @@ import { RestRouter } from './rest/router';
 import { createHttpServer } from './server';
 import type { Services } from './context';
 import { fromRoot } from './paths';
+import { BuiltinSecretBroker, loadSecretKey } from '../clients/secrets/broker';
 
 export interface App {
   config: Config;
@@ -96,7 +97,15 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     const queues = new Queues(databaseUrl, log, config.bossPollSeconds);
     await queues.start();
     cleanups.push(() => queues.stop(config.shutdownTimeoutMs));
-    const services: Services = { config, prisma: database.prisma, tokens, queues, log };
+    const secretKey = await loadSecretKey({
+      secretKey: config.secretKey,
+      secretKeyFile: config.secretKeyFile,
+      dataDir: config.dataDir,
+      embedded: !config.databaseUrl,
+    });
+    if (!secretKey) log.warn('no SECRET_KEY or SECRET_KEY_FILE: no secret broker, so inline BMC credentials are refused');
+    const secrets = secretKey ? new BuiltinSecretBroker(database.prisma, secretKey) : null;
+    const services: Services = { config, prisma: database.prisma, tokens, queues, secrets, log };
     if (config.role !== 'api') await startWorkers(queues, log);
 
     let server: Server | null = null;

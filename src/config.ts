@@ -17,6 +17,8 @@ export interface Config {
   tokenCacheMs: number;
   responseCacheTtlMs: number;
   shutdownTimeoutMs: number;
+  secretKey: string | undefined;
+  secretKeyFile: string | undefined;
   bossPollSeconds: number;
 }
 
@@ -51,6 +53,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     tokenCacheMs: intEnv(env, 'TOKEN_CACHE_MS', 2000),
     responseCacheTtlMs: intEnv(env, 'RESPONSE_CACHE_TTL_MS', 10000),
     shutdownTimeoutMs: intEnv(env, 'SHUTDOWN_TIMEOUT_MS', 10000),
+    secretKey: env.SECRET_KEY || undefined,
+    secretKeyFile: env.SECRET_KEY_FILE || undefined,
     bossPollSeconds: intEnv(env, 'QUEUE_POLL_SECONDS', 1, 1),
   };
 }

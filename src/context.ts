@@ -5,6 +5,7 @@ import type { TokenStore } from './auth/tokens';
 import type { Config } from './config';
 import type { Queues } from '../jobs/registry';
 import { unauthenticated } from './errors';
+import type { SecretBroker } from '../clients/secrets/broker';
 
 /** Long-lived services every request can use. */
 export interface Services {
@@ -12,6 +13,8 @@ export interface Services {
   prisma: PrismaClient;
   tokens: TokenStore;
   queues: Queues | null;
+  /** null when no secret broker is configured (inline credentials are then INVALID_CONFIG). */
+  secrets: SecretBroker | null;
   log: Logger;
 }
 

@@ -296,7 +296,52 @@ function metalVerbRoutes(): Route[] {
       map: (body) => ({ ...body, ...(typeof body.wipe === 'string' ? { wipe: body.wipe.replace('-', '_') } : {}) }),
     },
   ];
-  return verbs.map(({ verb, operation, field, summary, extra, map }): Route => ({
+  const enrollRoute: Route = {
+    method: 'POST',
+    path: '/api/compute/metal/enroll',
+    operation: 'Enroll',
+    tag: 'metal',
+    summary: 'Create a metal node from a BMC address, driver and credentials in the given pool',
+    description: 'Authorization: compute:nodes:provision on the pool. bmc.credentials is a secret:// reference or { username, password } (stored in the secret broker, never returned). Each call creates a new node. Publishes node.enrolled.',
+    body: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['poolId', 'bmc'],
+      properties: {
+        poolId: str,
+        siteId: str,
+        name: str,
+        bmc: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['address', 'driver', 'credentials'],
+          properties: {
+            address: str,
+            driver: { type: 'string', enum: ['redfish', 'ipmi', 'idrac', 'ilo', 'xcc', 'cimc', 'supermicro'] },
+            credentials: {
+              anyOf: [
+                { type: 'string', pattern: '^secret://' },
+                { type: 'object', additionalProperties: false, required: ['username', 'password'], properties: { username: str, password: str } },
+              ],
+            },
+            driverOptions: { type: 'object' },
+          },
+        },
+        hardwareProfile: str,
+        addresses: { type: 'array', maxItems: 16, items: str },
+        macs: { type: 'array', items: str },
+        productUuid: str,
+      },
+    },
+    variables: ({ body }) => {
+      const bmc = body!.bmc as Record<string, unknown>;
+      const credentials = typeof bmc.credentials === 'string' ? { ref: bmc.credentials } : bmc.credentials;
+      return { input: { ...body, bmc: { ...bmc, credentials } } };
+    },
+    respond: (data) => ({ node: (data.enrollNode as { node: unknown }).node }),
+    response: { type: 'object', properties: { node: ref('MetalNode') } },
+  };
+  return [enrollRoute, ...verbs.map(({ verb, operation, field, summary, extra, map }): Route => ({
     method: 'POST',
     path: `/api/compute/metal/${verb}`,
     operation,
@@ -307,5 +352,5 @@ function metalVerbRoutes(): Route[] {
     variables: ({ body }) => ({ input: map ? map(body!) : body }),
     respond: (data) => ({ node: (data[field] as { node: unknown }).node }),
     response: { type: 'object', properties: { node: ref('MetalNode') } },
-  }));
+  }))];
 }

@@ -1,5 +1,7 @@
 import { builder } from '../../graphql/builder';
 import { runMoveVerb, WIPE_MODES, type MoveVerb } from './verbs';
+import { enroll } from './enroll';
+import { AppError } from '../../errors';
 
 const WipeMode = builder.enumType('WipeMode', {
   description: 'How undeploy wipes the disks (default quick).',
@@ -61,5 +63,53 @@ builder.mutationField('undeployNode', (t) =>
     description: 'Moves a deployed or rescue node to releasing, which wipes its disks (default quick) and powers it off. Publishes node.provision.releasing.',
     args: { input: t.arg({ type: UndeployInput, required: true }) },
     resolve: async (_root, { input }, ctx) => ({ nodeId: await runMoveVerb(ctx, 'undeploy', input.nodeId, { wipe: input.wipe }) }),
+  }),
+);
+
+const BmcCredentialsInput = builder.inputType('BmcCredentialsInput', {
+  description: 'Either ref (a secret:// reference) or username and password (stored in the secret broker; never returned).',
+  fields: (t) => ({
+    ref: t.string({ required: false }),
+    username: t.string({ required: false }),
+    password: t.string({ required: false }),
+  }),
+});
+
+const BmcInput = builder.inputType('BmcInput', {
+  fields: (t) => ({
+    address: t.string({ required: true }),
+    driver: t.string({ required: true, description: 'redfish, ipmi, idrac, ilo, xcc, cimc or supermicro' }),
+    credentials: t.field({ type: BmcCredentialsInput, required: true }),
+    driverOptions: t.field({ type: 'JSON', required: false, description: 'A JSON object of at most 1 KiB; no credential-like keys.' }),
+  }),
+});
+
+const EnrollInputRef = builder.inputType('MetalEnrollInput', {
+  fields: (t) => ({
+    poolId: t.id({ required: true }),
+    siteId: t.id({ required: false }),
+    name: t.string({ required: false }),
+    bmc: t.field({ type: BmcInput, required: true }),
+    hardwareProfile: t.string({ required: false }),
+    addresses: t.stringList({ required: false }),
+    macs: t.stringList({ required: false }),
+    productUuid: t.string({ required: false }),
+  }),
+});
+
+builder.mutationField('enrollNode', (t) =>
+  t.field({
+    type: NodePayload,
+    description: 'Creates a metal node in enrolling from its BMC, in the given pool. Decided as compute:nodes:provision on the pool. Publishes node.enrolled.',
+    args: { input: t.arg({ type: EnrollInputRef, required: true }) },
+    resolve: async (_root, { input }, ctx) => {
+      const c = input.bmc.credentials;
+      const given = [c.ref != null, c.username != null || c.password != null].filter(Boolean).length;
+      if (given !== 1) {
+        throw new AppError('INVALID_INPUT', 'bmc.credentials: give either ref or username and password', { field: 'bmc.credentials' });
+      }
+      const credentials = c.ref != null ? c.ref : { username: c.username ?? '', password: c.password ?? '' };
+      return { nodeId: await enroll(ctx, { ...input, bmc: { ...input.bmc, credentials } }) };
+    },
   }),
 );

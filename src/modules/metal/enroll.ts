@@ -1,0 +1,179 @@
+import { isIP } from 'node:net';
+import type { Context } from '../../context';
+import { requirePrincipal } from '../../context';
+import { decide } from '../../auth/decide';
+import { AppError, invalidInput, notFound } from '../../errors';
+import { newId } from '../../ids';
+import { publish } from '../../events/outbox';
+import { prismaExecutor } from '../../../jobs/registry';
+import { isSecretRef } from '../../../clients/secrets/broker';
+import { poolResource } from '../tenancy/resources';
+import { readPolicy } from '../tenancy/pool';
+import { BMC_DRIVERS, type DriverBindings } from '../tenancy/hardware-profile';
+import { VERBS } from './states';
+
+export interface EnrollInput {
+  poolId: string;
+  siteId?: string | null;
+  name?: string | null;
+  bmc: {
+    address: string;
+    driver: string;
+    credentials: string | { username: string; password: string };
+    driverOptions?: unknown;
+  };
+  hardwareProfile?: string | null;
+  addresses?: string[] | null;
+  macs?: string[] | null;
+  productUuid?: string | null;
+}
+
+/** Drivers that cannot report the machine's MACs out of band. */
+const NO_MAC_REPORTING = new Set(['ipmi']);
+/** Firmware placeholders that identify no machine. */
+const PLACEHOLDER_UUIDS = new Set([
+  '00000000-0000-0000-0000-000000000000',
+  'ffffffff-ffff-ffff-ffff-ffffffffffff',
+  '03000200-0400-0500-0006-000700080009',
+]);
+const CREDENTIAL_KEY = /pass(word|wd|phrase)?|pwd|secret|token|user(name)?|login|cred|api[-_]?key|private[-_]?key|auth/i;
+const MAC = /^([0-9a-f]{2})([:-]?)([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})$/i;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const HOST = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+
+export function normalizeMac(mac: string, field: string): string {
+  const m = MAC.exec(mac.trim());
+  if (!m) throw invalidInput(field, `"${mac}" is not a MAC address`);
+  return [m[1], m[3], m[4], m[5], m[6], m[7]].join(':').toLowerCase();
+}
+
+/** host, IPv4, [IPv6], optionally with :port, or an https:// URL of the BMC. */
+function checkBmcAddress(address: string): string {
+  const value = address.trim();
+  if (/^https?:\/\//i.test(value)) {
+    try {
+      return new URL(value).toString();
+    } catch {
+      throw invalidInput('bmc.address', 'is not a valid URL');
+    }
+  }
+  const bracketed = /^\[([^\]]+)\](?::(\d{1,5}))?$/.exec(value);
+  if (bracketed && isIP(bracketed[1]!) === 6) return value;
+  if (isIP(value)) return value;
+  const [host, port, ...rest] = value.split(':');
+  if (rest.length === 0 && HOST.test(host ?? '') && (port === undefined || (/^\d{1,5}$/.test(port) && Number(port) <= 65535))) return value;
+  throw invalidInput('bmc.address', 'must be a host name, an IP literal (with an optional :port) or an http(s) URL');
+}
+
+function checkDriverOptions(options: unknown): Record<string, unknown> {
+  if (options === undefined || options === null) return {};
+  if (typeof options !== 'object' || Array.isArray(options)) throw invalidInput('bmc.driverOptions', 'must be a JSON object');
+  if (Buffer.byteLength(JSON.stringify(options)) > 1024) throw invalidInput('bmc.driverOptions', 'must be at most 1 KiB as JSON');
+  const walk = (value: unknown, path: string): void => {
+    if (!value || typeof value !== 'object') return;
+    for (const [key, inner] of Object.entries(value)) {
+      if (CREDENTIAL_KEY.test(key)) {
+        throw invalidInput(`${path}.${key}`, 'looks like a credential: credentials travel only as bmc.credentials');
+      }
+      walk(inner, `${path}.${key}`);
+    }
+  };
+  walk(options, 'bmc.driverOptions');
+  return options as Record<string, unknown>;
+}
+
+/** Bindings from the BMC's driver; a hardware profile's bindings then take precedence. */
+function bindingsFor(driver: string, profile: DriverBindings | null): DriverBindings {
+  const fromBmc: DriverBindings = { power: driver, management: driver, virtualMedia: NO_MAC_REPORTING.has(driver) ? 'none' : driver };
+  return profile ? { ...fromBmc, ...profile } : fromBmc;
+}
+
+/**
+ * enroll: creates a metal node in enrolling from a BMC address, driver and credentials, in one
+ * transaction with its node.enrolled event and reconciler job. Decided as compute:nodes:provision
+ * on the pool. Inline credentials go to the secret broker before anything else is written.
+ */
+export async function enroll(ctx: Context, input: EnrollInput): Promise<string> {
+  const principal = requirePrincipal(ctx);
+  const pool = await ctx.prisma.pool.findUnique({ where: { id: input.poolId } });
+  if (!pool) throw notFound('pool', input.poolId);
+  decide(principal, 'compute:nodes:provision', poolResource(pool));
+  if (input.siteId && input.siteId !== pool.siteId) throw invalidInput('siteId', `pool ${pool.id} is not in site ${input.siteId}`);
+
+  const driver = input.bmc.driver;
+  if (!(BMC_DRIVERS as readonly string[]).includes(driver)) throw invalidInput('bmc.driver', `must be one of ${BMC_DRIVERS.join(', ')}`);
+  const address = checkBmcAddress(input.bmc.address);
+  const driverOptions = checkDriverOptions(input.bmc.driverOptions);
+
+  const addresses = input.addresses ?? [];
+  if (addresses.length > 16) throw invalidInput('addresses', 'at most 16 addresses');
+  addresses.forEach((a, i) => {
+    if (!isIP(a)) throw invalidInput(`addresses[${i}]`, `"${a}" is not an IP literal`);
+  });
+  const macs = [...new Set((input.macs ?? []).map((m, i) => normalizeMac(m, `macs[${i}]`)))];
+  let productUuid: string | null = null;
+  if (input.productUuid) {
+    if (!UUID.test(input.productUuid)) throw invalidInput('productUuid', 'must be a UUID');
+    productUuid = input.productUuid.toLowerCase();
+  }
+  if (NO_MAC_REPORTING.has(driver) && macs.length === 0) {
+    if (!productUuid) throw invalidInput('macs', `the ${driver} driver cannot report MACs: give macs or productUuid`);
+    if (PLACEHOLDER_UUIDS.has(productUuid)) {
+      throw invalidInput('productUuid', `${productUuid} is a firmware placeholder and cannot stand in for the MACs: give macs`);
+    }
+  }
+
+  const profileName = input.hardwareProfile ?? readPolicy(pool.policy).hardwareProfile;
+  let profile: { id: string; driverBindings: DriverBindings } | null = null;
+  if (profileName) {
+    const row = await ctx.prisma.hardwareProfile.findUnique({ where: { name: profileName } });
+    if (!row) throw invalidInput(input.hardwareProfile ? 'hardwareProfile' : 'pool.policy.hardwareProfile', `no hardware profile named "${profileName}"`);
+    profile = { id: row.id, driverBindings: row.driverBindings as unknown as DriverBindings };
+  }
+
+  // Credentials: a reference as given, or inline ones to the broker before anything else is written.
+  let credentialsRef: string;
+  const credentials = input.bmc.credentials;
+  if (typeof credentials === 'string') {
+    if (!isSecretRef(credentials)) throw invalidInput('bmc.credentials', 'must be a secret:// reference or { username, password }');
+    credentialsRef = credentials;
+  } else {
+    if (!credentials.username || !credentials.password) throw invalidInput('bmc.credentials', 'needs username and password');
+    if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: pass bmc.credentials as a secret:// reference');
+    credentialsRef = await ctx.secrets.put(pool.tenantId, { username: credentials.username, password: credentials.password });
+  }
+
+  const id = newId('MetalNode');
+  await ctx.prisma.$transaction(async (tx) => {
+    await tx.node.create({
+      data: {
+        id,
+        tenantId: pool.tenantId,
+        siteId: pool.siteId,
+        poolId: pool.id,
+        name: input.name ?? null,
+        provisionState: VERBS.enroll.to,
+        bmcAddress: address,
+        bmcDriver: driver,
+        bmcDriverOptions: driverOptions as object,
+        bmcCredentialsRef: credentialsRef,
+        addresses,
+        macs,
+        productUuid,
+        hardwareProfileId: profile?.id ?? null,
+        driverBindings: { ...bindingsFor(driver, profile?.driverBindings ?? null) },
+      },
+    });
+    await publish(tx, {
+      type: VERBS.enroll.event,
+      tenantId: pool.tenantId,
+      siteId: pool.siteId,
+      poolId: pool.id,
+      nodeId: id,
+      subject: id,
+      payload: { nodeId: id, verb: 'enroll', to: VERBS.enroll.to, bmc: { address, driver }, requestId: ctx.requestId },
+    });
+    await ctx.queues!.send('metal.reconcile', { nodeId: id, reason: 'enroll' }, { db: prismaExecutor(tx) });
+  });
+  return id;
+}

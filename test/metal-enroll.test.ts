@@ -1,0 +1,146 @@
+import pg from 'pg';
+import pino from 'pino';
+import { Writable } from 'node:stream';
+import { startTestApp, type TestApp } from './helpers/app';
+import { codeOf, gql, rest } from './helpers/client';
+import { makeTenantTree, makeToken } from './helpers/fixtures';
+
+const PASSWORD = 'Sup3r-s3cret-BMC-pa55';
+
+describe('enroll', () => {
+  let t: TestApp;
+  let tree: Awaited<ReturnType<typeof makeTenantTree>>;
+  let other: Awaited<ReturnType<typeof makeTenantTree>>;
+  let token: string;
+  let sql: pg.Client;
+  const logLines: string[] = [];
+
+  beforeAll(async () => {
+    const sink = new Writable({ write(chunk, _enc, done) { logLines.push(chunk.toString()); done(); } });
+    t = await startTestApp({}, { log: pino({ level: 'trace' }, sink) });
+    tree = await makeTenantTree(t.app.database.prisma, 'enroll', { pools: 2, nodesPerPool: 0 });
+    other = await makeTenantTree(t.app.database.prisma, 'enroll-other', { pools: 1, nodesPerPool: 0 });
+    token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    await gql(t.url, t.adminToken, 'mutation { createHardwareProfile(input: {name: "r750", driverBindings: {power: "idrac", management: "idrac", virtualMedia: "idrac"}}) { id } }');
+    sql = new pg.Client({ connectionString: t.app.databaseUrl });
+    await sql.connect();
+  });
+  afterAll(async () => {
+    await sql.end();
+    await t.stop();
+  });
+
+  const body = (over: Record<string, unknown> = {}, bmc: Record<string, unknown> = {}) => ({
+    poolId: tree.pools[0]!.id,
+    siteId: tree.site.id,
+    bmc: { address: '10.20.0.5', driver: 'redfish', credentials: { username: 'root', password: PASSWORD }, ...bmc },
+    ...over,
+  });
+
+  it('creates a node in enrolling, with its event and job, and never returns, logs or publishes the credentials', async () => {
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ addresses: ['10.30.0.5', 'fd00::5'] }), { 'x-request-id': 'enroll-1' });
+    expect(response.status).toBe(200);
+    const node = response.body.node;
+    expect(node).toMatchObject({
+      provisionState: 'enrolling', poolId: tree.pools[0]!.id, siteId: tree.site.id, addresses: ['10.30.0.5', 'fd00::5'],
+      bmc: { address: '10.20.0.5', driver: 'redfish', credentialsSet: true },
+      driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' },
+    });
+    const events = (await sql.query('SELECT type, payload FROM event WHERE node_id = $1', [node.id])).rows;
+    expect(events.map((e) => e.type)).toEqual(['node.enrolled']);
+    const jobs = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [node.id])).rows;
+    expect(jobs.map((j) => j.data)).toEqual([{ nodeId: node.id, reason: 'enroll' }]);
+    const row = (await sql.query('SELECT * FROM node WHERE id = $1', [node.id])).rows[0];
+    expect(row.bmc_credentials_ref).toMatch(/^secret:\/\/sec_/);
+    // Everything a caller or an operator can read: responses, the node row, events, job data, logs.
+    const gqlView = await gql(t.url, token, '{ nodes(first: 50) { edges { node { id bmc { address driver driverOptions credentialsSet } } } } }');
+    const everything = [JSON.stringify(response.body), JSON.stringify(gqlView), JSON.stringify(row), JSON.stringify(events), JSON.stringify(jobs), ...logLines].join('\n');
+    expect(everything).not.toContain(PASSWORD);
+    expect(logLines.length).toBeGreaterThan(0);
+    // ...while the broker can give them back to the drivers.
+    expect(await t.app.services.secrets!.get(row.bmc_credentials_ref, tree.tenant.id)).toEqual({ username: 'root', password: PASSWORD });
+  });
+
+  it('every call creates a new node', async () => {
+    const a = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body());
+    const b = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body());
+    expect(a.body.node.id).not.toBe(b.body.node.id);
+  });
+
+  it('takes a secret:// reference as it is, and the hardware profile (given, else the pool\'s) over the BMC\'s bindings', async () => {
+    const ref = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ hardwareProfile: 'r750' }, { credentials: 'secret://vault/bmc/r1' }));
+    expect(ref.status).toBe(200);
+    expect(ref.body.node.driverBindings).toEqual({ power: 'idrac', management: 'idrac', virtualMedia: 'idrac' });
+    expect((await sql.query('SELECT bmc_credentials_ref FROM node WHERE id = $1', [ref.body.node.id])).rows[0].bmc_credentials_ref).toBe('secret://vault/bmc/r1');
+    await t.app.database.prisma.pool.update({ where: { id: tree.pools[1]!.id }, data: { policy: { hardwareProfile: 'r750' } } });
+    const viaPool = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ poolId: tree.pools[1]!.id }, { driver: 'ipmi', driverOptions: { cipherSuite: 3 } }), );
+    expect(viaPool.status).toBe(400); // ipmi without macs or productUuid
+    const ipmi = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ poolId: tree.pools[1]!.id, macs: ['AA-BB-CC-00-11-22'] }, { driver: 'ipmi', driverOptions: { cipherSuite: 3 } }));
+    expect(ipmi.body.node).toMatchObject({ macs: ['aa:bb:cc:00:11:22'], bmc: { driverOptions: { cipherSuite: 3 } }, driverBindings: { power: 'idrac' } });
+  });
+
+  const refusals: [string, () => Record<string, unknown>, number, RegExp][] = [
+    ['an unknown hardware profile', () => body({ hardwareProfile: 'nope' }), 400, /hardwareProfile/],
+    ['a pool not in siteId', () => body({ siteId: other.site.id }), 400, /siteId/],
+    ['another tenant\'s pool', () => body({ poolId: other.pools[0]!.id, siteId: undefined }), 404, /pool/],
+    ['a pool that does not exist', () => body({ poolId: 'pool_00000000-0000-7000-8000-000000000000', siteId: undefined }), 404, /pool/],
+    ['driverOptions over 1 KiB', () => body({}, { driverOptions: { blob: 'x'.repeat(1100) } }), 400, /driverOptions/],
+    ['a credential-like driverOptions key', () => body({}, { driverOptions: { cipherSuite: 3, password: 'x' } }), 400, /bmc\.driverOptions\.password/],
+    ['a nested credential-like key', () => body({}, { driverOptions: { tls: { apiKey: 'x' } } }), 400, /bmc\.driverOptions\.tls\.apiKey/],
+    ['driverOptions that is not an object', () => body({}, { driverOptions: [1] }), 400, /driverOptions/],
+    ['a non-IP address', () => body({ addresses: ['10.0.0.1', 'host.example'] }), 400, /addresses\[1\]/],
+    ['17 addresses', () => body({ addresses: Array.from({ length: 17 }, (_, i) => `10.0.0.${i + 1}`) }), 400, /addresses/],
+    ['ipmi with neither macs nor productUuid', () => body({}, { driver: 'ipmi' }), 400, /macs or productUuid/],
+    ['ipmi with an all-zero UUID only', () => body({ productUuid: '00000000-0000-0000-0000-000000000000' }, { driver: 'ipmi' }), 400, /placeholder/],
+    ['ipmi with an all-ones UUID only', () => body({ productUuid: 'FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF' }, { driver: 'ipmi' }), 400, /placeholder/],
+    ['ipmi with the 03000200 placeholder only', () => body({ productUuid: '03000200-0400-0500-0006-000700080009' }, { driver: 'ipmi' }), 400, /placeholder/],
+    ['a malformed MAC', () => body({ macs: ['aa:bb:cc:dd:ee'] }), 400, /macs\[0\]/],
+    ['an unknown driver', () => body({}, { driver: 'telnet' }), 400, /bmc\.driver/],
+    ['a bad BMC address', () => body({}, { address: 'not a host!' }), 400, /bmc\.address/],
+    ['credentials that are neither', () => body({}, { credentials: 'vault:abc' }), 400, /credentials/],
+  ];
+  it.each(refusals)('refuses %s, and writes nothing', async (_label, make, status, message) => {
+    const before = (await sql.query('SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM event) AS events, (SELECT count(*) FROM secret) AS secrets')).rows[0];
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', make());
+    expect(response.status).toBe(status);
+    expect(response.body.error.message).toMatch(message);
+    const after = (await sql.query('SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM event) AS events, (SELECT count(*) FROM secret) AS secrets')).rows[0];
+    expect(after).toEqual(before);
+  });
+
+  it('an ipmi machine known by a real productUuid alone is accepted', async () => {
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ productUuid: '4C4C4544-0035-3510-8052-B4C04F4E4B32' }, { driver: 'ipmi' }));
+    expect(response.status).toBe(200);
+    expect(response.body.node).toMatchObject({ productUuid: '4c4c4544-0035-3510-8052-b4c04f4e4b32', macs: [], driverBindings: { virtualMedia: 'none' } });
+  });
+
+  it('decided as compute:nodes:provision on the pool: a token on the other pool is PERMISSION_DENIED', async () => {
+    const pool1 = tree.pools[1]!;
+    const narrow = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'pool', scopeId: pool1.id, siteId: pool1.siteId, poolId: pool1.id }]);
+    expect((await rest(t.url, narrow, 'POST', '/api/compute/metal/enroll', body())).status).toBe(403);
+    const result = await gql(t.url, narrow, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', {
+      i: { poolId: pool1.id, bmc: { address: '10.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x' } } },
+    });
+    expect(result.errors).toBeUndefined();
+  });
+
+  it('without a secret broker, inline credentials are INVALID_CONFIG (references still work)', async () => {
+    const bare = await startTestApp({ databaseUrl: t.app.databaseUrl, secretKey: undefined, adminToken: t.adminToken });
+    try {
+      expect(bare.app.services.secrets).toBeNull();
+      const inline = await rest(bare.url, token, 'POST', '/api/compute/metal/enroll', body());
+      expect(inline.status).toBe(422);
+      expect(inline.body.error.code).toBe('INVALID_CONFIG');
+      expect((await rest(bare.url, token, 'POST', '/api/compute/metal/enroll', body({}, { credentials: 'secret://vault/x' }))).status).toBe(200);
+    } finally {
+      await bare.stop();
+    }
+  });
+
+  it('GraphQL needs exactly one kind of credentials', async () => {
+    const result = await gql(t.url, token, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', {
+      i: { poolId: tree.pools[0]!.id, bmc: { address: '10.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x', password: 'p' } } },
+    });
+    expect(codeOf(result)).toBe('INVALID_INPUT');
+  });
+});
