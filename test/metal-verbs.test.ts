@@ -147,3 +147,27 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     expect(decideMove(events[0].payload.verb, 'ready')).toMatchObject({ legal: true, to: row.provisionState });
   });
 });
+
+describe('apiMethods', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t.stop());
+
+  it('lists the 15 metal methods with path, kind, authorization, module and phase, and serves exactly those with routes', async () => {
+    const result = await gql(t.url, t.adminToken, '{ apiMethods { name path kind authorization module phase served } }');
+    const methods = result.data!.apiMethods as { name: string; path: string; kind: string; authorization: string; module: string; phase: string; served: boolean }[];
+    expect(methods).toHaveLength(15);
+    expect(methods.find((m) => m.name === 'enroll')).toEqual({
+      name: 'enroll', path: '/api/compute/metal/enroll', kind: 'mutation', authorization: 'compute:nodes:provision @ compute-pool', module: 'metal', phase: 'v0.2', served: true,
+    });
+    expect(methods.find((m) => m.name === 'power')!.authorization).toBe('compute:nodes:power @ compute-node');
+    expect(methods.find((m) => m.name === 'discovered')).toMatchObject({ kind: 'read', authorization: 'compute:sites:read @ compute-site', phase: 'v1.0' });
+    for (const m of methods) {
+      const response = await rest(t.url, t.adminToken, 'POST', m.path, {});
+      // A served method answers (here: 400 for the missing body fields); an unserved one is 404.
+      expect([m.name, response.status === 404]).toEqual([m.name, !m.served]);
+    }
+  });
+});

@@ -8,6 +8,7 @@ import '../modules/tenancy/hardware-profile';
 import '../modules/tenancy/token';
 import '../modules/metal/node';
 import '../modules/metal/mutations';
+import '../modules/metal/api-methods';
 
 let schema: GraphQLSchema | undefined;
 
