@@ -13,6 +13,7 @@ export const ID_PREFIX = {
   ApiToken: 'tok',
   ApiGrant: 'grant',
   Secret: 'sec',
+  DeployProfile: 'dpr',
 } as const;
 export type IdType = keyof typeof ID_PREFIX;
 

@@ -5,14 +5,14 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
 import { PROVISION_STATES, decideMove, type ProvisionState } from '../src/modules/metal/states';
 
-type Verb = 'manage' | 'inspect' | 'provide' | 'recover' | 'retire' | 'abort' | 'undeploy';
+type Verb = 'manage' | 'inspect' | 'provide' | 'recover' | 'retire' | 'abort' | 'undeploy' | 'deploy';
 const FIELD: Record<Verb, string> = {
   manage: 'manageNode', inspect: 'inspectNode', provide: 'provideNode', recover: 'recoverNode',
-  retire: 'retireNode', abort: 'abortNode', undeploy: 'undeployNode',
+  retire: 'retireNode', abort: 'abortNode', undeploy: 'undeployNode', deploy: 'deployNode',
 };
 const INPUT: Record<Verb, string> = {
   manage: 'MetalNodeVerbInput', inspect: 'MetalNodeVerbInput', provide: 'MetalNodeVerbInput', recover: 'MetalNodeVerbInput',
-  retire: 'MetalNodeVerbInput', abort: 'MetalAbortInput', undeploy: 'MetalUndeployInput',
+  retire: 'MetalNodeVerbInput', abort: 'MetalAbortInput', undeploy: 'MetalUndeployInput', deploy: 'MetalDeployInput',
 };
 const mutation = (verb: Verb) =>
   `mutation ($input: ${INPUT[verb]}!) { ${FIELD[verb]}(input: $input) { node { id provisionState failedFrom lastError { code message } maintenance version } } }`;
@@ -31,6 +31,11 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
     sql = new pg.Client({ connectionString: t.app.databaseUrl });
     await sql.connect();
+    const admin = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    const saved = await gql(t.url, admin, 'mutation ($i: DeployProfileVersionInput!) { saveDeployProfileVersion(input: $i) { id versions { version } } }', {
+      i: { name: 'k8s-worker', role: 'k8s-worker', steps: [{ name: 'disk', kind: 'partition' }, { name: 'os', kind: 'image', params: { image: 'debian-12' } }] },
+    });
+    profileId = saved.data!.saveDeployProfileVersion.id;
   });
   afterAll(async () => {
     await sql.end();
@@ -52,14 +57,17 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
   const jobsOf = async (nodeId: string) =>
     (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [nodeId])).rows;
 
-  const verbs: Verb[] = ['manage', 'inspect', 'provide', 'recover', 'retire', 'abort', 'undeploy'];
+  const verbs: Verb[] = ['manage', 'inspect', 'provide', 'recover', 'retire', 'abort', 'undeploy', 'deploy'];
+  let profileId: string;
+  const extraInput = (verb: Verb) =>
+    verb === 'abort' ? { reason: 'operator stop' } : verb === 'deploy' ? { profileId, profileVersion: 1 } : {};
   const rows = verbs.flatMap((verb) => PROVISION_STATES.map((state) => [verb, state] as const));
 
   it.each(rows)('%s on a node in %s: the table decides, and a legal move commits state, event and job together', async (verb, state) => {
     const failedFrom: ProvisionState | null = state === 'failed' ? 'deploying' : null;
     const nodeId = await nodeIn(state, failedFrom);
     const expected = decideMove(verb, state, failedFrom);
-    const result = await gql(t.url, token, mutation(verb), { input: { nodeId, ...(verb === 'abort' ? { reason: 'operator stop' } : {}) } });
+    const result = await gql(t.url, token, mutation(verb), { input: { nodeId, ...extraInput(verb) } });
     const row = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } });
     if (!expected.legal) {
       expect(codeOf(result)).toBe('INVALID_STATE');
@@ -84,6 +92,27 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     if (verb === 'recover') {
       expect(row).toMatchObject({ failedFrom: null, lastErrorCode: null, lastErrorMessage: null, maintenance: true });
     }
+    if (verb === 'deploy') expect(row).toMatchObject({ profileId, profileVersion: 1, role: null });
+  });
+
+  it('deploy records only a profile version that exists in the node\'s tenant', async () => {
+    const nodeId = await nodeIn('ready');
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ profileId, profileVersion: 2 }, /profileVersion: .* has no version 2/],
+      [{ profileId: 'dpr_00000000-0000-7000-8000-000000000000', profileVersion: 1 }, /profileId: no deploy profile/],
+    ];
+    for (const [extra, message] of cases) {
+      const response = await rest(t.url, token, 'POST', '/api/compute/metal/deploy', { nodeId, ...extra });
+      expect(response.status).toBe(400);
+      expect(response.body.error.message).toMatch(message);
+    }
+    const missing = await rest(t.url, token, 'POST', '/api/compute/metal/deploy', { nodeId });
+    expect(missing.body.error.message).toMatch(/body\.profileId: is required/);
+    expect((await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } })).version).toBe(1);
+    const valid = await gql(t.url, token, 'query ($p: ID!, $v: Int!) { validateProfile(profileId: $p, profileVersion: $v) { valid problems } }', { p: profileId, v: 1 });
+    expect(valid.data!.validateProfile).toEqual({ valid: true, problems: [] });
+    const none = await gql(t.url, token, 'query ($p: ID!, $v: Int!) { validateProfile(profileId: $p, profileVersion: $v) { valid problems } }', { p: profileId, v: 9 });
+    expect(none.data!.validateProfile.valid).toBe(false);
   });
 
   it('REST and GraphQL give the same view (undeploy with secure-erase through REST)', async () => {

@@ -16,12 +16,13 @@ function resourceOf(typename: string, row: Record<string, unknown>): Resource | 
     case 'Site': return { type: 'site', id, tenantId };
     case 'Pool': return { type: 'pool', id, tenantId, siteId: String(row.siteId) };
     case 'MetalNode': return { type: 'node', id, tenantId, siteId: String(row.siteId), poolId: String(row.poolId) };
+    case 'DeployProfile': return { type: 'tenant', id: tenantId, tenantId };
     case 'HardwareProfile': return 'public';
     default: return 'admin';
   }
 }
 
-const NODE_TYPES = new Set(['Tenant', 'Site', 'Pool', 'MetalNode', 'HardwareProfile', 'ApiToken']);
+const NODE_TYPES = new Set(['Tenant', 'Site', 'Pool', 'MetalNode', 'HardwareProfile', 'ApiToken', 'DeployProfile']);
 
 /**
  * Relay's `node(id)`: the relay plugin loads the object (batched, planned by the prisma plugin),

@@ -15,6 +15,8 @@ const TYPES_BY_TABLE: Record<string, string[]> = {
   node: ['MetalNode'],
   api_token: ['ApiToken', 'Viewer'],
   api_grant: ['ApiToken', 'Viewer', 'Grant'],
+  deploy_profile: ['DeployProfile'],
+  deploy_profile_version: ['DeployProfile', 'DeployProfileVersion'],
 };
 
 /**

@@ -7,6 +7,7 @@ import '../modules/tenancy/pool';
 import '../modules/tenancy/hardware-profile';
 import '../modules/tenancy/token';
 import '../modules/metal/node';
+import '../modules/metal/deploy-profile';
 import '../modules/metal/mutations';
 import '../modules/metal/api-methods';
 

@@ -279,12 +279,20 @@ export const routes: Route[] = [
 /** POST /api/compute/metal/<verb>: the seed's metal group, each running its GraphQL mutation. */
 function metalVerbRoutes(): Route[] {
   const nodeId = { ...str, description: 'The metal node' };
-  const verbs: { verb: string; operation: string; field: string; summary: string; extra?: Record<string, JsonSchema>; map?: (body: Record<string, unknown>) => Record<string, unknown> }[] = [
+  const verbs: { verb: string; operation: string; field: string; summary: string; extra?: Record<string, JsonSchema>; required?: string[]; map?: (body: Record<string, unknown>) => Record<string, unknown> }[] = [
     { verb: 'manage', operation: 'Manage', field: 'manageNode', summary: 'Move a ready node back to enrolling to re-verify BMC access' },
     { verb: 'inspect', operation: 'Inspect', field: 'inspectNode', summary: 'Move a ready node to inspecting' },
     { verb: 'provide', operation: 'Provide', field: 'provideNode', summary: 'Move a ready node to commissioning' },
     { verb: 'recover', operation: 'Recover', field: 'recoverNode', summary: 'Move a failed node to the last stable point for the state it failed in' },
     { verb: 'retire', operation: 'Retire', field: 'retireNode', summary: 'Move a node to retiring' },
+    {
+      verb: 'deploy',
+      operation: 'Deploy',
+      field: 'deployNode',
+      summary: 'Move a ready node to deploying with the given profile version recorded on it',
+      extra: { profileId: str, profileVersion: { ...int, minimum: 1 } },
+      required: ['profileId', 'profileVersion'],
+    },
     { verb: 'abort', operation: 'Abort', field: 'abortNode', summary: 'Stop the node\'s workflow and move it to failed', extra: { reason: str } },
     {
       verb: 'undeploy',
@@ -341,14 +349,14 @@ function metalVerbRoutes(): Route[] {
     respond: (data) => ({ node: (data.enrollNode as { node: unknown }).node }),
     response: { type: 'object', properties: { node: ref('MetalNode') } },
   };
-  return [enrollRoute, ...verbs.map(({ verb, operation, field, summary, extra, map }): Route => ({
+  return [enrollRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map }): Route => ({
     method: 'POST',
     path: `/api/compute/metal/${verb}`,
     operation,
     tag: 'metal',
     summary,
     description: 'Authorization: compute:nodes:provision on the node. INVALID_STATE names the current and the legal states; CONFLICT when the node changed concurrently.',
-    body: { type: 'object', additionalProperties: false, required: ['nodeId'], properties: { nodeId, ...extra } },
+    body: { type: 'object', additionalProperties: false, required: ['nodeId', ...(required ?? [])], properties: { nodeId, ...extra } },
     variables: ({ body }) => ({ input: map ? map(body!) : body }),
     respond: (data) => ({ node: (data[field] as { node: unknown }).node }),
     response: { type: 'object', properties: { node: ref('MetalNode') } },

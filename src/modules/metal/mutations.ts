@@ -57,6 +57,25 @@ builder.mutationField('abortNode', (t) =>
   }),
 );
 
+const DeployInput = builder.inputType('MetalDeployInput', {
+  fields: (t) => ({
+    nodeId: t.id({ required: true }),
+    profileId: t.id({ required: true }),
+    profileVersion: t.int({ required: true }),
+  }),
+});
+
+builder.mutationField('deployNode', (t) =>
+  t.field({
+    type: NodePayload,
+    description: 'Moves a ready node to deploying with the given profile version recorded on it, without running it (run validateProfile first). Publishes node.provision.deploying.',
+    args: { input: t.arg({ type: DeployInput, required: true }) },
+    resolve: async (_root, { input }, ctx) => ({
+      nodeId: await runMoveVerb(ctx, 'deploy', input.nodeId, { profile: { profileId: input.profileId, profileVersion: input.profileVersion } }),
+    }),
+  }),
+);
+
 builder.mutationField('undeployNode', (t) =>
   t.field({
     type: NodePayload,

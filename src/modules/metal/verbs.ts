@@ -1,7 +1,7 @@
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
 import { decide } from '../../auth/decide';
-import { AppError, notFound } from '../../errors';
+import { AppError, invalidInput, notFound } from '../../errors';
 import { publish } from '../../events/outbox';
 import { prismaExecutor } from '../../../jobs/registry';
 import { nodeResource } from '../tenancy/resources';
@@ -9,7 +9,7 @@ import { decideMove, RECOVER_TO, type ProvisionState, type Verb } from './states
 import type { Prisma } from '../../generated/prisma/client';
 
 /** The single-node verbs whose whole effect is a state move (enroll, power, bulk... live elsewhere). */
-export type MoveVerb = Extract<Verb, 'manage' | 'inspect' | 'provide' | 'abort' | 'recover' | 'retire' | 'undeploy'>;
+export type MoveVerb = Extract<Verb, 'manage' | 'inspect' | 'provide' | 'abort' | 'recover' | 'retire' | 'undeploy' | 'deploy'>;
 
 export const WIPE_MODES = ['none', 'quick', 'secure-erase', 'crypto-erase'] as const;
 export type WipeMode = (typeof WIPE_MODES)[number];
@@ -17,6 +17,7 @@ export type WipeMode = (typeof WIPE_MODES)[number];
 export interface VerbOptions {
   reason?: string | null;
   wipe?: WipeMode | null;
+  profile?: { profileId: string; profileVersion: number };
 }
 
 /**
@@ -38,6 +39,17 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
       { state: decision.current, legalFrom: decision.legalFrom },
     );
   }
+  if (verb === 'deploy') {
+    // Records a profile version that exists, in the node's tenant, without running it.
+    const profile = opts.profile;
+    if (!profile) throw invalidInput('profileId', 'is required');
+    const owner = await ctx.prisma.deployProfile.findUnique({ where: { id: profile.profileId } });
+    if (!owner || owner.tenantId !== node.tenantId) throw invalidInput('profileId', `no deploy profile ${profile.profileId}`);
+    const version = await ctx.prisma.deployProfileVersion.findUnique({
+      where: { profileId_version: { profileId: owner.id, version: profile.profileVersion } },
+    });
+    if (!version) throw invalidInput('profileVersion', `deploy profile ${owner.id} has no version ${profile.profileVersion}`);
+  }
   const from = node.provisionState as ProvisionState;
   const to = decision.to ?? from;
   const data: Prisma.NodeUpdateManyMutationInput = { provisionState: to, version: { increment: 1 } };
@@ -51,6 +63,10 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
     data.failedFrom = null;
     data.lastErrorCode = null;
     data.lastErrorMessage = null;
+  }
+  if (verb === 'deploy' && opts.profile) {
+    data.profileId = opts.profile.profileId;
+    data.profileVersion = opts.profile.profileVersion;
   }
   const wipe = verb === 'undeploy' ? (opts.wipe ?? 'quick') : undefined;
   await ctx.prisma.$transaction(async (tx) => {
@@ -71,6 +87,7 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
         ...(verb === 'abort' ? { reason: opts.reason ?? null } : {}),
         ...(verb === 'recover' ? { failedFrom: node.failedFrom, stablePoint: RECOVER_TO[node.failedFrom as ProvisionState] } : {}),
         ...(wipe ? { wipe } : {}),
+        ...(verb === 'deploy' ? opts.profile : {}),
         requestId: ctx.requestId,
       },
     });

@@ -1,0 +1,139 @@
+import { builder } from '../../graphql/builder';
+import { newId } from '../../ids';
+import { decide } from '../../auth/decide';
+import { requirePrincipal } from '../../context';
+import { AppError, invalidInput, notFound } from '../../errors';
+import { checkName } from '../tenancy/validate';
+
+/** What a deploy workflow can do, step by step. */
+export const STEP_KINDS = ['partition', 'image', 'configure', 'script', 'reboot'] as const;
+export interface ProfileStep {
+  name: string;
+  kind: string;
+  params?: unknown;
+}
+
+/** Everything wrong with a version's role and steps (empty when it can run). */
+export function profileProblems(role: string, steps: unknown): string[] {
+  const problems: string[] = [];
+  if (!role.trim()) problems.push('role: must not be empty');
+  if (!Array.isArray(steps) || steps.length === 0) return [...problems, 'steps: at least one step is needed'];
+  const names = new Set<string>();
+  steps.forEach((step: ProfileStep, i) => {
+    if (!step || typeof step !== 'object') return void problems.push(`steps[${i}]: must be an object`);
+    if (typeof step.name !== 'string' || !step.name.trim()) problems.push(`steps[${i}].name: must not be empty`);
+    else if (names.has(step.name)) problems.push(`steps[${i}].name: "${step.name}" is used twice`);
+    else names.add(step.name);
+    if (!(STEP_KINDS as readonly string[]).includes(step.kind)) problems.push(`steps[${i}].kind: must be one of ${STEP_KINDS.join(', ')}`);
+    if (step.params !== undefined && (typeof step.params !== 'object' || step.params === null || Array.isArray(step.params))) {
+      problems.push(`steps[${i}].params: must be a JSON object`);
+    }
+  });
+  if (!steps.some((s: ProfileStep) => s?.kind === 'image')) problems.push('steps: no image step, so nothing would be installed');
+  if (Buffer.byteLength(JSON.stringify(steps)) > 64 * 1024) problems.push('steps: larger than 64 KiB');
+  return problems;
+}
+
+const DeployProfileVersionRef = builder.prismaObject('DeployProfileVersion', {
+  fields: (t) => ({
+    version: t.exposeInt('version'),
+    role: t.exposeString('role'),
+    steps: t.expose('steps', { type: 'JSON' }),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+  }),
+});
+
+builder.prismaNode('DeployProfile', {
+  id: { field: 'id' },
+  nullable: true,
+  fields: (t) => ({
+    name: t.exposeString('name'),
+    tenantId: t.exposeID('tenantId'),
+    versions: t.relation('versions', { query: { orderBy: { version: 'asc' } } }),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+  }),
+});
+void DeployProfileVersionRef;
+
+const ProfileStepInput = builder.inputType('ProfileStepInput', {
+  fields: (t) => ({
+    name: t.string({ required: true }),
+    kind: t.string({ required: true, description: STEP_KINDS.join(', ') }),
+    params: t.field({ type: 'JSON', required: false }),
+  }),
+});
+
+const DeployProfileVersionInput = builder.inputType('DeployProfileVersionInput', {
+  fields: (t) => ({
+    profileId: t.id({ required: false, description: 'Add a version to this profile; omit to create a profile named `name`.' }),
+    name: t.string({ required: false }),
+    tenantId: t.id({ required: false }),
+    role: t.string({ required: true }),
+    steps: t.field({ type: [ProfileStepInput], required: true }),
+  }),
+});
+
+builder.mutationField('saveDeployProfileVersion', (t) =>
+  t.prismaField({
+    type: 'DeployProfile',
+    description: 'Creates a deploy profile (version 1) or adds the next version; versions never change. Needs admin on the tenant.',
+    args: { input: t.arg({ type: DeployProfileVersionInput, required: true }) },
+    resolve: async (query, _root, { input }, ctx) => {
+      const principal = requirePrincipal(ctx);
+      const problems = profileProblems(input.role, input.steps);
+      if (problems.length) throw new AppError('INVALID_INPUT', `input.${problems[0]}`, { problems });
+      let profileId = input.profileId;
+      let tenantId: string;
+      if (profileId) {
+        const profile = await ctx.prisma.deployProfile.findUnique({ where: { id: profileId } });
+        if (!profile) throw notFound('deploy profile', profileId);
+        tenantId = profile.tenantId;
+        decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId });
+      } else {
+        if (!input.name) throw invalidInput('input.name', 'is required to create a profile');
+        const name = checkName('input.name', input.name);
+        const owner = input.tenantId ?? principal.tenantId;
+        if (!owner) throw invalidInput('input.tenantId', 'is required for a platform token');
+        tenantId = owner;
+        decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId });
+        if (await ctx.prisma.deployProfile.findUnique({ where: { tenantId_name: { tenantId, name } } })) {
+          throw new AppError('CONFLICT', `a deploy profile named "${name}" exists: pass its profileId to add a version`, { field: 'input.name' });
+        }
+        profileId = newId('DeployProfile');
+        await ctx.prisma.deployProfile.create({ data: { id: profileId, tenantId, name } });
+      }
+      const id = profileId;
+      // The next version number under a row lock, so two saves never take the same number.
+      await ctx.prisma.$transaction(async (tx) => {
+        await tx.$queryRawUnsafe('SELECT 1 FROM deploy_profile WHERE id = $1 FOR UPDATE', id);
+        const last = await tx.deployProfileVersion.findFirst({ where: { profileId: id }, orderBy: { version: 'desc' } });
+        await tx.deployProfileVersion.create({
+          data: { profileId: id, version: (last?.version ?? 0) + 1, role: input.role, steps: input.steps.map((s) => ({ ...s })) as object },
+        });
+      });
+      return ctx.prisma.deployProfile.findUniqueOrThrow({ ...query, where: { id } });
+    },
+  }),
+);
+
+const Validation = builder.objectRef<{ valid: boolean; problems: string[] }>('ProfileValidation').implement({
+  fields: (t) => ({ valid: t.exposeBoolean('valid'), problems: t.exposeStringList('problems') }),
+});
+
+builder.queryField('validateProfile', (t) =>
+  t.field({
+    type: Validation,
+    description: 'profiles.validate: the problems a deploy of this profile version would hit before its workflow starts.',
+    args: { profileId: t.arg.id({ required: true }), profileVersion: t.arg.int({ required: true }) },
+    resolve: async (_root, args, ctx) => {
+      const principal = requirePrincipal(ctx);
+      const profile = await ctx.prisma.deployProfile.findUnique({ where: { id: args.profileId } });
+      if (!profile) throw notFound('deploy profile', args.profileId);
+      decide(principal, 'read', { type: 'tenant', id: profile.tenantId, tenantId: profile.tenantId });
+      const version = await ctx.prisma.deployProfileVersion.findUnique({ where: { profileId_version: { profileId: profile.id, version: args.profileVersion } } });
+      if (!version) return { valid: false, problems: [`profileVersion: profile ${profile.id} has no version ${args.profileVersion}`] };
+      const problems = profileProblems(version.role, version.steps);
+      return { valid: problems.length === 0, problems };
+    },
+  }),
+);
