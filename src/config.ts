@@ -18,6 +18,8 @@ export interface Config {
   responseCacheTtlMs: number;
   shutdownTimeoutMs: number;
   secretKey: string | undefined;
+  /** Registered modules: 'all', or a list of metal, provision, fabric. */
+  modules: 'all' | string[];
   secretKeyFile: string | undefined;
   bossPollSeconds: number;
 }
@@ -54,7 +56,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     responseCacheTtlMs: intEnv(env, 'RESPONSE_CACHE_TTL_MS', 10000),
     shutdownTimeoutMs: intEnv(env, 'SHUTDOWN_TIMEOUT_MS', 10000),
     secretKey: env.SECRET_KEY || undefined,
+    modules: env.MODULES && env.MODULES.trim() !== 'all' ? env.MODULES.split(',').map((m) => m.trim()).filter(Boolean) : 'all',
     secretKeyFile: env.SECRET_KEY_FILE || undefined,
     bossPollSeconds: intEnv(env, 'QUEUE_POLL_SECONDS', 1, 1),
   };
 }
+
+export const isModuleRegistered = (config: Pick<Config, 'modules'>, module: string): boolean =>
+  config.modules === 'all' || config.modules.includes(module);

@@ -14,6 +14,7 @@ export const ID_PREFIX = {
   ApiGrant: 'grant',
   Secret: 'sec',
   DeployProfile: 'dpr',
+  WorkflowRun: 'wf',
 } as const;
 export type IdType = keyof typeof ID_PREFIX;
 

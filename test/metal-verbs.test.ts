@@ -5,14 +5,14 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
 import { PROVISION_STATES, decideMove, type ProvisionState } from '../src/modules/metal/states';
 
-type Verb = 'manage' | 'inspect' | 'provide' | 'recover' | 'retire' | 'abort' | 'undeploy' | 'deploy';
+type Verb = 'manage' | 'inspect' | 'provide' | 'recover' | 'retire' | 'abort' | 'undeploy' | 'deploy' | 'rescue';
 const FIELD: Record<Verb, string> = {
   manage: 'manageNode', inspect: 'inspectNode', provide: 'provideNode', recover: 'recoverNode',
-  retire: 'retireNode', abort: 'abortNode', undeploy: 'undeployNode', deploy: 'deployNode',
+  retire: 'retireNode', abort: 'abortNode', undeploy: 'undeployNode', deploy: 'deployNode', rescue: 'rescueNode',
 };
 const INPUT: Record<Verb, string> = {
   manage: 'MetalNodeVerbInput', inspect: 'MetalNodeVerbInput', provide: 'MetalNodeVerbInput', recover: 'MetalNodeVerbInput',
-  retire: 'MetalNodeVerbInput', abort: 'MetalAbortInput', undeploy: 'MetalUndeployInput', deploy: 'MetalDeployInput',
+  retire: 'MetalNodeVerbInput', abort: 'MetalAbortInput', undeploy: 'MetalUndeployInput', deploy: 'MetalDeployInput', rescue: 'MetalNodeVerbInput',
 };
 const mutation = (verb: Verb) =>
   `mutation ($input: ${INPUT[verb]}!) { ${FIELD[verb]}(input: $input) { node { id provisionState failedFrom lastError { code message } maintenance version } } }`;
@@ -57,7 +57,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
   const jobsOf = async (nodeId: string) =>
     (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [nodeId])).rows;
 
-  const verbs: Verb[] = ['manage', 'inspect', 'provide', 'recover', 'retire', 'abort', 'undeploy', 'deploy'];
+  const verbs: Verb[] = ['manage', 'inspect', 'provide', 'recover', 'retire', 'abort', 'undeploy', 'deploy', 'rescue'];
   let profileId: string;
   const extraInput = (verb: Verb) =>
     verb === 'abort' ? { reason: 'operator stop' } : verb === 'deploy' ? { profileId, profileVersion: 1 } : {};
@@ -93,6 +93,55 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       expect(row).toMatchObject({ failedFrom: null, lastErrorCode: null, lastErrorMessage: null, maintenance: true });
     }
     if (verb === 'deploy') expect(row).toMatchObject({ profileId, profileVersion: 1, role: null });
+    if (verb === 'rescue') {
+      const run = await t.app.database.prisma.workflowRun.findUniqueOrThrow({ where: { id: row.workflowId! } });
+      expect(run).toMatchObject({ nodeId, kind: 'metal-rescue', status: 'queued' });
+      expect(events[0].payload.workflowId).toBe(run.id);
+    }
+  });
+
+  describe('unrescue', () => {
+    const UNRESCUE = 'mutation ($input: MetalNodeVerbInput!) { unrescueNode(input: $input) { node { id provisionState workflowId version } } }';
+    async function rescued() {
+      const nodeId = await nodeIn('deployed');
+      await gql(t.url, token, mutation('rescue'), { input: { nodeId } });
+      return nodeId;
+    }
+    it.each(PROVISION_STATES.filter((s) => s !== 'rescue'))('is INVALID_STATE from %s', async (state) => {
+      const nodeId = await nodeIn(state);
+      expect(codeOf(await gql(t.url, token, UNRESCUE, { input: { nodeId } }))).toBe('INVALID_STATE');
+    });
+    it('is CONFLICT while the rescue ramdisk is still booting, then starts the workflow once, idempotently', async () => {
+      const nodeId = await rescued();
+      const early = await gql(t.url, token, UNRESCUE, { input: { nodeId } });
+      expect(codeOf(early)).toBe('CONFLICT');
+      expect(early.errors![0]!.message).toMatch(/still booting/);
+      const rescueRun = (await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } })).workflowId!;
+      await t.app.database.prisma.workflowRun.update({ where: { id: rescueRun }, data: { status: 'succeeded' } });
+      const first = await rest(t.url, token, 'POST', '/api/compute/metal/unrescue', { nodeId });
+      expect(first.status).toBe(200);
+      expect(first.body.node.provisionState).toBe('rescue');
+      const workflowId = first.body.node.workflowId;
+      expect(workflowId).not.toBe(rescueRun);
+      const events = (await eventsOf(nodeId)).filter((e) => e.type === 'node.provision.unrescuing');
+      expect(events).toHaveLength(1);
+      expect(events[0].payload.workflowId).toBe(workflowId);
+      const again = await gql(t.url, token, UNRESCUE, { input: { nodeId } });
+      expect(again.data!.unrescueNode.node).toMatchObject({ workflowId, version: first.body.node.version });
+      expect((await eventsOf(nodeId)).filter((e) => e.type === 'node.provision.unrescuing')).toHaveLength(1);
+      expect((await jobsOf(nodeId)).map((j) => j.data.reason)).toEqual(['rescue', 'unrescue']);
+    });
+    it('is INVALID_CONFIG when the provision module is not registered', async () => {
+      const nodeId = await rescued();
+      const metalOnly = await startTestApp({ databaseUrl: t.app.databaseUrl, modules: ['metal'], adminToken: t.adminToken });
+      try {
+        const response = await rest(metalOnly.url, token, 'POST', '/api/compute/metal/unrescue', { nodeId });
+        expect(response.status).toBe(422);
+        expect(response.body.error.code).toBe('INVALID_CONFIG');
+      } finally {
+        await metalOnly.stop();
+      }
+    });
   });
 
   it('deploy records only a profile version that exists in the node\'s tenant', async () => {

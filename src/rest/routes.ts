@@ -284,6 +284,8 @@ function metalVerbRoutes(): Route[] {
     { verb: 'inspect', operation: 'Inspect', field: 'inspectNode', summary: 'Move a ready node to inspecting' },
     { verb: 'provide', operation: 'Provide', field: 'provideNode', summary: 'Move a ready node to commissioning' },
     { verb: 'recover', operation: 'Recover', field: 'recoverNode', summary: 'Move a failed node to the last stable point for the state it failed in' },
+    { verb: 'rescue', operation: 'Rescue', field: 'rescueNode', summary: 'Move a deployed node to rescue (boots the rescue ramdisk)' },
+    { verb: 'unrescue', operation: 'Unrescue', field: 'unrescueNode', summary: 'Boot a rescued node back into its installed OS (metal-unrescue workflow)' },
     { verb: 'retire', operation: 'Retire', field: 'retireNode', summary: 'Move a node to retiring' },
     {
       verb: 'deploy',

@@ -1,5 +1,5 @@
 import { builder } from '../../graphql/builder';
-import { runMoveVerb, WIPE_MODES, type MoveVerb } from './verbs';
+import { runMoveVerb, unrescue, WIPE_MODES, type MoveVerb } from './verbs';
 import { enroll } from './enroll';
 import { AppError } from '../../errors';
 
@@ -34,6 +34,7 @@ const SIMPLE: [MoveVerb, string, string][] = [
   ['inspect', 'inspectNode', 'Moves a ready node to inspecting. Publishes node.provision.inspecting.'],
   ['provide', 'provideNode', 'Moves a ready node to commissioning. Publishes node.provision.commissioning.'],
   ['recover', 'recoverNode', 'Moves a failed node to the last stable point for the state it failed in; clears failedFrom and lastError, leaves maintenance on.'],
+  ['rescue', 'rescueNode', 'Moves a deployed node to rescue, whose workflow boots the rescue ramdisk. Publishes node.provision.rescue.'],
   ['retire', 'retireNode', 'Moves a node to retiring (legal from adopting, adopted, enrolling, ready and failed). Publishes node.provision.retiring.'],
 ];
 
@@ -47,6 +48,15 @@ for (const [verb, field, description] of SIMPLE) {
     }),
   );
 }
+
+builder.mutationField('unrescueNode', (t) =>
+  t.field({
+    type: NodePayload,
+    description: 'Starts the metal-unrescue workflow; the node stays in rescue until it succeeds. Idempotent while that workflow runs; CONFLICT while the rescue ramdisk is still booting. Publishes node.provision.unrescuing with the workflowId.',
+    args: { input: t.arg({ type: NodeVerbInput, required: true }) },
+    resolve: async (_root, { input }, ctx) => ({ nodeId: await unrescue(ctx, input.nodeId) }),
+  }),
+);
 
 builder.mutationField('abortNode', (t) =>
   t.field({

@@ -2,6 +2,8 @@ import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
 import { decide } from '../../auth/decide';
 import { AppError, invalidInput, notFound } from '../../errors';
+import { newId } from '../../ids';
+import { isModuleRegistered } from '../../config';
 import { publish } from '../../events/outbox';
 import { prismaExecutor } from '../../../jobs/registry';
 import { nodeResource } from '../tenancy/resources';
@@ -9,7 +11,7 @@ import { decideMove, RECOVER_TO, type ProvisionState, type Verb } from './states
 import type { Prisma } from '../../generated/prisma/client';
 
 /** The single-node verbs whose whole effect is a state move (enroll, power, bulk... live elsewhere). */
-export type MoveVerb = Extract<Verb, 'manage' | 'inspect' | 'provide' | 'abort' | 'recover' | 'retire' | 'undeploy' | 'deploy'>;
+export type MoveVerb = Extract<Verb, 'manage' | 'inspect' | 'provide' | 'abort' | 'recover' | 'retire' | 'undeploy' | 'deploy' | 'rescue'>;
 
 export const WIPE_MODES = ['none', 'quick', 'secure-erase', 'crypto-erase'] as const;
 export type WipeMode = (typeof WIPE_MODES)[number];
@@ -68,10 +70,15 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
     data.profileId = opts.profile.profileId;
     data.profileVersion = opts.profile.profileVersion;
   }
+  // The rescue workflow's run exists from the call on: unrescue reads it to know whether the
+  // rescue ramdisk is still booting.
+  const rescueRun = verb === 'rescue' ? newId('WorkflowRun') : null;
+  if (rescueRun) data.workflowId = rescueRun;
   const wipe = verb === 'undeploy' ? (opts.wipe ?? 'quick') : undefined;
   await ctx.prisma.$transaction(async (tx) => {
     const updated = await tx.node.updateMany({ where: { id: node.id, version: node.version }, data });
     if (updated.count !== 1) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
+    if (rescueRun) await tx.workflowRun.create({ data: { id: rescueRun, nodeId: node.id, kind: 'metal-rescue', status: 'queued' } });
     await publish(tx, {
       type: decision.event,
       tenantId: node.tenantId,
@@ -88,10 +95,58 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
         ...(verb === 'recover' ? { failedFrom: node.failedFrom, stablePoint: RECOVER_TO[node.failedFrom as ProvisionState] } : {}),
         ...(wipe ? { wipe } : {}),
         ...(verb === 'deploy' ? opts.profile : {}),
+        ...(rescueRun ? { workflowId: rescueRun } : {}),
         requestId: ctx.requestId,
       },
     });
     await ctx.queues!.send('metal.reconcile', { nodeId: node.id, reason: verb, ...(wipe ? { wipe } : {}) }, { db: prismaExecutor(tx) });
+  });
+  return node.id;
+}
+
+const RUNNING = ['queued', 'running'];
+
+/**
+ * unrescue: starts the metal-unrescue workflow; the node stays in rescue until it succeeds.
+ * A second call while that workflow runs returns the node unchanged; CONFLICT while the rescue
+ * ramdisk is still booting (the rescue run has not succeeded); INVALID_CONFIG without the
+ * provision module. Publishes node.provision.unrescuing with the workflowId.
+ */
+export async function unrescue(ctx: Context, nodeId: string): Promise<string> {
+  const principal = requirePrincipal(ctx);
+  const node = await ctx.prisma.node.findUnique({ where: { id: nodeId } });
+  if (!node) throw notFound('node', nodeId);
+  decide(principal, 'compute:nodes:provision', nodeResource(node));
+  const decision = decideMove('unrescue', node.provisionState as ProvisionState);
+  if (!decision.legal) {
+    throw new AppError('INVALID_STATE', `unrescue is not legal for node ${node.id} in state ${decision.current}; legal from: ${decision.legalFrom.join(', ')}`, {
+      state: decision.current,
+      legalFrom: decision.legalFrom,
+    });
+  }
+  if (!isModuleRegistered(ctx.config, 'provision')) {
+    throw new AppError('INVALID_CONFIG', 'unrescue needs the provision module, which is not registered (MODULES)');
+  }
+  const current = node.workflowId ? await ctx.prisma.workflowRun.findUnique({ where: { id: node.workflowId } }) : null;
+  if (current?.kind === 'metal-unrescue' && RUNNING.includes(current.status)) return node.id;
+  if (current?.kind === 'metal-rescue' && current.status !== 'succeeded') {
+    throw new AppError('CONFLICT', `node ${node.id}: the rescue ramdisk is still booting (workflow ${current.id} is ${current.status}); retry when it is up`);
+  }
+  const workflowId = newId('WorkflowRun');
+  await ctx.prisma.$transaction(async (tx) => {
+    const updated = await tx.node.updateMany({ where: { id: node.id, version: node.version }, data: { workflowId, version: { increment: 1 } } });
+    if (updated.count !== 1) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
+    await tx.workflowRun.create({ data: { id: workflowId, nodeId: node.id, kind: 'metal-unrescue', status: 'queued' } });
+    await publish(tx, {
+      type: decision.event,
+      tenantId: node.tenantId,
+      siteId: node.siteId,
+      poolId: node.poolId,
+      nodeId: node.id,
+      subject: node.id,
+      payload: { nodeId: node.id, verb: 'unrescue', from: 'rescue', to: 'rescue', workflowId, requestId: ctx.requestId },
+    });
+    await ctx.queues!.send('metal.reconcile', { nodeId: node.id, reason: 'unrescue' }, { db: prismaExecutor(tx) });
   });
   return node.id;
 }
