@@ -15,6 +15,7 @@ export interface Config {
   maxCost: number;
   maxPageSize: number;
   tokenCacheMs: number;
+  agentHeartbeatMs: number;
   responseCacheTtlMs: number;
   shutdownTimeoutMs: number;
   secretKey: string | undefined;
@@ -53,6 +54,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxCost: intEnv(env, 'GRAPHQL_MAX_COST', 100000, 1),
     maxPageSize: intEnv(env, 'MAX_PAGE_SIZE', 500, 1),
     tokenCacheMs: intEnv(env, 'TOKEN_CACHE_MS', 2000),
+    agentHeartbeatMs: intEnv(env, 'AGENT_HEARTBEAT_MS', 60000, 1),
     responseCacheTtlMs: intEnv(env, 'RESPONSE_CACHE_TTL_MS', 10000),
     shutdownTimeoutMs: intEnv(env, 'SHUTDOWN_TIMEOUT_MS', 10000),
     secretKey: env.SECRET_KEY || undefined,

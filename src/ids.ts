@@ -15,6 +15,8 @@ export const ID_PREFIX = {
   Secret: 'sec',
   DeployProfile: 'dpr',
   WorkflowRun: 'wf',
+  SiteAgent: 'agt',
+  Command: 'cmd',
 } as const;
 export type IdType = keyof typeof ID_PREFIX;
 

@@ -129,7 +129,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       const again = await gql(t.url, token, UNRESCUE, { input: { nodeId } });
       expect(again.data!.unrescueNode.node).toMatchObject({ workflowId, version: first.body.node.version });
       expect((await eventsOf(nodeId)).filter((e) => e.type === 'node.provision.unrescuing')).toHaveLength(1);
-      expect((await jobsOf(nodeId)).map((j) => j.data.reason)).toEqual(['rescue', 'unrescue']);
+      expect((await jobsOf(nodeId)).map((j) => j.data.reason).sort()).toEqual(['rescue', 'unrescue']);
     });
     it('is INVALID_CONFIG when the provision module is not registered', async () => {
       const nodeId = await rescued();

@@ -1,5 +1,8 @@
-/** The permission names a grant can carry: the seed's, plus `admin` (everything within the scope). */
-export const PERMISSIONS = ['admin', 'compute:nodes:provision', 'compute:nodes:power', 'compute:sites:read'] as const;
+/**
+ * The permission names a grant can carry: the seed's, plus `admin` (everything within the scope)
+ * and `site:agent` (what a site agent's token holds on its site: report status, run commands).
+ */
+export const PERMISSIONS = ['admin', 'compute:nodes:provision', 'compute:nodes:power', 'compute:sites:read', 'site:agent'] as const;
 export type Permission = (typeof PERMISSIONS)[number];
 /** `read` is not grantable: any grant lets its holder read its scope, what is under it and the path to it. */
 export type Action = Permission | 'read';

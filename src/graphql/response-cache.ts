@@ -17,6 +17,8 @@ const TYPES_BY_TABLE: Record<string, string[]> = {
   api_grant: ['ApiToken', 'Viewer', 'Grant'],
   deploy_profile: ['DeployProfile'],
   deploy_profile_version: ['DeployProfile', 'DeployProfileVersion'],
+  site_agent: ['SiteAgent'],
+  command: ['Command'],
 };
 
 /**

@@ -10,6 +10,8 @@ import '../modules/metal/node';
 import '../modules/metal/deploy-profile';
 import '../modules/metal/mutations';
 import '../modules/metal/api-methods';
+import '../modules/metal/power';
+import '../modules/sites/agent';
 
 let schema: GraphQLSchema | undefined;
 

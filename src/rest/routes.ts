@@ -351,7 +351,27 @@ function metalVerbRoutes(): Route[] {
     respond: (data) => ({ node: (data.enrollNode as { node: unknown }).node }),
     response: { type: 'object', properties: { node: ref('MetalNode') } },
   };
-  return [enrollRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map }): Route => ({
+  const powerRoute: Route = {
+    method: 'POST',
+    path: '/api/compute/metal/power',
+    operation: 'Power',
+    tag: 'metal',
+    summary: 'Queue a bmc.power command to the site agent of the node\'s site',
+    description: 'Authorization: compute:nodes:power on the node. The command expires five minutes after it is queued; a retry with the same X-Request-Id returns the same command.',
+    body: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['nodeId', 'action'],
+      properties: { nodeId, action: { type: 'string', enum: ['on', 'off', 'graceful-off', 'reset', 'graceful-restart', 'cycle', 'nmi'] } },
+    },
+    variables: ({ body }) => ({ input: { ...body, action: String(body!.action).replace('-', '_') } }),
+    respond: (data) => {
+      const payload = data.powerNode as { node: unknown; commandId: string };
+      return { node: payload.node, commandId: payload.commandId };
+    },
+    response: { type: 'object', properties: { node: ref('MetalNode'), commandId: str } },
+  };
+  return [enrollRoute, powerRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map }): Route => ({
     method: 'POST',
     path: `/api/compute/metal/${verb}`,
     operation,

@@ -1,0 +1,81 @@
+import { createHash } from 'node:crypto';
+import { builder } from '../../graphql/builder';
+import { requirePrincipal, type Context } from '../../context';
+import { decide } from '../../auth/decide';
+import { AppError, notFound } from '../../errors';
+import { newId } from '../../ids';
+import { nodeResource } from '../tenancy/resources';
+import { siteIsServed } from '../sites/agent';
+import { WORKFLOW_POWER_STATES, type ProvisionState } from './states';
+
+export const POWER_ACTIONS = ['on', 'off', 'graceful-off', 'reset', 'graceful-restart', 'cycle', 'nmi'] as const;
+export type PowerAction = (typeof POWER_ACTIONS)[number];
+/** Commands expire five minutes after they are queued. */
+export const COMMAND_TTL_MS = 5 * 60 * 1000;
+
+/**
+ * power: queues a bmc.power command for the site agent of the node's site and returns its id; the
+ * provision state does not change. Decided as compute:nodes:power on the node. The idempotency key
+ * derives from the request id (X-Request-Id), so a retry returns the same command.
+ */
+export async function power(ctx: Context, nodeId: string, action: PowerAction): Promise<{ nodeId: string; commandId: string }> {
+  const principal = requirePrincipal(ctx);
+  const node = await ctx.prisma.node.findUnique({ where: { id: nodeId } });
+  if (!node) throw notFound('node', nodeId);
+  decide(principal, 'compute:nodes:power', nodeResource(node));
+  const key = createHash('sha256').update(`${principal.tokenId}\u0000${ctx.requestId}`).digest('hex');
+  const existing = await ctx.prisma.command.findUnique({ where: { idempotencyKey: key } });
+  if (existing) return sameCommand(existing, nodeId, action);
+  if (!node.bmcCredentialsRef) throw new AppError('INVALID_STATE', `node ${node.id} has no BMC credentials`, { state: node.provisionState });
+  if (WORKFLOW_POWER_STATES.includes(node.provisionState as ProvisionState)) {
+    throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: its workflow controls its power`, { state: node.provisionState });
+  }
+  if (!(await siteIsServed(ctx, node.siteId))) {
+    throw new AppError('INVALID_STATE', `no site agent serves site ${node.siteId} (no heartbeat within ${ctx.config.agentHeartbeatMs / 1000} s)`, { state: node.provisionState });
+  }
+  const id = newId('Command');
+  try {
+    await ctx.prisma.command.create({
+      data: {
+        id, tenantId: node.tenantId, siteId: node.siteId, nodeId: node.id, kind: 'bmc.power', params: { action }, status: 'queued',
+        idempotencyKey: key, expiresAt: new Date(Date.now() + COMMAND_TTL_MS),
+      },
+    });
+  } catch (error) {
+    // The same request id arriving twice at once: the other insert won; answer with its command.
+    if ((error as { code?: string }).code !== 'P2002') throw error;
+    return sameCommand(await ctx.prisma.command.findUniqueOrThrow({ where: { idempotencyKey: key } }), nodeId, action);
+  }
+  return { nodeId: node.id, commandId: id };
+}
+
+function sameCommand(command: { id: string; nodeId: string | null; params: unknown }, nodeId: string, action: PowerAction) {
+  if (command.nodeId !== nodeId || (command.params as { action?: string }).action !== action) {
+    throw new AppError('CONFLICT', 'this X-Request-Id was already used for another command; use a new request id');
+  }
+  return { nodeId, commandId: command.id };
+}
+
+const PowerActionEnum = builder.enumType('PowerAction', {
+  values: Object.fromEntries(POWER_ACTIONS.map((a) => [a.replace('-', '_'), { value: a }])) as Record<string, { value: PowerAction }>,
+});
+
+const PowerPayload = builder.objectRef<{ nodeId: string; commandId: string }>('MetalPowerPayload').implement({
+  fields: (t) => ({
+    commandId: t.exposeID('commandId'),
+    node: t.prismaField({ type: 'Node', resolve: (query, p, _a, ctx) => ctx.prisma.node.findUniqueOrThrow({ ...query, where: { id: p.nodeId } }) }),
+  }),
+});
+
+const PowerInput = builder.inputType('MetalPowerInput', {
+  fields: (t) => ({ nodeId: t.id({ required: true }), action: t.field({ type: PowerActionEnum, required: true }) }),
+});
+
+builder.mutationField('powerNode', (t) =>
+  t.field({
+    type: PowerPayload,
+    description: 'Queues a bmc.power command to the site agent of the node\'s site (expires in 5 minutes); a retry with the same X-Request-Id returns the same command.',
+    args: { input: t.arg({ type: PowerInput, required: true }) },
+    resolve: (_root, { input }, ctx) => power(ctx, input.nodeId, input.action),
+  }),
+);
