@@ -10,7 +10,7 @@ const QUEUE_CREATION_LOCK = 7243916082;
  */
 export interface QueueData {
   /** Level-triggered: "make node X match its desired state". Queued by the metal verbs. */
-  'metal.reconcile': { nodeId: string; reason: string; wipe?: string };
+  'metal.reconcile': { nodeId: string; reason: string; wipe?: string; batchId?: string };
 }
 export type QueueName = keyof QueueData;
 

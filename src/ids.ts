@@ -17,6 +17,7 @@ export const ID_PREFIX = {
   WorkflowRun: 'wf',
   SiteAgent: 'agt',
   Command: 'cmd',
+  CommandBatch: 'bat',
 } as const;
 export type IdType = keyof typeof ID_PREFIX;
 

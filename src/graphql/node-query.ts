@@ -17,6 +17,7 @@ function resourceOf(typename: string, row: Record<string, unknown>): Resource | 
     case 'Pool': return { type: 'pool', id, tenantId, siteId: String(row.siteId) };
     case 'MetalNode': return { type: 'node', id, tenantId, siteId: String(row.siteId), poolId: String(row.poolId) };
     case 'DeployProfile': return { type: 'tenant', id: tenantId, tenantId };
+    case 'CommandBatch': return { type: 'tenant', id: tenantId, tenantId };
     case 'SiteAgent':
     case 'Command': return { type: 'site', id: String(row.siteId), tenantId };
     case 'HardwareProfile': return 'public';
@@ -24,7 +25,7 @@ function resourceOf(typename: string, row: Record<string, unknown>): Resource | 
   }
 }
 
-const NODE_TYPES = new Set(['Tenant', 'Site', 'Pool', 'MetalNode', 'HardwareProfile', 'ApiToken', 'DeployProfile', 'SiteAgent', 'Command']);
+const NODE_TYPES = new Set(['Tenant', 'Site', 'Pool', 'MetalNode', 'HardwareProfile', 'ApiToken', 'DeployProfile', 'SiteAgent', 'Command', 'CommandBatch']);
 
 /**
  * Relay's `node(id)`: the relay plugin loads the object (batched, planned by the prisma plugin),

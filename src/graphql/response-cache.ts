@@ -19,6 +19,7 @@ const TYPES_BY_TABLE: Record<string, string[]> = {
   deploy_profile_version: ['DeployProfile', 'DeployProfileVersion'],
   site_agent: ['SiteAgent'],
   command: ['Command'],
+  command_batch: ['CommandBatch'],
 };
 
 /**

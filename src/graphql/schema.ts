@@ -11,6 +11,7 @@ import '../modules/metal/deploy-profile';
 import '../modules/metal/mutations';
 import '../modules/metal/api-methods';
 import '../modules/metal/power';
+import '../modules/metal/bulk-graphql';
 import '../modules/sites/agent';
 
 let schema: GraphQLSchema | undefined;

@@ -371,7 +371,33 @@ function metalVerbRoutes(): Route[] {
     },
     response: { type: 'object', properties: { node: ref('MetalNode'), commandId: str } },
   };
-  return [enrollRoute, powerRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map }): Route => ({
+  const bulkRoute: Route = {
+    method: 'POST',
+    path: '/api/compute/metal/bulk',
+    operation: 'Bulk',
+    tag: 'metal',
+    summary: 'Run one lifecycle verb on many nodes of a pool at once, as one batch',
+    description: 'Authorization: compute:nodes:provision on the pool, then per node. All or nothing: one refusal refuses the whole call, listing every refused node (error.details.refused).',
+    body: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['poolId', 'verb', 'nodeIds'],
+      properties: {
+        poolId: str,
+        verb: { type: 'string', enum: ['manage', 'inspect', 'provide', 'undeploy', 'rescue', 'retire'] },
+        nodeIds: { type: 'array', minItems: 1, maxItems: 10000, items: str },
+        reason: str,
+        wipe: { type: 'string', enum: ['none', 'quick', 'secure-erase', 'crypto-erase'] },
+      },
+    },
+    variables: ({ body }) => ({ input: { ...body, ...(typeof body!.wipe === 'string' ? { wipe: body!.wipe.replace('-', '_') } : {}) } }),
+    respond: (data) => {
+      const payload = data.bulkNodes as { nodes: unknown[]; batch: unknown };
+      return { nodes: payload.nodes, batch: payload.batch };
+    },
+    response: { type: 'object', properties: { nodes: { type: 'array', items: ref('MetalNode') }, batch: { anyOf: [{ type: 'object' }, { type: 'null' }] } } },
+  };
+  return [enrollRoute, powerRoute, bulkRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map }): Route => ({
     method: 'POST',
     path: `/api/compute/metal/${verb}`,
     operation,

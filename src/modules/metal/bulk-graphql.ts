@@ -1,0 +1,74 @@
+import { builder } from '../../graphql/builder';
+import { approveBatch, bulk, BULK_VERBS, type BulkVerb } from './bulk';
+import { WIPE_MODES, type WipeMode } from './verbs';
+
+builder.prismaNode('CommandBatch', {
+  id: { field: 'id' },
+  nullable: true,
+  fields: (t) => ({
+    poolId: t.exposeID('poolId'),
+    verb: t.exposeString('verb'),
+    reason: t.exposeString('reason'),
+    wipe: t.exposeString('wipe', { nullable: true }),
+    nodeCount: t.int({ select: { nodeIds: true }, resolve: (b) => b.nodeIds.length }),
+    digest: t.exposeString('digest', { description: 'sha256 (hex) that approvers sign with Ed25519' }),
+    quorum: t.exposeInt('quorum'),
+    approvals: t.expose('approvals', { type: 'JSON' }),
+    status: t.exposeString('status', { description: 'awaiting-approval, approved, or recorded (no approver keys: audit only)' }),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+  }),
+});
+
+const BulkVerbEnum = builder.enumType('BulkVerb', { values: BULK_VERBS });
+const BulkWipe = builder.enumType('BulkWipeMode', {
+  values: Object.fromEntries(WIPE_MODES.map((m) => [m.replace('-', '_'), { value: m }])) as Record<string, { value: WipeMode }>,
+});
+
+const BulkInput = builder.inputType('MetalBulkInput', {
+  fields: (t) => ({
+    poolId: t.id({ required: true }),
+    verb: t.field({ type: BulkVerbEnum, required: true }),
+    nodeIds: t.idList({ required: true }),
+    reason: t.string({ required: false, description: 'Required when the verb sends destructive commands (recorded on the batch).' }),
+    wipe: t.field({ type: BulkWipe, required: false, description: 'undeploy only' }),
+  }),
+});
+
+const BulkPayload = builder.objectRef<{ nodeIds: string[]; batchId: string | null }>('MetalBulkPayload').implement({
+  fields: (t) => ({
+    nodes: t.prismaField({
+      type: ['Node'],
+      resolve: async (query, p, _a, ctx) => {
+        const rows = await ctx.prisma.node.findMany({ ...query, where: { id: { in: p.nodeIds } } });
+        const order = new Map(p.nodeIds.map((id, i) => [id, i]));
+        return rows.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
+      },
+    }),
+    batch: t.prismaField({
+      type: 'CommandBatch',
+      nullable: true,
+      resolve: (query, p, _a, ctx) => (p.batchId ? ctx.prisma.commandBatch.findUnique({ ...query, where: { id: p.batchId } }) : null),
+    }),
+  }),
+});
+
+builder.mutationField('bulkNodes', (t) =>
+  t.field({
+    type: BulkPayload,
+    description: 'Runs one lifecycle verb on 1 to 10,000 nodes of a pool as one batch, all or nothing. Decided as compute:nodes:provision on the pool, then per node.',
+    args: { input: t.arg({ type: BulkInput, required: true }) },
+    resolve: (_root, { input }, ctx) => bulk(ctx, { ...input, verb: input.verb as BulkVerb }),
+  }),
+);
+
+builder.mutationField('approveCommandBatch', (t) =>
+  t.prismaField({
+    type: 'CommandBatch',
+    description: 'Adds an approval: an Ed25519 signature (base64) by one of the pool\'s approver keys over the batch digest.',
+    args: { batchId: t.arg.id({ required: true }), keyId: t.arg.string({ required: true }), signature: t.arg.string({ required: true }) },
+    resolve: async (query, _root, args, ctx) => {
+      const id = await approveBatch(ctx, args.batchId, args.keyId, args.signature);
+      return ctx.prisma.commandBatch.findUniqueOrThrow({ ...query, where: { id } });
+    },
+  }),
+);
