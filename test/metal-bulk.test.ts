@@ -78,7 +78,7 @@ describe('bulk', () => {
     ['a verb bulk does not run', async () => ({ verb: 'deploy', reason: 'r', nodeIds: await nodes(1) }), 400, /verb/],
   ];
   it.each(refusals)('refuses %s, changing nothing', async (_label, make, status, message) => {
-    const body = { poolId: tree.pools[0]!.id, ...(await make()) };
+    const body: Record<string, unknown> = { poolId: tree.pools[0]!.id, ...(await make()) };
     const ids = (body.nodeIds as string[]).filter((id) => id.startsWith('node_0'));
     const before = await snapshot(ids);
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', body);

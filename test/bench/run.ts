@@ -4,6 +4,7 @@
  * cleans up after itself. Results are recorded in BENCHMARKS.md.
  */
 import { readBench } from './read';
+import { bulkBench } from './bulk';
 
 export interface Bench {
   /** One line for the list printed on an unknown name. */
@@ -16,6 +17,7 @@ export interface Bench {
 
 const BENCHES: Record<string, Bench> = {
   read: readBench,
+  bulk: bulkBench,
 };
 
 function usage(): string {

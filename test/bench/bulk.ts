@@ -1,0 +1,130 @@
+/**
+ * `npm run bench -- bulk`: one bulk retire over 10,000 ready nodes, one bulk undeploy over 10,000
+ * deployed nodes in a pool with approver keys (a quorum batch), and 10,000 single retire calls for
+ * comparison, against the real service in a child process (see read.ts for the harness).
+ *
+ * Options: --nodes 10000 (nodes per call), --runs 3 (bulk calls per verb; the median is reported),
+ *          --singles 10000 (single calls, sequential).
+ */
+import { generateKeyPairSync } from 'node:crypto';
+import pg from 'pg';
+import { gql, machineInfo, seed, startService, usageError, type Service } from './read';
+
+const TARGET_BULK_S = 1.5;
+const TARGET_RATIO = 20;
+const TARGET_SINGLE_MS = 10;
+
+function intArg(args: string[], name: string, fallback: number): number {
+  const i = args.indexOf(`--${name}`);
+  if (i === -1) return fallback;
+  const value = Number(args[i + 1]);
+  if (!Number.isInteger(value) || value < 1) throw usageError(`--${name} must be a positive integer`);
+  return value;
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+async function insertNodes(service: Service, tenantId: string, siteId: string, poolId: string, count: number, state: string): Promise<string[]> {
+  const client = new pg.Client({ connectionString: service.databaseUrl });
+  await client.connect();
+  try {
+    const rows = await client.query<{ id: string }>(
+      `INSERT INTO node (id, tenant_id, site_id, pool_id, provision_state, bmc_address, bmc_driver, updated_at)
+       SELECT 'node_' || gen_random_uuid(), $1, $2, $3, $4::"ProvisionState", '10.9.' || (i / 256 % 256) || '.' || (i % 256), 'redfish', now()
+         FROM generate_series(1, $5::int) AS i RETURNING id`,
+      [tenantId, siteId, poolId, state, count],
+    );
+    await client.query('ANALYZE node');
+    return rows.rows.map((r) => r.id);
+  } finally {
+    await client.end();
+  }
+}
+
+async function timedRest(service: Service, path: string, body: unknown): Promise<{ ms: number; status: number; json: any }> {
+  const started = performance.now();
+  const response = await fetch(`${service.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${service.adminToken}` },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(120_000),
+  });
+  const json = await response.json();
+  return { ms: performance.now() - started, status: response.status, json };
+}
+
+async function run(args: string[]): Promise<number> {
+  const nodes = intArg(args, 'nodes', 10000);
+  const runs = intArg(args, 'runs', 3);
+  const singles = intArg(args, 'singles', 10000);
+  const machine = machineInfo();
+  console.log(`bulk benchmark: ${nodes} nodes per bulk call, ${runs} runs per verb, ${singles} single calls`);
+  console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}`);
+  console.log(`date: ${machine.date}`);
+  const service = await startService({ env: { RESPONSE_CACHE_TTL_MS: '0' } });
+  try {
+    const s = await seed(service, 0);
+    const [poolA, poolB] = s.poolIds;
+    const key = generateKeyPairSync('ed25519');
+    const publicKey = Buffer.from(key.publicKey.export({ format: 'jwk' }).x!, 'base64url').toString('base64');
+    await gql(service.url, service.adminToken, 'mutation ($i: UpdatePoolPolicyInput!) { updatePoolPolicy(input: $i) { id } }', {
+      i: { poolId: poolB, policy: { approverKeys: [{ id: 'bench', publicKey }], quorum: 1 } },
+    });
+
+    const retire: number[] = [];
+    const undeploy: number[] = [];
+    for (let r = 0; r < runs; r += 1) {
+      const ids = await insertNodes(service, s.tenantId, s.siteId, poolA, nodes, 'ready');
+      const res = await timedRest(service, '/api/compute/metal/bulk', { poolId: poolA, verb: 'retire', nodeIds: ids, reason: 'bench' });
+      if (res.status !== 200 || res.json.nodes.length !== nodes) throw new Error(`bulk retire: HTTP ${res.status} ${JSON.stringify(res.json).slice(0, 300)}`);
+      retire.push(res.ms);
+      console.log(`  bulk retire   #${r + 1}: ${(res.ms / 1000).toFixed(3)} s (${nodes} nodes, batch ${res.json.batch.status})`);
+      const deployed = await insertNodes(service, s.tenantId, s.siteId, poolB, nodes, 'deployed');
+      const und = await timedRest(service, '/api/compute/metal/bulk', { poolId: poolB, verb: 'undeploy', wipe: 'secure-erase', nodeIds: deployed, reason: 'bench' });
+      if (und.status !== 200 || und.json.batch?.status !== 'awaiting-approval') throw new Error(`bulk undeploy: HTTP ${und.status} ${JSON.stringify(und.json).slice(0, 300)}`);
+      undeploy.push(und.ms);
+      console.log(`  bulk undeploy #${r + 1}: ${(und.ms / 1000).toFixed(3)} s (${nodes} nodes, quorum batch ${und.json.batch.status})`);
+    }
+
+    const singleIds = await insertNodes(service, s.tenantId, s.siteId, poolA, singles, 'ready');
+    const latencies: number[] = [];
+    const startedAll = performance.now();
+    for (const nodeId of singleIds) {
+      const res = await timedRest(service, '/api/compute/metal/retire', { nodeId });
+      if (res.status !== 200) throw new Error(`single retire: HTTP ${res.status} ${JSON.stringify(res.json).slice(0, 300)}`);
+      latencies.push(res.ms);
+    }
+    const singlesTotal = performance.now() - startedAll;
+
+    const retireMedian = median(retire) / 1000;
+    const undeployMedian = median(undeploy) / 1000;
+    const singleMedian = median(latencies);
+    // The same work one call at a time: 10,000 single calls (extrapolated when fewer were timed).
+    const singlesFor = (singlesTotal / singles) * nodes / 1000;
+    const ratio = singlesFor / retireMedian;
+    const pass = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
+    console.log('\n== summary: bulk ==');
+    console.log(`machine:                ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
+    console.log(`bulk retire (${nodes}):    median ${retireMedian.toFixed(3)} s over ${runs} calls (${retire.map((m) => (m / 1000).toFixed(3)).join(', ')})`);
+    console.log(`bulk undeploy (${nodes}):  median ${undeployMedian.toFixed(3)} s over ${runs} calls, quorum batch awaiting approval`);
+    console.log(`${singles} single retires:  ${(singlesTotal / 1000).toFixed(1)} s sequential; median ${singleMedian.toFixed(2)} ms per call (round trip on loopback)`);
+    console.log(`${nodes} single calls:     ${singlesFor.toFixed(1)} s${singles === nodes ? '' : ` (extrapolated from ${singles})`}`);
+    console.log(`ratio:                  ${ratio.toFixed(1)}x (${nodes} single calls / bulk retire median)`);
+    console.log(`target bulk median <= ${TARGET_BULK_S} s: ${pass(retireMedian <= TARGET_BULK_S && undeployMedian <= TARGET_BULK_S)}`);
+    console.log(`target ratio >= ${TARGET_RATIO}x: ${pass(ratio >= TARGET_RATIO)}`);
+    console.log(`target single verb median <= ${TARGET_SINGLE_MS} ms: ${pass(singleMedian <= TARGET_SINGLE_MS)}`);
+    return 0;
+  } finally {
+    await service.stop();
+  }
+}
+
+export const bulkBench = {
+  summary: 'bulk retire and bulk undeploy (quorum batch) over 10,000 nodes vs 10,000 single calls',
+  options: ['--nodes 10000 --runs 3 --singles 10000'],
+  run,
+};
