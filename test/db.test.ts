@@ -16,7 +16,7 @@ describe('a page of nodes with pool and site costs a constant number of SQL stat
   let t: TestApp;
   beforeAll(async () => {
     // The read cache would answer repeats with no SQL at all: measure the query plan itself.
-    t = await startTestApp({ responseCacheTtlMs: 0 });
+    t = await startTestApp({ responseCacheTtlMs: 0, tokenCacheMs: 600000 });
     const prisma = t.app.database.prisma;
     const tree = await makeTenantTree(prisma, 'stmt', { pools: 5, nodesPerPool: 30 });
     // More sites, so pools and sites of a page are not all the same rows.

@@ -22,13 +22,8 @@ export interface VerbOptions {
   profile?: { profileId: string; profileVersion: number };
 }
 
-/**
- * How every single-node verb runs: authenticate; decide compute:nodes:provision on the node
- * (another tenant's node is NOT_FOUND); ask the state table; then, in one transaction, a
- * compare-and-set on the node's version, the outbox event and the reconciler job. No verb touches
- * the machine.
- */
-export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, opts: VerbOptions = {}): Promise<string> {
+/** The steps every single-node verb starts with: load, decide on the node, ask the state table. */
+async function loadForVerb(ctx: Context, verb: Exclude<Verb, 'enroll'>, nodeId: string) {
   const principal = requirePrincipal(ctx);
   const node = await ctx.prisma.node.findUnique({ where: { id: nodeId } });
   if (!node) throw notFound('node', nodeId);
@@ -41,6 +36,17 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
       { state: decision.current, legalFrom: decision.legalFrom },
     );
   }
+  return { node, decision };
+}
+
+/**
+ * How every single-node verb runs: authenticate; decide compute:nodes:provision on the node
+ * (another tenant's node is NOT_FOUND); ask the state table; then, in one transaction, a
+ * compare-and-set on the node's version, the outbox event and the reconciler job. No verb touches
+ * the machine.
+ */
+export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, opts: VerbOptions = {}): Promise<string> {
+  const { node, decision } = await loadForVerb(ctx, verb, nodeId);
   if (verb === 'deploy') {
     // Records a profile version that exists, in the node's tenant, without running it.
     const profile = opts.profile;
@@ -113,17 +119,7 @@ const RUNNING = ['queued', 'running'];
  * provision module. Publishes node.provision.unrescuing with the workflowId.
  */
 export async function unrescue(ctx: Context, nodeId: string): Promise<string> {
-  const principal = requirePrincipal(ctx);
-  const node = await ctx.prisma.node.findUnique({ where: { id: nodeId } });
-  if (!node) throw notFound('node', nodeId);
-  decide(principal, 'compute:nodes:provision', nodeResource(node));
-  const decision = decideMove('unrescue', node.provisionState as ProvisionState);
-  if (!decision.legal) {
-    throw new AppError('INVALID_STATE', `unrescue is not legal for node ${node.id} in state ${decision.current}; legal from: ${decision.legalFrom.join(', ')}`, {
-      state: decision.current,
-      legalFrom: decision.legalFrom,
-    });
-  }
+  const { node, decision } = await loadForVerb(ctx, 'unrescue', nodeId);
   if (!isModuleRegistered(ctx.config, 'provision')) {
     throw new AppError('INVALID_CONFIG', 'unrescue needs the provision module, which is not registered (MODULES)');
   }
