@@ -20,6 +20,7 @@ const TYPES_BY_TABLE: Record<string, string[]> = {
   site_agent: ['SiteAgent'],
   command: ['Command'],
   command_batch: ['CommandBatch'],
+  sighting: ['DiscoveredMachine'],
 };
 
 /**

@@ -12,6 +12,7 @@ import '../modules/metal/mutations';
 import '../modules/metal/api-methods';
 import '../modules/metal/power';
 import '../modules/metal/bulk-graphql';
+import '../modules/metal/discovery-graphql';
 import '../modules/sites/agent';
 
 let schema: GraphQLSchema | undefined;

@@ -397,7 +397,31 @@ function metalVerbRoutes(): Route[] {
     },
     response: { type: 'object', properties: { nodes: { type: 'array', items: ref('MetalNode') }, batch: { anyOf: [{ type: 'object' }, { type: 'null' }] } } },
   };
-  return [enrollRoute, powerRoute, bulkRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map }): Route => ({
+  const discoveredRoute: Route = {
+    method: 'POST',
+    path: '/api/compute/metal/discovered',
+    operation: 'Discovered',
+    tag: 'metal',
+    summary: 'List the machines the site\'s agents saw PXE-booting with no boot entry in the last 24 hours, newest first',
+    description: 'Authorization: compute:sites:read on the site; only the tenant that owns the site sees it (NOT_FOUND otherwise).',
+    body: { type: 'object', additionalProperties: false, required: ['siteId'], properties: { siteId: str } },
+    variables: ({ body }) => ({ siteId: body!.siteId }),
+    respond: (data) => ({ machines: data.discovered }),
+    response: { type: 'object', properties: { machines: { type: 'array', items: { type: 'object' } } } },
+  };
+  const confirmRoute: Route = {
+    method: 'POST',
+    path: '/api/compute/metal/confirmMac',
+    operation: 'ConfirmMac',
+    tag: 'metal',
+    summary: 'Bind the PXE MAC of a machine enrolled without MACs',
+    description: 'Authorization: compute:nodes:provision on the node. INVALID_STATE when the node already has MACs or is retired; CONFLICT when another machine of the site has the MAC.',
+    body: { type: 'object', additionalProperties: false, required: ['nodeId', 'mac'], properties: { nodeId, mac: str } },
+    variables: ({ body }) => ({ input: body }),
+    respond: (data) => ({ node: (data.confirmMac as { node: unknown }).node }),
+    response: { type: 'object', properties: { node: ref('MetalNode') } },
+  };
+  return [enrollRoute, powerRoute, bulkRoute, discoveredRoute, confirmRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map }): Route => ({
     method: 'POST',
     path: `/api/compute/metal/${verb}`,
     operation,

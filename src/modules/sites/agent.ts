@@ -7,6 +7,7 @@ import { AppError, notFound } from '../../errors';
 import { checkName } from '../tenancy/validate';
 import { siteResource } from '../tenancy/resources';
 import type { Principal } from '../../auth/permissions';
+import { checkSightings, proposeCandidates } from '../metal/discovery';
 
 /** An agent serves its site while its last heartbeat is at most AGENT_HEARTBEAT_MS old. */
 export async function siteIsServed(ctx: Context, siteId: string): Promise<boolean> {
@@ -92,13 +93,39 @@ builder.mutationField('registerSiteAgent', (t) =>
   }),
 );
 
+const SightingInputRef = builder.inputType('SightingInput', {
+  fields: (t) => ({
+    mac: t.string({ required: true }),
+    productUuid: t.string({ required: false, description: 'As the DHCP request carried it (SMBIOS byte order)' }),
+    arch: t.string({ required: false }),
+    firstSeen: t.field({ type: 'DateTime', required: true }),
+    lastSeen: t.field({ type: 'DateTime', required: true }),
+    requestCount: t.int({ required: true }),
+    relays: t.stringList({ required: false }),
+  }),
+});
+
 builder.mutationField('agentReportStatus', (t) =>
   t.prismaField({
     type: 'SiteAgent',
-    description: 'A site agent\'s heartbeat (its own token only).',
-    resolve: async (query, _root, _args, ctx) => {
+    description: 'A site agent\'s heartbeat (its own token only), with the machines it saw PXE-booting from a MAC with no boot entry: at most 256, replacing its previous list.',
+    args: { machines: t.arg({ type: [SightingInputRef], required: false }) },
+    resolve: async (query, _root, args, ctx) => {
       const agent = await callingAgent(ctx, requirePrincipal(ctx));
-      return ctx.prisma.siteAgent.update({ ...query, where: { id: agent.id }, data: { lastHeartbeatAt: new Date() } });
+      const machines = args.machines ? checkSightings(args.machines) : null;
+      await ctx.prisma.$transaction(async (tx) => {
+        await tx.siteAgent.update({ where: { id: agent.id }, data: { lastHeartbeatAt: new Date() } });
+        if (!machines) return;
+        await tx.sighting.deleteMany({ where: { agentId: agent.id } });
+        await tx.sighting.createMany({
+          data: machines.map((m) => ({
+            agentId: agent.id, siteId: agent.siteId, tenantId: agent.tenantId, mac: m.mac, productUuid: m.productUuid ?? null,
+            arch: m.arch ?? null, firstSeen: m.firstSeen, lastSeen: m.lastSeen, requestCount: m.requestCount, relays: m.relays ?? [],
+          })),
+        });
+        await proposeCandidates(tx, agent.siteId, ctx.requestId);
+      });
+      return ctx.prisma.siteAgent.findUniqueOrThrow({ ...query, where: { id: agent.id } });
     },
   }),
 );
