@@ -40,6 +40,39 @@ async function loadForVerb(ctx: Context, verb: Exclude<Verb, 'enroll'>, nodeId: 
 }
 
 /**
+ * The one transaction every single-node verb commits: a compare-and-set on the node's version
+ * (CONFLICT when it changed since it was read), the workflow run it starts if any, its outbox event
+ * and its reconciler job. All of it or nothing.
+ */
+async function commitVerb(
+  ctx: Context,
+  node: { id: string; version: number; tenantId: string; siteId: string; poolId: string },
+  change: {
+    data: Prisma.NodeUpdateManyMutationInput;
+    run: { id: string; kind: string } | null;
+    event: string;
+    payload: Record<string, unknown>;
+    job: { reason: string; wipe?: string };
+  },
+): Promise<void> {
+  await ctx.prisma.$transaction(async (tx) => {
+    const updated = await tx.node.updateMany({ where: { id: node.id, version: node.version }, data: change.data });
+    if (updated.count !== 1) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
+    if (change.run) await tx.workflowRun.create({ data: { id: change.run.id, nodeId: node.id, kind: change.run.kind, status: 'queued' } });
+    await publish(tx, {
+      type: change.event,
+      tenantId: node.tenantId,
+      siteId: node.siteId,
+      poolId: node.poolId,
+      nodeId: node.id,
+      subject: node.id,
+      payload: { nodeId: node.id, ...change.payload, requestId: ctx.requestId },
+    });
+    await ctx.queues!.send('metal.reconcile', { nodeId: node.id, ...change.job }, { db: prismaExecutor(tx) });
+  });
+}
+
+/**
  * How every single-node verb runs: authenticate; decide compute:nodes:provision on the node
  * (another tenant's node is NOT_FOUND); ask the state table; then, in one transaction, a
  * compare-and-set on the node's version, the outbox event and the reconciler job. No verb touches
@@ -81,31 +114,21 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
   const rescueRun = verb === 'rescue' ? newId('WorkflowRun') : null;
   if (rescueRun) data.workflowId = rescueRun;
   const wipe = verb === 'undeploy' ? (opts.wipe ?? 'quick') : undefined;
-  await ctx.prisma.$transaction(async (tx) => {
-    const updated = await tx.node.updateMany({ where: { id: node.id, version: node.version }, data });
-    if (updated.count !== 1) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
-    if (rescueRun) await tx.workflowRun.create({ data: { id: rescueRun, nodeId: node.id, kind: 'metal-rescue', status: 'queued' } });
-    await publish(tx, {
-      type: decision.event,
-      tenantId: node.tenantId,
-      siteId: node.siteId,
-      poolId: node.poolId,
-      nodeId: node.id,
-      subject: node.id,
-      payload: {
-        nodeId: node.id,
-        verb,
-        from,
-        to,
-        ...(verb === 'abort' ? { reason: opts.reason ?? null } : {}),
-        ...(verb === 'recover' ? { failedFrom: node.failedFrom, stablePoint: RECOVER_TO[node.failedFrom as ProvisionState] } : {}),
-        ...(wipe ? { wipe } : {}),
-        ...(verb === 'deploy' ? opts.profile : {}),
-        ...(rescueRun ? { workflowId: rescueRun } : {}),
-        requestId: ctx.requestId,
-      },
-    });
-    await ctx.queues!.send('metal.reconcile', { nodeId: node.id, reason: verb, ...(wipe ? { wipe } : {}) }, { db: prismaExecutor(tx) });
+  await commitVerb(ctx, node, {
+    data,
+    run: rescueRun ? { id: rescueRun, kind: 'metal-rescue' } : null,
+    event: decision.event,
+    payload: {
+      verb,
+      from,
+      to,
+      ...(verb === 'abort' ? { reason: opts.reason ?? null } : {}),
+      ...(verb === 'recover' ? { failedFrom: node.failedFrom, stablePoint: RECOVER_TO[node.failedFrom as ProvisionState] } : {}),
+      ...(wipe ? { wipe } : {}),
+      ...(verb === 'deploy' ? opts.profile : {}),
+      ...(rescueRun ? { workflowId: rescueRun } : {}),
+    },
+    job: { reason: verb, ...(wipe ? { wipe } : {}) },
   });
   return node.id;
 }
@@ -129,20 +152,12 @@ export async function unrescue(ctx: Context, nodeId: string): Promise<string> {
     throw new AppError('CONFLICT', `node ${node.id}: the rescue ramdisk is still booting (workflow ${current.id} is ${current.status}); retry when it is up`);
   }
   const workflowId = newId('WorkflowRun');
-  await ctx.prisma.$transaction(async (tx) => {
-    const updated = await tx.node.updateMany({ where: { id: node.id, version: node.version }, data: { workflowId, version: { increment: 1 } } });
-    if (updated.count !== 1) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
-    await tx.workflowRun.create({ data: { id: workflowId, nodeId: node.id, kind: 'metal-unrescue', status: 'queued' } });
-    await publish(tx, {
-      type: decision.event,
-      tenantId: node.tenantId,
-      siteId: node.siteId,
-      poolId: node.poolId,
-      nodeId: node.id,
-      subject: node.id,
-      payload: { nodeId: node.id, verb: 'unrescue', from: 'rescue', to: 'rescue', workflowId, requestId: ctx.requestId },
-    });
-    await ctx.queues!.send('metal.reconcile', { nodeId: node.id, reason: 'unrescue' }, { db: prismaExecutor(tx) });
+  await commitVerb(ctx, node, {
+    data: { workflowId, version: { increment: 1 } },
+    run: { id: workflowId, kind: 'metal-unrescue' },
+    event: decision.event,
+    payload: { verb: 'unrescue', from: 'rescue', to: 'rescue', workflowId },
+    job: { reason: 'unrescue' },
   });
   return node.id;
 }
