@@ -91,3 +91,24 @@ export function prismaExecutor(tx: { $queryRawUnsafe<T = unknown>(sql: string, .
     },
   };
 }
+
+/**
+ * SQL that queues one job on `queue` per row of `from`, with `data` (a jsonb expression over those
+ * rows): for set-based writers that queue thousands of jobs inside the statement that makes them
+ * necessary (a verb's compare-and-set), instead of building a JSON array for `boss.insert`.
+ * It is pg-boss 10's own insertJobs (src/plans.js) for a job with no per-job options: every
+ * setting comes from the queue's row, then pg-boss's defaults. test/jobs-sql.test.ts checks that
+ * its jobs equal boss.insert's and that pg-boss fetches and completes them.
+ */
+export function insertJobsSql(queue: QueueName, data: string, from: string): string {
+  return `INSERT INTO pgboss.job (id, name, data, priority, start_after, singleton_key, singleton_on, dead_letter,
+                          expire_in, keep_until, retry_limit, retry_delay, retry_backoff, policy)
+    SELECT gen_random_uuid(), q.name, ${data}, 0, now(), NULL, NULL, q.dead_letter,
+           CASE WHEN q.expire_seconds IS NOT NULL THEN q.expire_seconds * interval '1s' ELSE interval '15 minutes' END,
+           now() + CAST(COALESCE((q.retention_minutes * 60)::text, '14 days') AS interval),
+           COALESCE(q.retry_limit, 2),
+           CASE WHEN COALESCE(q.retry_backoff, false) THEN GREATEST(COALESCE(q.retry_delay, 0), 1) ELSE COALESCE(q.retry_delay, 0) END,
+           COALESCE(q.retry_backoff, false),
+           q.policy
+      FROM ${from} JOIN pgboss.queue q ON q.name = '${queue}'`;
+}

@@ -105,7 +105,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     });
     if (!secretKey) log.warn('no SECRET_KEY or SECRET_KEY_FILE: no secret broker, so inline BMC credentials are refused');
     const secrets = secretKey ? new BuiltinSecretBroker(database.prisma, secretKey) : null;
-    const services: Services = { config, prisma: database.prisma, tokens, queues, secrets, log };
+    const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, log };
     if (config.role !== 'api') await startWorkers(queues, log);
 
     let server: Server | null = null;

@@ -3,6 +3,7 @@ import type { PrismaClient } from './generated/prisma/client';
 import type { Principal } from './auth/permissions';
 import type { TokenStore } from './auth/tokens';
 import type { Config } from './config';
+import type { Sql } from './db/sql';
 import type { Queues } from '../jobs/registry';
 import { unauthenticated } from './errors';
 import type { SecretBroker } from '../clients/secrets/broker';
@@ -11,6 +12,8 @@ import type { SecretBroker } from '../clients/secrets/broker';
 export interface Services {
   config: Config;
   prisma: PrismaClient;
+  /** Plain SQL on Prisma's pool, for the hot paths (see src/db/sql.ts). */
+  sql: Sql;
   tokens: TokenStore;
   queues: Queues | null;
   /** null when no secret broker is configured (inline credentials are then INVALID_CONFIG). */

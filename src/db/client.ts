@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../generated/prisma/client';
+import { Sql } from './sql';
 
 export type Db = PrismaClient;
 export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
@@ -14,6 +15,8 @@ export interface Database {
   prisma: PrismaClient;
   pool: pg.Pool;
   statements: StatementCounter;
+  /** Plain SQL on the same pool, counted with Prisma's statements. */
+  sql: Sql;
   close(): Promise<void>;
 }
 
@@ -33,6 +36,7 @@ export function connectDatabase(url: string, opts: { poolSize?: number } = {}): 
     prisma,
     pool,
     statements,
+    sql: new Sql(pool, statements),
     async close() {
       await prisma.$disconnect();
       await pool.end();

@@ -1,5 +1,5 @@
 import { builder } from '../../graphql/builder';
-import { runMoveVerb, unrescue, WIPE_MODES, type MoveVerb } from './verbs';
+import { runMoveVerb, unrescue, WIPE_MODES, type MoveVerb, type VerbResult } from './verbs';
 import { enroll } from './enroll';
 import { AppError } from '../../errors';
 
@@ -8,12 +8,14 @@ const WipeMode = builder.enumType('WipeMode', {
   values: Object.fromEntries(WIPE_MODES.map((mode) => [mode.replace('-', '_'), { value: mode }])) as Record<string, { value: (typeof WIPE_MODES)[number] }>,
 });
 
-const NodePayload = builder.objectRef<{ nodeId: string }>('MetalNodePayload').implement({
+const NodePayload = builder.objectRef<VerbResult>('MetalNodePayload').implement({
   description: 'The node\'s metal view after the verb.',
   fields: (t) => ({
     node: t.prismaField({
       type: 'Node',
-      resolve: (query, parent, _args, ctx) => ctx.prisma.node.findUniqueOrThrow({ ...query, where: { id: parent.nodeId } }),
+      // A verb that read the node back in its own statement hands over that row (hardware profile
+      // included); relations it lacks are loaded by Pothos as for any other node.
+      resolve: (query, parent, _args, ctx) => parent.row ?? ctx.prisma.node.findUniqueOrThrow({ ...query, where: { id: parent.nodeId } }),
     }),
   }),
 });
@@ -44,7 +46,7 @@ for (const [verb, field, description] of SIMPLE) {
       type: NodePayload,
       description: `${description} Decided as compute:nodes:provision on the node.`,
       args: { input: t.arg({ type: NodeVerbInput, required: true }) },
-      resolve: async (_root, { input }, ctx) => ({ nodeId: await runMoveVerb(ctx, verb, input.nodeId) }),
+      resolve: async (_root, { input }, ctx) => runMoveVerb(ctx, verb, input.nodeId),
     }),
   );
 }
@@ -54,7 +56,7 @@ builder.mutationField('unrescueNode', (t) =>
     type: NodePayload,
     description: 'Starts the metal-unrescue workflow; the node stays in rescue until it succeeds. Idempotent while that workflow runs; CONFLICT while the rescue ramdisk is still booting. Publishes node.provision.unrescuing with the workflowId.',
     args: { input: t.arg({ type: NodeVerbInput, required: true }) },
-    resolve: async (_root, { input }, ctx) => ({ nodeId: await unrescue(ctx, input.nodeId) }),
+    resolve: async (_root, { input }, ctx) => unrescue(ctx, input.nodeId),
   }),
 );
 
@@ -63,7 +65,7 @@ builder.mutationField('abortNode', (t) =>
     type: NodePayload,
     description: 'Stops the node\'s workflow and moves it to failed with an ABORTED error, the reason, and maintenance on. Publishes node.provision.failed.',
     args: { input: t.arg({ type: AbortInput, required: true }) },
-    resolve: async (_root, { input }, ctx) => ({ nodeId: await runMoveVerb(ctx, 'abort', input.nodeId, { reason: input.reason }) }),
+    resolve: async (_root, { input }, ctx) => runMoveVerb(ctx, 'abort', input.nodeId, { reason: input.reason }),
   }),
 );
 
@@ -80,9 +82,8 @@ builder.mutationField('deployNode', (t) =>
     type: NodePayload,
     description: 'Moves a ready node to deploying with the given profile version recorded on it, without running it (run validateProfile first). Publishes node.provision.deploying.',
     args: { input: t.arg({ type: DeployInput, required: true }) },
-    resolve: async (_root, { input }, ctx) => ({
-      nodeId: await runMoveVerb(ctx, 'deploy', input.nodeId, { profile: { profileId: input.profileId, profileVersion: input.profileVersion } }),
-    }),
+    resolve: (_root, { input }, ctx) =>
+      runMoveVerb(ctx, 'deploy', input.nodeId, { profile: { profileId: input.profileId, profileVersion: input.profileVersion } }),
   }),
 );
 
@@ -91,7 +92,7 @@ builder.mutationField('undeployNode', (t) =>
     type: NodePayload,
     description: 'Moves a deployed or rescue node to releasing, which wipes its disks (default quick) and powers it off. Publishes node.provision.releasing.',
     args: { input: t.arg({ type: UndeployInput, required: true }) },
-    resolve: async (_root, { input }, ctx) => ({ nodeId: await runMoveVerb(ctx, 'undeploy', input.nodeId, { wipe: input.wipe }) }),
+    resolve: async (_root, { input }, ctx) => runMoveVerb(ctx, 'undeploy', input.nodeId, { wipe: input.wipe }),
   }),
 );
 

@@ -4,11 +4,10 @@ import { decide } from '../../auth/decide';
 import { AppError, invalidInput, notFound } from '../../errors';
 import { newId } from '../../ids';
 import { isModuleRegistered } from '../../config';
-import { publish } from '../../events/outbox';
-import { prismaExecutor } from '../../../jobs/registry';
 import { nodeResource } from '../tenancy/resources';
 import { decideMove, RECOVER_TO, type ProvisionState, type Verb } from './states';
-import type { Prisma } from '../../generated/prisma/client';
+import { insertJobsSql } from '../../../jobs/registry';
+import { nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
 
 /** The single-node verbs whose whole effect is a state move (enroll, power, bulk... live elsewhere). */
 export type MoveVerb = Extract<Verb, 'manage' | 'inspect' | 'provide' | 'abort' | 'recover' | 'retire' | 'undeploy' | 'deploy' | 'rescue'>;
@@ -22,11 +21,18 @@ export interface VerbOptions {
   profile?: { profileId: string; profileVersion: number };
 }
 
+/** What a verb resolver hands to its payload: the node's id and, when the verb read it back, its row. */
+export interface VerbResult {
+  nodeId: string;
+  row?: NodeRow;
+}
+
 /** The steps every single-node verb starts with: load, decide on the node, ask the state table. */
 async function loadForVerb(ctx: Context, verb: Exclude<Verb, 'enroll'>, nodeId: string) {
   const principal = requirePrincipal(ctx);
-  const node = await ctx.prisma.node.findUnique({ where: { id: nodeId } });
-  if (!node) throw notFound('node', nodeId);
+  const { rows } = await ctx.sql.query(`SELECT ${nodeViewColumns('n')} FROM ${nodeViewFrom('node', 'n')} WHERE n.id = $1`, [nodeId]);
+  if (!rows[0]) throw notFound('node', nodeId);
+  const node = toNodeRow(rows[0]);
   decide(principal, 'compute:nodes:provision', nodeResource(node));
   const decision = decideMove(verb, node.provisionState as ProvisionState, node.failedFrom as ProvisionState | null);
   if (!decision.legal) {
@@ -41,34 +47,52 @@ async function loadForVerb(ctx: Context, verb: Exclude<Verb, 'enroll'>, nodeId: 
 
 /**
  * The one transaction every single-node verb commits: a compare-and-set on the node's version
- * (CONFLICT when it changed since it was read), the workflow run it starts if any, its outbox event
- * and its reconciler job. All of it or nothing.
+ * (CONFLICT when it changed since it was read), the workflow run it starts if any and its outbox
+ * event and its reconciler job, all in one statement that returns the node's new view. All of it
+ * or nothing.
  */
 async function commitVerb(
   ctx: Context,
-  node: { id: string; version: number; tenantId: string; siteId: string; poolId: string },
+  node: { id: string; version: number },
   change: {
-    data: Prisma.NodeUpdateManyMutationInput;
+    data: NodeChange;
     run: { id: string; kind: string } | null;
     event: string;
     payload: Record<string, unknown>;
     job: { reason: string; wipe?: string };
   },
-): Promise<void> {
-  await ctx.prisma.$transaction(async (tx) => {
-    const updated = await tx.node.updateMany({ where: { id: node.id, version: node.version }, data: change.data });
-    if (updated.count !== 1) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
-    if (change.run) await tx.workflowRun.create({ data: { id: change.run.id, nodeId: node.id, kind: change.run.kind, status: 'queued' } });
-    await publish(tx, {
-      type: change.event,
-      tenantId: node.tenantId,
-      siteId: node.siteId,
-      poolId: node.poolId,
-      nodeId: node.id,
-      subject: node.id,
-      payload: { nodeId: node.id, ...change.payload, requestId: ctx.requestId },
-    });
-    await ctx.queues!.send('metal.reconcile', { nodeId: node.id, ...change.job }, { db: prismaExecutor(tx) });
+): Promise<NodeRow> {
+  const set = setClause(change.data, 8);
+  return ctx.sql.transaction(async (tx) => {
+    const { rows } = await tx.query(
+      `WITH upd AS (
+         UPDATE node SET ${set.sql ? `${set.sql}, ` : ''}version = version + 1, updated_at = now()
+          WHERE id = $1 AND version = $2
+         RETURNING *
+       ), run AS (
+         INSERT INTO workflow_run (id, node_id, kind, status)
+         SELECT $3::text, upd.id, $4::text, 'queued' FROM upd WHERE $3::text IS NOT NULL
+       ), ev AS (
+         INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
+         SELECT $5::text, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id, $6::jsonb FROM upd
+       ), job AS (
+         ${insertJobsSql('metal.reconcile', '$7::jsonb', 'upd')} RETURNING 1
+       )
+       SELECT ${nodeViewColumns('u')}, (SELECT count(*) FROM job)::int AS "jobs" FROM ${nodeViewFrom('upd', 'u')}`,
+      [
+        node.id,
+        node.version,
+        change.run?.id ?? null,
+        change.run?.kind ?? null,
+        change.event,
+        JSON.stringify({ nodeId: node.id, ...change.payload, requestId: ctx.requestId }),
+        JSON.stringify({ nodeId: node.id, ...change.job }),
+        ...set.values,
+      ],
+    );
+    if (!rows[0]) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
+    if (rows[0].jobs !== 1) throw new Error('the metal.reconcile queue is missing: the job was not queued');
+    return toNodeRow(rows[0]);
   });
 }
 
@@ -78,7 +102,7 @@ async function commitVerb(
  * compare-and-set on the node's version, the outbox event and the reconciler job. No verb touches
  * the machine.
  */
-export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, opts: VerbOptions = {}): Promise<string> {
+export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, opts: VerbOptions = {}): Promise<VerbResult> {
   const { node, decision } = await loadForVerb(ctx, verb, nodeId);
   if (verb === 'deploy') {
     // Records a profile version that exists, in the node's tenant, without running it.
@@ -93,7 +117,7 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
   }
   const from = node.provisionState as ProvisionState;
   const to = decision.to ?? from;
-  const data: Prisma.NodeUpdateManyMutationInput = { provisionState: to, version: { increment: 1 } };
+  const data: NodeChange = { provisionState: to };
   if (verb === 'abort') {
     data.failedFrom = from;
     data.lastErrorCode = 'ABORTED';
@@ -114,7 +138,7 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
   const rescueRun = verb === 'rescue' ? newId('WorkflowRun') : null;
   if (rescueRun) data.workflowId = rescueRun;
   const wipe = verb === 'undeploy' ? (opts.wipe ?? 'quick') : undefined;
-  await commitVerb(ctx, node, {
+  const row = await commitVerb(ctx, node, {
     data,
     run: rescueRun ? { id: rescueRun, kind: 'metal-rescue' } : null,
     event: decision.event,
@@ -130,7 +154,7 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
     },
     job: { reason: verb, ...(wipe ? { wipe } : {}) },
   });
-  return node.id;
+  return { nodeId: node.id, row };
 }
 
 const RUNNING = ['queued', 'running'];
@@ -141,23 +165,23 @@ const RUNNING = ['queued', 'running'];
  * ramdisk is still booting (the rescue run has not succeeded); INVALID_CONFIG without the
  * provision module. Publishes node.provision.unrescuing with the workflowId.
  */
-export async function unrescue(ctx: Context, nodeId: string): Promise<string> {
+export async function unrescue(ctx: Context, nodeId: string): Promise<VerbResult> {
   const { node, decision } = await loadForVerb(ctx, 'unrescue', nodeId);
   if (!isModuleRegistered(ctx.config, 'provision')) {
     throw new AppError('INVALID_CONFIG', 'unrescue needs the provision module, which is not registered (MODULES)');
   }
   const current = node.workflowId ? await ctx.prisma.workflowRun.findUnique({ where: { id: node.workflowId } }) : null;
-  if (current?.kind === 'metal-unrescue' && RUNNING.includes(current.status)) return node.id;
+  if (current?.kind === 'metal-unrescue' && RUNNING.includes(current.status)) return { nodeId: node.id, row: node };
   if (current?.kind === 'metal-rescue' && current.status !== 'succeeded') {
     throw new AppError('CONFLICT', `node ${node.id}: the rescue ramdisk is still booting (workflow ${current.id} is ${current.status}); retry when it is up`);
   }
   const workflowId = newId('WorkflowRun');
-  await commitVerb(ctx, node, {
-    data: { workflowId, version: { increment: 1 } },
+  const row = await commitVerb(ctx, node, {
+    data: { workflowId },
     run: { id: workflowId, kind: 'metal-unrescue' },
     event: decision.event,
     payload: { verb: 'unrescue', from: 'rescue', to: 'rescue', workflowId },
     job: { reason: 'unrescue' },
   });
-  return node.id;
+  return { nodeId: node.id, row };
 }

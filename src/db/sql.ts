@@ -1,0 +1,49 @@
+import type pg from 'pg';
+import type { StatementCounter } from './client';
+
+/** One connection inside an open transaction. */
+export interface SqlTx {
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
+  /** For APIs that take an executor (pg-boss's `db` option): its statements join this transaction. */
+  executor: { executeSql(text: string, values: unknown[]): Promise<{ rows: unknown[] }> };
+}
+
+/**
+ * Plain SQL on the same pool Prisma uses, for the hot paths where Prisma's per-call cost dominates
+ * (a verb's one-statement commit, set-based bulk over 10,000 nodes). Every statement is counted in
+ * the same counter as Prisma's, so statement-count tests and /metrics see both.
+ */
+export class Sql {
+  constructor(
+    readonly pool: pg.Pool,
+    private statements: StatementCounter,
+  ) {}
+
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    this.statements.count += 1;
+    return this.pool.query<R>(text, values);
+  }
+
+  /** Runs fn inside BEGIN ... COMMIT on one connection; any throw rolls back and is rethrown. */
+  async transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) => {
+      this.statements.count += 1;
+      return client.query<R>(text, values);
+    };
+    let broken = false;
+    try {
+      await query('BEGIN');
+      const result = await fn({ query, executor: { executeSql: (text, values) => query(text, values) } });
+      await query('COMMIT');
+      return result;
+    } catch (error) {
+      await query('ROLLBACK').catch(() => {
+        broken = true;
+      });
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  }
+}

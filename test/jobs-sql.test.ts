@@ -1,0 +1,48 @@
+import { startTestApp, type TestApp } from './helpers/app';
+import { insertJobsSql } from '../jobs/registry';
+
+/**
+ * The verbs queue their reconciler jobs with insertJobsSql inside their own statement instead of
+ * boss.insert. Those jobs must be the ones pg-boss itself would have written, and pg-boss must run them.
+ */
+describe('jobs queued with insertJobsSql', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t.stop());
+
+  const COLUMNS = `name, data, priority, state, retry_limit, retry_count, retry_delay, retry_backoff, singleton_key, singleton_on,
+                   expire_in, dead_letter, policy, date_trunc('minute', keep_until - start_after) AS kept_for`;
+
+  it('are column for column what boss.insert writes for the same queue', async () => {
+    const { sql, queues } = t.app.services;
+    await queues!.boss.insert([{ name: 'metal.reconcile', data: { nodeId: 'node_via_boss', reason: 'test' } }]);
+    const inserted = await sql.query<{ n: number }>(
+      `WITH j AS (${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', v.id, 'reason', 'test')`, `(VALUES ('node_via_sql')) AS v(id)`)} RETURNING 1)
+       SELECT count(*)::int AS n FROM j`,
+    );
+    expect(inserted.rows[0]!.n).toBe(1);
+    const rows = (await sql.query(`SELECT ${COLUMNS} FROM pgboss.job WHERE data->>'nodeId' IN ('node_via_boss', 'node_via_sql') ORDER BY data->>'nodeId'`)).rows;
+    expect(rows).toHaveLength(2);
+    const [viaBoss, viaSql] = rows as Record<string, unknown>[];
+    expect({ ...viaSql, data: null }).toEqual({ ...viaBoss, data: null });
+    // The queue's own settings (jobs/registry.ts QUEUES), not pg-boss's built-in defaults.
+    expect(viaSql).toMatchObject({ retry_limit: 5, retry_backoff: true, retry_delay: 1, policy: 'standard', state: 'created' });
+  });
+
+  it('are fetched and completed by pg-boss', async () => {
+    const { sql, queues } = t.app.services;
+    await sql.query(`${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', v.id)`, `(VALUES ('node_fetched')) AS v(id)`)}`);
+    const boss = queues!.boss;
+    let found: { id: string; data: unknown } | undefined;
+    for (let i = 0; i < 10 && !found; i += 1) {
+      const jobs = await boss.fetch<{ nodeId: string }>('metal.reconcile', { batchSize: 50 });
+      found = jobs.find((j) => j.data.nodeId === 'node_fetched');
+    }
+    expect(found).toBeDefined();
+    await boss.complete('metal.reconcile', found!.id);
+    const job = await boss.getJobById('metal.reconcile', found!.id);
+    expect(job?.state).toBe('completed');
+  });
+});
