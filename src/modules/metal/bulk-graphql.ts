@@ -1,5 +1,5 @@
 import { builder } from '../../graphql/builder';
-import { approveBatch, bulk, BULK_VERBS, type BulkVerb } from './bulk';
+import { approveBatch, bulk, BULK_VERBS, type BulkResult, type BulkVerb } from './bulk';
 import { WIPE_MODES, type WipeMode } from './verbs';
 
 builder.prismaNode('CommandBatch', {
@@ -34,15 +34,12 @@ const BulkInput = builder.inputType('MetalBulkInput', {
   }),
 });
 
-const BulkPayload = builder.objectRef<{ nodeIds: string[]; batchId: string | null }>('MetalBulkPayload').implement({
+const BulkPayload = builder.objectRef<BulkResult>('MetalBulkPayload').implement({
   fields: (t) => ({
     nodes: t.prismaField({
       type: ['Node'],
-      resolve: async (query, p, _a, ctx) => {
-        const rows = await ctx.prisma.node.findMany({ ...query, where: { id: { in: p.nodeIds } } });
-        const order = new Map(p.nodeIds.map((id, i) => [id, i]));
-        return rows.sort((a, b) => order.get(a.id)! - order.get(b.id)!);
-      },
+      description: 'The nodes\' views after the call, in the order given, as the statement that changed them returned them.',
+      resolve: (_query, p) => p.rows,
     }),
     batch: t.prismaField({
       type: 'CommandBatch',

@@ -4,11 +4,12 @@ import { requirePrincipal } from '../../context';
 import { can, decide } from '../../auth/decide';
 import { AppError, invalidInput, notFound, type ErrorCode } from '../../errors';
 import { newId } from '../../ids';
-import { prismaExecutor } from '../../../jobs/registry';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
 import { decideMove, isDestructive, VERBS, type ProvisionState, type Verb } from './states';
 import type { WipeMode } from './verbs';
+import { insertJobsSql } from '../../../jobs/registry';
+import { nodeViewColumns, nodeViewFrom, toNodeRow, type NodeRow } from './node-rows';
 
 export const BULK_VERBS = (Object.keys(VERBS) as Verb[]).filter((v) => VERBS[v].bulk) as BulkVerb[];
 export type BulkVerb = 'manage' | 'inspect' | 'provide' | 'undeploy' | 'rescue' | 'retire';
@@ -20,6 +21,23 @@ export interface BulkInput {
   nodeIds: string[];
   reason?: string | null;
   wipe?: WipeMode | null;
+}
+
+/** The nodes' new views (in the order given), read back by the statement that changed them. */
+export interface BulkResult {
+  nodeIds: string[];
+  batchId: string | null;
+  rows: NodeRow[];
+}
+
+interface NodeHead {
+  id: string;
+  tenantId: string;
+  siteId: string;
+  poolId: string;
+  provisionState: string;
+  failedFrom: string | null;
+  version: number;
 }
 
 export interface Refusal {
@@ -40,7 +58,7 @@ export function batchDigest(batch: { id: string; poolId: string; verb: string; r
  * every refused node. Set-based: one read, one compare-and-set update, one event insert and one job
  * insert, whatever the number of nodes.
  */
-export async function bulk(ctx: Context, input: BulkInput): Promise<{ nodeIds: string[]; batchId: string | null }> {
+export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> {
   const principal = requirePrincipal(ctx);
   const pool = await ctx.prisma.pool.findUnique({ where: { id: input.poolId } });
   if (!pool) throw notFound('pool', input.poolId);
@@ -56,10 +74,12 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<{ nodeIds: s
   const reason = input.reason?.trim() ?? '';
   if (destructive && !reason) throw invalidInput('reason', `is required: ${input.verb} sends destructive commands, recorded in a batch`);
 
-  const nodes = await ctx.prisma.node.findMany({
-    where: { id: { in: ids } },
-    select: { id: true, tenantId: true, siteId: true, poolId: true, provisionState: true, failedFrom: true, version: true },
-  });
+  const { rows: nodes } = await ctx.sql.query<NodeHead>(
+    `SELECT id, tenant_id AS "tenantId", site_id AS "siteId", pool_id AS "poolId", provision_state AS "provisionState",
+            failed_from AS "failedFrom", version
+       FROM node WHERE id = ANY($1::text[])`,
+    [ids],
+  );
   const byId = new Map(nodes.map((n) => [n.id, n]));
   const refused: Refusal[] = [];
   for (const id of ids) {
@@ -87,51 +107,53 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<{ nodeIds: s
   const event = VERBS[input.verb].event;
   const wipe = input.verb === 'undeploy' ? (input.wipe ?? 'quick') : null;
   const policy = readPolicy(pool.policy);
-  let batchId: string | null = null;
+  const batch = destructive ? { id: newId('CommandBatch'), poolId: pool.id, verb: input.verb, reason, nodeIds: ids, wipe } : null;
   const versions = ids.map((id) => byId.get(id)!.version);
   const froms = ids.map((id) => byId.get(id)!.provisionState);
+  const common = { verb: input.verb, to, bulk: true, batchId: batch?.id ?? null, wipe, requestId: ctx.requestId };
 
-  await ctx.prisma.$transaction(async (tx) => {
-    if (destructive) {
-      batchId = newId('CommandBatch');
-      const fields = { id: batchId, poolId: pool.id, verb: input.verb, reason, nodeIds: ids, wipe };
-      await tx.commandBatch.create({
-        data: {
-          ...fields,
-          tenantId: pool.tenantId,
-          digest: batchDigest(fields),
-          quorum: policy.approverKeys.length ? (policy.quorum ?? policy.approverKeys.length) : 0,
-          status: policy.approverKeys.length ? 'awaiting-approval' : 'recorded',
-          createdBy: principal.tokenId,
-        },
-      });
+  // One statement writes the batch, the compare-and-set on every node, every node's event and
+  // reconciler job, and returns the new views.
+  const rows = await ctx.sql.transaction(async (tx) => {
+    const result = await tx.query(
+      `WITH batch AS (
+         INSERT INTO command_batch (id, tenant_id, pool_id, verb, reason, node_ids, wipe, digest, quorum, status, created_by)
+         SELECT $5::text, $6::text, $4::text, $7::text, $8::text, $2::text[], $9::text, $10::text, $11::int, $12::text, $13::text
+          WHERE $5::text IS NOT NULL
+       ), upd AS (
+         UPDATE node AS n SET provision_state = $1::"ProvisionState", version = n.version + 1, updated_at = now()
+           FROM unnest($2::text[], $3::int[], $14::text[]) AS v(id, version, from_state)
+          WHERE n.id = v.id AND n.version = v.version AND n.pool_id = $4::text
+         RETURNING n.*, v.from_state
+       ), ev AS (
+         INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
+         SELECT $15::text, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id,
+                jsonb_build_object('nodeId', upd.id, 'from', upd.from_state) || $16::jsonb
+           FROM upd
+       ), job AS (
+         ${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', upd.id) || $17::jsonb`, 'upd')} RETURNING 1
+       )
+       SELECT ${nodeViewColumns('u')}, (SELECT count(*) FROM job)::int AS "jobs" FROM ${nodeViewFrom('upd', 'u')}`,
+      [
+        to, ids, versions, pool.id,
+        batch?.id ?? null, pool.tenantId, input.verb, reason, wipe,
+        batch ? batchDigest(batch) : null,
+        policy.approverKeys.length ? (policy.quorum ?? policy.approverKeys.length) : 0,
+        policy.approverKeys.length ? 'awaiting-approval' : 'recorded',
+        principal.tokenId,
+        froms, event, JSON.stringify(common),
+        JSON.stringify({ reason: input.verb, ...(wipe ? { wipe } : {}), ...(batch ? { batchId: batch.id } : {}) }),
+      ],
+    );
+    if (result.rows.length !== ids.length) {
+      throw new AppError('CONFLICT', `${ids.length - result.rows.length} of the nodes changed concurrently; nothing changed, read them again and retry`);
     }
-    const updated = await tx.$executeRawUnsafe(
-      `UPDATE node AS n SET provision_state = $1::"ProvisionState", version = n.version + 1, updated_at = now()
-       FROM unnest($2::text[], $3::int[]) AS v(id, version)
-       WHERE n.id = v.id AND n.version = v.version AND n.pool_id = $4`,
-      to, ids, versions, pool.id,
-    );
-    if (updated !== ids.length) {
-      throw new AppError('CONFLICT', `${ids.length - updated} of the nodes changed concurrently; nothing changed, read them again and retry`);
-    }
-    await tx.$executeRawUnsafe(
-      `INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-       SELECT $1, $2, $3, $4, v.id, v.id,
-              jsonb_build_object('nodeId', v.id, 'verb', $5::text, 'from', v.from_state, 'to', $6::text, 'bulk', true,
-                                 'batchId', $7::text, 'wipe', $8::text, 'requestId', $9::text)
-       FROM unnest($10::text[], $11::text[]) AS v(id, from_state)`,
-      event, pool.tenantId, pool.siteId, pool.id, input.verb, to, batchId, wipe, ctx.requestId, ids, froms,
-    );
-    await ctx.queues!.boss.insert(
-      ids.map((nodeId) => ({
-        name: 'metal.reconcile',
-        data: { nodeId, reason: input.verb, ...(wipe ? { wipe } : {}), ...(batchId ? { batchId } : {}) },
-      })),
-      { db: prismaExecutor(tx) as never },
-    );
-  }, { timeout: 60000 });
-  return { nodeIds: ids, batchId };
+    if (result.rows[0]!.jobs !== ids.length) throw new Error('the metal.reconcile queue is missing: the jobs were not queued');
+    return result.rows;
+  });
+  const order = new Map(ids.map((id, i) => [id, i]));
+  const views = rows.map(toNodeRow).sort((a, b) => order.get(a.id)! - order.get(b.id)!);
+  return { nodeIds: ids, batchId: batch?.id ?? null, rows: views };
 }
 
 /**
