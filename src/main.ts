@@ -1,3 +1,4 @@
+import './production-env';
 import { startApp } from './app';
 import { loadConfig } from './config';
 import { createLogger } from './ops/log';

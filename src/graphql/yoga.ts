@@ -14,6 +14,23 @@ export const CSRF_HEADER = 'x-graphql-csrf';
 /** What the HTTP layer hands to Yoga with each request. */
 export interface ServerContext {
   requestId: string;
+  /**
+   * Set by the REST layer, which runs GraphQL in-process: the final result object (codes fixed,
+   * errors masked) is handed over here instead of being serialized to JSON and parsed back.
+   */
+  capture?: { result?: ExecutionResult };
+}
+
+/** Hands the result to an in-process caller (see ServerContext.capture); must be the last plugin. */
+function captureResult(): Plugin<{}, ServerContext> {
+  return {
+    onResultProcess({ result, serverContext, setResultProcessor }) {
+      const capture = serverContext?.capture;
+      if (!capture || Array.isArray(result) || !result || typeof result !== 'object' || Symbol.asyncIterator in result) return;
+      capture.result = result as ExecutionResult;
+      setResultProcessor((_result, fetchAPI) => new fetchAPI.Response(null, { status: 204 }), 'application/json');
+    },
+  };
 }
 
 /**
@@ -169,6 +186,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
       ...(cache ? [cache.plugin(services.tokens)] : []),
       timing(metrics),
       codeErrors(metrics),
+      captureResult(),
     ],
   });
 }

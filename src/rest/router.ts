@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { AppError, HTTP_STATUS, isErrorCode, type ErrorCode } from '../errors';
 import { routes as defaultRoutes, type Route, type RouteInput } from './routes';
 import { loadOperations } from './operations';
-import { CSRF_HEADER, type GraphqlServer } from '../graphql/yoga';
+import { CSRF_HEADER, type GraphqlServer, type ServerContext } from '../graphql/yoga';
 import { PayloadTooLarge, readBody } from '../http/body';
 import { sendJson, sendError } from '../http/respond';
 
@@ -92,6 +92,7 @@ export class RestRouter {
     const requestId = String(res.getHeader('x-request-id'));
     try {
       const input = await this.parse(compiled, req, params);
+      const capture: NonNullable<ServerContext['capture']> = {};
       const response = await this.yoga.fetch('http://internal/graphql', {
         method: 'POST',
         headers: {
@@ -102,8 +103,12 @@ export class RestRouter {
           ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
         },
         body: JSON.stringify({ query: compiled.document, operationName: compiled.route.operation, variables: compiled.route.variables(input) }),
-      }, { requestId });
-      const result = (await response.json()) as { data?: Record<string, unknown> | null; errors?: { message: string; extensions?: Record<string, unknown> }[] };
+      }, { requestId, capture });
+      // The result object itself when Yoga got as far as a result (see captureResult); its JSON otherwise.
+      const result = (capture.result ?? (await response.json())) as {
+        data?: Record<string, unknown> | null;
+        errors?: readonly { message: string; extensions?: Record<string, unknown> }[];
+      };
       if (result.errors?.length) {
         const first = result.errors[0]!;
         const code: ErrorCode = isErrorCode(first.extensions?.code) ? first.extensions.code : 'INTERNAL';

@@ -4,7 +4,7 @@
  * comparison, against the real service in a child process (see read.ts for the harness).
  *
  * Options: --nodes 10000 (nodes per call), --runs 3 (bulk calls per verb; the median is reported),
- *          --singles 10000 (single calls, sequential).
+ *          --singles 10000 (single calls, sequential), --cpu-prof <dir> (profile the service into <dir>).
  */
 import { generateKeyPairSync } from 'node:crypto';
 import pg from 'pg';
@@ -19,6 +19,14 @@ function intArg(args: string[], name: string, fallback: number): number {
   if (i === -1) return fallback;
   const value = Number(args[i + 1]);
   if (!Number.isInteger(value) || value < 1) throw usageError(`--${name} must be a positive integer`);
+  return value;
+}
+
+function stringArg(args: string[], name: string): string | undefined {
+  const i = args.indexOf(`--${name}`);
+  if (i === -1) return undefined;
+  const value = args[i + 1];
+  if (!value || value.startsWith('--')) throw usageError(`--${name} needs a value`);
   return value;
 }
 
@@ -65,7 +73,11 @@ async function run(args: string[]): Promise<number> {
   console.log(`bulk benchmark: ${nodes} nodes per bulk call, ${runs} runs per verb, ${singles} single calls`);
   console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}`);
   console.log(`date: ${machine.date}`);
-  const service = await startService({ env: { RESPONSE_CACHE_TTL_MS: '0' } });
+  const profDir = stringArg(args, 'cpu-prof');
+  const service = await startService({
+    env: { RESPONSE_CACHE_TTL_MS: '0' },
+    nodeArgs: profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [],
+  });
   try {
     const s = await seed(service, 0);
     const [poolA, poolB] = s.poolIds;
@@ -125,6 +137,6 @@ async function run(args: string[]): Promise<number> {
 
 export const bulkBench = {
   summary: 'bulk retire and bulk undeploy (quorum batch) over 10,000 nodes vs 10,000 single calls',
-  options: ['--nodes 10000 --runs 3 --singles 10000'],
+  options: ['--nodes 10000 --runs 3 --singles 10000 [--cpu-prof <dir>]'],
   run,
 };
