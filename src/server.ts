@@ -6,7 +6,7 @@ import type { RestRouter } from './rest/router';
 import type { Metrics } from './ops/metrics';
 import { openApiDocument, docsPage } from './rest/openapi';
 import { readBody, PayloadTooLarge } from './http/body';
-import { sendError, sendJson } from './http/respond';
+import { sendError, sendJson, serverTiming, startTiming } from './http/respond';
 import { AppError, HTTP_STATUS } from './errors';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -53,7 +53,7 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
   response.headers.forEach((value, name) => {
     outHeaders[name] = value;
   });
-  res.writeHead(response.status, outHeaders);
+  res.writeHead(response.status, { ...outHeaders, ...serverTiming(res) });
   if (!response.body) return void res.end();
   const reader = response.body.getReader();
   try {
@@ -70,6 +70,7 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
 export function createHttpServer(deps: HttpDeps): http.Server {
   const handler = async (req: IncomingMessage, res: ServerResponse) => {
     const started = process.hrtime.bigint();
+    startTiming(res);
     const incoming = req.headers['x-request-id'];
     const requestId = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
     res.setHeader('x-request-id', requestId);

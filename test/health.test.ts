@@ -26,6 +26,21 @@ describe('operations endpoints', () => {
     expect(result.data?.viewer).toMatchObject({ platformAdmin: true, tenantId: null, grants: [{ permission: 'admin', scopeType: 'platform', scopeId: null }] });
   });
 
+  it('reports the server\'s own time in Server-Timing, on REST, GraphQL and errors', async () => {
+    const responses = [
+      await fetch(`${t.url}/healthz`),
+      await fetch(`${t.url}/api/compute/sites`, { headers: { authorization: `Bearer ${t.adminToken}` } }),
+      await fetch(`${t.url}/api/compute/sites`),
+      await fetch(`${t.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: '{ __typename }' }) }),
+    ];
+    for (const response of responses) {
+      const timing = /^app;dur=(\d+\.\d{2})$/.exec(response.headers.get('server-timing') ?? '');
+      expect(timing).not.toBeNull();
+      expect(Number(timing![1])).toBeGreaterThanOrEqual(0);
+      expect(Number(timing![1])).toBeLessThan(10000);
+    }
+  });
+
   it('echoes X-Request-Id, or makes one', async () => {
     const given = await fetch(`${t.url}/healthz`, { headers: { 'x-request-id': 'abc-123' } });
     expect(given.headers.get('x-request-id')).toBe('abc-123');

@@ -100,6 +100,75 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     }
   });
 
+  describe("rescue on a pool with agent: 'none'", () => {
+    // "On a pool with agent: 'none' the node fails with UNSUPPORTED, since such a machine cannot
+    // boot the ramdisk. Publishes node.provision.rescue."
+    let agentless: Awaited<ReturnType<typeof makeTenantTree>>;
+    beforeAll(async () => {
+      agentless = await makeTenantTree(t.app.database.prisma, 'agentless', { pools: 1, nodesPerPool: 0, agent: 'none' });
+    });
+    async function deployedAgentless() {
+      const id = newId('MetalNode');
+      await t.app.database.prisma.node.create({
+        data: { id, tenantId: tree.tenant.id, siteId: agentless.site.id, poolId: agentless.pools[0]!.id, provisionState: 'deployed', bmcAddress: '10.1.1.2', bmcDriver: 'ipmi' },
+      });
+      return id;
+    }
+    beforeAll(async () => {
+      // The agentless tree belongs to its own tenant; the verbs' token is tree's: move the pool over.
+      await t.app.database.prisma.site.update({ where: { id: agentless.site.id }, data: { tenantId: tree.tenant.id } });
+      await t.app.database.prisma.pool.update({ where: { id: agentless.pools[0]!.id }, data: { tenantId: tree.tenant.id } });
+    });
+
+    it.each(['graphql', 'rest'] as const)('over %s: the node fails with UNSUPPORTED from rescue; both events, no workflow, no job', async (via) => {
+      const nodeId = await deployedAgentless();
+      const node = via === 'graphql'
+        ? (await gql(t.url, token, 'mutation ($input: MetalNodeVerbInput!) { rescueNode(input: $input) { node { provisionState failedFrom lastError { code message } workflowId version } } }', { input: { nodeId } })).data!.rescueNode.node
+        : (await rest(t.url, token, 'POST', '/api/compute/metal/rescue', { nodeId })).body.node;
+      expect(node).toMatchObject({ provisionState: 'failed', failedFrom: 'rescue', lastError: { code: 'UNSUPPORTED' }, workflowId: null, version: 2 });
+      expect(node.lastError.message).toMatch(/agentless.*cannot boot the rescue ramdisk/);
+      const events = await eventsOf(nodeId);
+      expect(events.map((e) => e.type)).toEqual(['node.provision.rescue', 'node.provision.failed']);
+      expect(events[1].payload).toMatchObject({ nodeId, verb: 'rescue', from: 'rescue', to: 'failed', error: { code: 'UNSUPPORTED' } });
+      expect(await jobsOf(nodeId)).toEqual([]);
+      expect(await t.app.database.prisma.workflowRun.count({ where: { nodeId } })).toBe(0);
+      // recover returns it to the stable point of rescue: deployed, untouched.
+      const recovered = await gql(t.url, token, mutation('recover'), { input: { nodeId } });
+      expect(recovered.data!.recoverNode.node).toMatchObject({ provisionState: 'deployed', failedFrom: null, lastError: null });
+    });
+
+    it('bulk rescue fails every node the same way, with no batch and no job', async () => {
+      const ids = [await deployedAgentless(), await deployedAgentless()];
+      const res = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: agentless.pools[0]!.id, verb: 'rescue', nodeIds: ids, reason: 'disk repair' });
+      expect(res.status).toBe(200);
+      expect(res.body.batch).toBeNull();
+      for (const n of res.body.nodes) expect(n).toMatchObject({ provisionState: 'failed', failedFrom: 'rescue', lastError: { code: 'UNSUPPORTED' }, workflowId: null });
+      for (const id of ids) {
+        expect((await eventsOf(id)).map((e) => e.type)).toEqual(['node.provision.rescue', 'node.provision.failed']);
+        expect(await jobsOf(id)).toEqual([]);
+      }
+    });
+
+    it('bulk rescue on an agent pool starts one rescue workflow per node, as the single verb does', async () => {
+      const ids = [await nodeIn('deployed'), await nodeIn('deployed')];
+      const res = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'rescue', nodeIds: ids, reason: 'disk repair' });
+      expect(res.status).toBe(200);
+      for (const id of ids) {
+        const row = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id } });
+        expect(row.provisionState).toBe('rescue');
+        const run = await t.app.database.prisma.workflowRun.findUniqueOrThrow({ where: { id: row.workflowId! } });
+        expect(run).toMatchObject({ nodeId: id, kind: 'metal-rescue', status: 'queued' });
+        const events = await eventsOf(id);
+        expect(events.map((e) => e.type)).toEqual(['node.provision.rescue']);
+        expect(events[0].payload).toMatchObject({ nodeId: id, from: 'deployed', to: 'rescue', workflowId: run.id, bulk: true });
+        expect((await jobsOf(id)).map((j) => j.data)).toEqual([{ nodeId: id, reason: 'rescue', batchId: res.body.batch.id }]);
+      }
+      // unrescue reads that run: CONFLICT while the ramdisk boots.
+      const early = await gql(t.url, token, 'mutation ($input: MetalNodeVerbInput!) { unrescueNode(input: $input) { node { id } } }', { input: { nodeId: ids[0] } });
+      expect(codeOf(early)).toBe('CONFLICT');
+    });
+  });
+
   describe('unrescue', () => {
     const UNRESCUE = 'mutation ($input: MetalNodeVerbInput!) { unrescueNode(input: $input) { node { id provisionState workflowId version } } }';
     async function rescued() {

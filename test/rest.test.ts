@@ -248,7 +248,7 @@ describe('REST compatibility plumbing', () => {
         expected: (d) => ({ pool: d.node }),
         check: (b) => {
           expect(b.pool).toMatchObject({ id: tree.pools[1]!.id, siteId: tree.site.id, name: 'acme-pool-1' });
-          expect(b.pool.policy).toMatchObject({ agent: 'none', trustProvisioningNetwork: false, approverKeys: [] });
+          expect(b.pool.policy).toMatchObject({ agent: 'bcd', trustProvisioningNetwork: false, approverKeys: [] });
         },
       },
       {

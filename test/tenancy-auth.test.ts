@@ -176,7 +176,7 @@ describe('tenancy, tokens and authorization', () => {
         expectedVersion: 1,
       });
       expect(ok.status).toBe(200);
-      expect(ok.body.pool).toMatchObject({ version: 2, policy: { hardwareProfile: 'gpu-r750', agent: 'none', quorum: 1, trustProvisioningNetwork: true } });
+      expect(ok.body.pool).toMatchObject({ version: 2, policy: { hardwareProfile: 'gpu-r750', agent: 'bcd', quorum: 1, trustProvisioningNetwork: true } });
       const stale = await rest(t.url, tokenA, 'PATCH', `/api/compute/pools/${pool.id}/policy`, { policy: { agent: 'bcd' }, expectedVersion: 1 });
       expect(stale.status).toBe(409);
       const quorum = await rest(t.url, tokenA, 'PATCH', `/api/compute/pools/${pool.id}/policy`, { policy: { quorum: 2 } });

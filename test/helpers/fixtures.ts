@@ -7,14 +7,15 @@ import type { Permission, ScopeType } from '../../src/auth/permissions';
  * Rows written straight to the real database for a test's starting point (nodes cannot be
  * enrolled through the API until the metal issue lands).
  */
-export async function makeTenantTree(prisma: PrismaClient, name: string, opts: { pools?: number; nodesPerPool?: number } = {}) {
+/** Pools run the `bcd` agent unless `agent: 'none'` (agentless pools cannot rescue). */
+export async function makeTenantTree(prisma: PrismaClient, name: string, opts: { pools?: number; nodesPerPool?: number; agent?: 'none' | 'bcd' } = {}) {
   const tenant = await prisma.tenant.create({ data: { id: newId('Tenant'), name } });
   const site = await prisma.site.create({ data: { id: newId('Site'), tenantId: tenant.id, name: `${name}-site` } });
   const pools = [];
   const nodes = [];
   for (let p = 0; p < (opts.pools ?? 2); p += 1) {
     const pool = await prisma.pool.create({
-      data: { id: newId('Pool'), tenantId: tenant.id, siteId: site.id, name: `${name}-pool-${p}`, policy: { agent: 'none' } },
+      data: { id: newId('Pool'), tenantId: tenant.id, siteId: site.id, name: `${name}-pool-${p}`, policy: { agent: opts.agent ?? 'bcd' } },
     });
     pools.push(pool);
     const batch = Array.from({ length: opts.nodesPerPool ?? 2 }, (_, i) => ({

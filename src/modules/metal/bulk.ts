@@ -9,7 +9,8 @@ import { readPolicy } from '../tenancy/pool';
 import { decideMove, isDestructive, VERBS, type ProvisionState, type Verb } from './states';
 import type { WipeMode } from './verbs';
 import { insertJobsSql } from '../../../jobs/registry';
-import { nodeViewColumns, nodeViewFrom, toNodeRow, type NodeRow } from './node-rows';
+import { nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeRow } from './node-rows';
+import { agentlessRescue } from './verbs';
 
 export const BULK_VERBS = (Object.keys(VERBS) as Verb[]).filter((v) => VERBS[v].bulk) as BulkVerb[];
 export type BulkVerb = 'manage' | 'inspect' | 'provide' | 'undeploy' | 'rescue' | 'retire';
@@ -104,16 +105,28 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   }
 
   const to = VERBS[input.verb].to as ProvisionState;
-  const event = VERBS[input.verb].event;
   const wipe = input.verb === 'undeploy' ? (input.wipe ?? 'quick') : null;
   const policy = readPolicy(pool.policy);
-  const batch = destructive ? { id: newId('CommandBatch'), poolId: pool.id, verb: input.verb, reason, nodeIds: ids, wipe } : null;
+  // Each node exactly as its own verb: rescue on an agentless pool fails the nodes with
+  // UNSUPPORTED at once (nothing destructive runs, so no batch and no jobs); otherwise rescue
+  // starts one workflow run per node, which unrescue reads.
+  const unsupported = input.verb === 'rescue' ? agentlessRescue(pool) : null;
+  const runIds = input.verb === 'rescue' && !unsupported ? ids.map(() => newId('WorkflowRun')) : null;
+  const batch = destructive && !unsupported ? { id: newId('CommandBatch'), poolId: pool.id, verb: input.verb, reason, nodeIds: ids, wipe } : null;
   const versions = ids.map((id) => byId.get(id)!.version);
   const froms = ids.map((id) => byId.get(id)!.provisionState);
-  const common = { verb: input.verb, to, bulk: true, batchId: batch?.id ?? null, wipe, requestId: ctx.requestId };
+  const common = { verb: input.verb, bulk: true, batchId: batch?.id ?? null, wipe, requestId: ctx.requestId };
+  const events = unsupported
+    ? [
+        { type: VERBS.rescue.event, payload: { ...common, to } },
+        { type: 'node.provision.failed', payload: { ...common, from: 'rescue', to: 'failed', failedFrom: 'rescue', error: unsupported.error } },
+      ]
+    : [{ type: VERBS[input.verb].event, payload: { ...common, to } }];
+  const job = unsupported ? null : { reason: input.verb, ...(wipe ? { wipe } : {}), ...(batch ? { batchId: batch.id } : {}) };
+  const extra = setClause(unsupported ? unsupported.data : { provisionState: to }, 19);
 
-  // One statement writes the batch, the compare-and-set on every node, every node's event and
-  // reconciler job, and returns the new views.
+  // One statement writes the batch, the compare-and-set on every node, the workflow runs, every
+  // node's events and reconciler job, and returns the new views.
   const rows = await ctx.sql.transaction(async (tx) => {
     const result = await tx.query(
       `WITH batch AS (
@@ -121,34 +134,43 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
          SELECT $5::text, $6::text, $4::text, $7::text, $8::text, $2::text[], $9::text, $10::text, $11::int, $12::text, $13::text
           WHERE $5::text IS NOT NULL
        ), upd AS (
-         UPDATE node AS n SET provision_state = $1::"ProvisionState", version = n.version + 1, updated_at = now()
-           FROM unnest($2::text[], $3::int[], $14::text[]) AS v(id, version, from_state)
+         UPDATE node AS n SET ${extra.sql}, workflow_id = COALESCE(v.run_id, n.workflow_id), version = n.version + 1, updated_at = now()
+           FROM unnest($2::text[], $3::int[], $1::text[], $14::text[]) AS v(id, version, from_state, run_id)
           WHERE n.id = v.id AND n.version = v.version AND n.pool_id = $4::text
-         RETURNING n.*, v.from_state
+         RETURNING n.*, v.from_state, v.run_id
+       ), run AS (
+         INSERT INTO workflow_run (id, node_id, kind, status)
+         SELECT upd.run_id, upd.id, 'metal-rescue', 'queued' FROM upd WHERE upd.run_id IS NOT NULL
        ), ev AS (
          INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-         SELECT $15::text, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id,
-                jsonb_build_object('nodeId', upd.id, 'from', upd.from_state) || $16::jsonb
-           FROM upd
+         SELECT e.type, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id,
+                jsonb_build_object('nodeId', upd.id, 'from', upd.from_state)
+                  || CASE WHEN upd.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('workflowId', upd.run_id) END
+                  || e.payload
+           FROM upd, unnest($15::text[], $16::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
+          ORDER BY upd.id, e.n
        ), job AS (
-         ${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', upd.id) || $17::jsonb`, 'upd')} RETURNING 1
+         ${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', upd.id) || $17::jsonb`, '(SELECT * FROM upd WHERE $17::jsonb IS NOT NULL) AS upd')} RETURNING 1
        )
-       SELECT ${nodeViewColumns('u')}, (SELECT count(*) FROM job)::int AS "jobs" FROM ${nodeViewFrom('upd', 'u')}`,
+       SELECT ${nodeViewColumns('u')}, (SELECT count(*) FROM job)::int AS "jobs", $18::int AS "expectedJobs" FROM ${nodeViewFrom('upd', 'u')}`,
       [
-        to, ids, versions, pool.id,
+        froms, ids, versions, pool.id,
         batch?.id ?? null, pool.tenantId, input.verb, reason, wipe,
         batch ? batchDigest(batch) : null,
         policy.approverKeys.length ? (policy.quorum ?? policy.approverKeys.length) : 0,
         policy.approverKeys.length ? 'awaiting-approval' : 'recorded',
         principal.tokenId,
-        froms, event, JSON.stringify(common),
-        JSON.stringify({ reason: input.verb, ...(wipe ? { wipe } : {}), ...(batch ? { batchId: batch.id } : {}) }),
+        runIds ?? ids.map(() => null),
+        events.map((e) => e.type), events.map((e) => JSON.stringify(e.payload)),
+        job ? JSON.stringify(job) : null,
+        job ? ids.length : 0,
+        ...extra.values,
       ],
     );
     if (result.rows.length !== ids.length) {
       throw new AppError('CONFLICT', `${ids.length - result.rows.length} of the nodes changed concurrently; nothing changed, read them again and retry`);
     }
-    if (result.rows[0]!.jobs !== ids.length) throw new Error('the metal.reconcile queue is missing: the jobs were not queued');
+    if (result.rows[0]!.jobs !== result.rows[0]!.expectedJobs) throw new Error('the metal.reconcile queue is missing: the jobs were not queued');
     return result.rows;
   });
   const order = new Map(ids.map((id, i) => [id, i]));

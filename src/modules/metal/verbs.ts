@@ -7,6 +7,7 @@ import { isModuleRegistered } from '../../config';
 import { nodeResource } from '../tenancy/resources';
 import { decideMove, RECOVER_TO, type ProvisionState, type Verb } from './states';
 import { insertJobsSql } from '../../../jobs/registry';
+import { readPolicy } from '../tenancy/pool';
 import { nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
 
 /** The single-node verbs whose whole effect is a state move (enroll, power, bulk... live elsewhere). */
@@ -19,6 +20,16 @@ export interface VerbOptions {
   reason?: string | null;
   wipe?: WipeMode | null;
   profile?: { profileId: string; profileVersion: number };
+}
+
+/**
+ * "On a pool with agent: 'none' the node fails with UNSUPPORTED, since such a machine cannot boot
+ * the ramdisk": the change that makes a rescued node of such a pool failed (null for other pools).
+ */
+export function agentlessRescue(pool: { id: string; policy: unknown }): { data: NodeChange; error: { code: 'UNSUPPORTED'; message: string } } | null {
+  if (readPolicy(pool.policy).agent !== 'none') return null;
+  const error = { code: 'UNSUPPORTED' as const, message: `pool ${pool.id} is agentless (agent: 'none'): its machines cannot boot the rescue ramdisk` };
+  return { data: { provisionState: 'failed', failedFrom: 'rescue', lastErrorCode: error.code, lastErrorMessage: error.message }, error };
 }
 
 /** What a verb resolver hands to its payload: the node's id and, when the verb read it back, its row. */
@@ -57,9 +68,10 @@ async function commitVerb(
   change: {
     data: NodeChange;
     run: { id: string; kind: string } | null;
-    event: string;
-    payload: Record<string, unknown>;
-    job: { reason: string; wipe?: string };
+    /** Published in this order; each payload also gets nodeId and requestId. */
+    events: { type: string; payload: Record<string, unknown> }[];
+    /** null when the change leaves nothing for the reconciler to do. */
+    job: { reason: string; wipe?: string } | null;
   },
 ): Promise<NodeRow> {
   const set = setClause(change.data, 8);
@@ -74,9 +86,11 @@ async function commitVerb(
          SELECT $3::text, upd.id, $4::text, 'queued' FROM upd WHERE $3::text IS NOT NULL
        ), ev AS (
          INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-         SELECT $5::text, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id, $6::jsonb FROM upd
+         SELECT e.type, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id, e.payload
+           FROM upd, unnest($5::text[], $6::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
+          ORDER BY e.n
        ), job AS (
-         ${insertJobsSql('metal.reconcile', '$7::jsonb', 'upd')} RETURNING 1
+         ${insertJobsSql('metal.reconcile', '$7::jsonb', '(SELECT * FROM upd WHERE $7::jsonb IS NOT NULL) AS upd')} RETURNING 1
        )
        SELECT ${nodeViewColumns('u')}, (SELECT count(*) FROM job)::int AS "jobs" FROM ${nodeViewFrom('upd', 'u')}`,
       [
@@ -84,14 +98,14 @@ async function commitVerb(
         node.version,
         change.run?.id ?? null,
         change.run?.kind ?? null,
-        change.event,
-        JSON.stringify({ nodeId: node.id, ...change.payload, requestId: ctx.requestId }),
-        JSON.stringify({ nodeId: node.id, ...change.job }),
+        change.events.map((e) => e.type),
+        change.events.map((e) => JSON.stringify({ nodeId: node.id, ...e.payload, requestId: ctx.requestId })),
+        change.job ? JSON.stringify({ nodeId: node.id, ...change.job }) : null,
         ...set.values,
       ],
     );
     if (!rows[0]) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
-    if (rows[0].jobs !== 1) throw new Error('the metal.reconcile queue is missing: the job was not queued');
+    if (rows[0].jobs !== (change.job ? 1 : 0)) throw new Error('the metal.reconcile queue is missing: the job was not queued');
     return toNodeRow(rows[0]);
   });
 }
@@ -133,25 +147,42 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
     data.profileId = opts.profile.profileId;
     data.profileVersion = opts.profile.profileVersion;
   }
+  const wipe = verb === 'undeploy' ? (opts.wipe ?? 'quick') : undefined;
+  const payload = {
+    verb,
+    from,
+    to,
+    ...(verb === 'abort' ? { reason: opts.reason ?? null } : {}),
+    ...(verb === 'recover' ? { failedFrom: node.failedFrom, stablePoint: RECOVER_TO[node.failedFrom as ProvisionState] } : {}),
+    ...(wipe ? { wipe } : {}),
+    ...(verb === 'deploy' ? opts.profile : {}),
+  };
+  if (verb === 'rescue') {
+    const pool = await ctx.prisma.pool.findUniqueOrThrow({ where: { id: node.poolId }, select: { id: true, policy: true } });
+    const unsupported = agentlessRescue(pool);
+    if (unsupported) {
+      // The node moves to rescue and fails there at once: nothing can boot the ramdisk, so no
+      // workflow starts and nothing is queued.
+      const row = await commitVerb(ctx, node, {
+        data: { ...unsupported.data },
+        run: null,
+        events: [
+          { type: decision.event, payload },
+          { type: 'node.provision.failed', payload: { verb, from: 'rescue', to: 'failed', failedFrom: 'rescue', error: unsupported.error } },
+        ],
+        job: null,
+      });
+      return { nodeId: node.id, row };
+    }
+  }
   // The rescue workflow's run exists from the call on: unrescue reads it to know whether the
   // rescue ramdisk is still booting.
   const rescueRun = verb === 'rescue' ? newId('WorkflowRun') : null;
   if (rescueRun) data.workflowId = rescueRun;
-  const wipe = verb === 'undeploy' ? (opts.wipe ?? 'quick') : undefined;
   const row = await commitVerb(ctx, node, {
     data,
     run: rescueRun ? { id: rescueRun, kind: 'metal-rescue' } : null,
-    event: decision.event,
-    payload: {
-      verb,
-      from,
-      to,
-      ...(verb === 'abort' ? { reason: opts.reason ?? null } : {}),
-      ...(verb === 'recover' ? { failedFrom: node.failedFrom, stablePoint: RECOVER_TO[node.failedFrom as ProvisionState] } : {}),
-      ...(wipe ? { wipe } : {}),
-      ...(verb === 'deploy' ? opts.profile : {}),
-      ...(rescueRun ? { workflowId: rescueRun } : {}),
-    },
+    events: [{ type: decision.event, payload: { ...payload, ...(rescueRun ? { workflowId: rescueRun } : {}) } }],
     job: { reason: verb, ...(wipe ? { wipe } : {}) },
   });
   return { nodeId: node.id, row };
@@ -179,8 +210,7 @@ export async function unrescue(ctx: Context, nodeId: string): Promise<VerbResult
   const row = await commitVerb(ctx, node, {
     data: { workflowId },
     run: { id: workflowId, kind: 'metal-unrescue' },
-    event: decision.event,
-    payload: { verb: 'unrescue', from: 'rescue', to: 'rescue', workflowId },
+    events: [{ type: decision.event, payload: { verb: 'unrescue', from: 'rescue', to: 'rescue', workflowId } }],
     job: { reason: 'unrescue' },
   });
   return { nodeId: node.id, row };
