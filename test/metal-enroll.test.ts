@@ -61,6 +61,29 @@ describe('enroll', () => {
     expect(await t.app.services.secrets!.get(row.bmc_credentials_ref, tree.tenant.id)).toEqual({ username: 'root', password: PASSWORD });
   });
 
+  it('when the node cannot be written, the inline credentials stored first are removed again', async () => {
+    // A real failure inside the node transaction, after the broker was written.
+    await sql.query(`CREATE FUNCTION test_refuse_node() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.bmc_address = '10.66.66.66' THEN RAISE EXCEPTION 'refused by test'; END IF; RETURN NEW; END $$`);
+    await sql.query('CREATE TRIGGER test_refuse_node BEFORE INSERT ON node FOR EACH ROW EXECUTE FUNCTION test_refuse_node()');
+    try {
+      const secrets = async () => Number((await sql.query('SELECT count(*) FROM secret')).rows[0].count);
+      const before = await secrets();
+      const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({}, { address: '10.66.66.66' }));
+      expect(response.status).toBe(500);
+      expect(response.body.error.code).toBe('INTERNAL');
+      expect(await secrets()).toBe(before);
+      expect((await sql.query(`SELECT count(*) FROM node WHERE bmc_address = '10.66.66.66'`)).rows[0].count).toBe('0');
+      // A secret:// reference is the caller's: it is never removed.
+      const ref = await t.app.services.secrets!.put(tree.tenant.id, { username: 'u', password: 'p' });
+      await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({}, { address: '10.66.66.66', credentials: ref }));
+      expect(await t.app.services.secrets!.get(ref, tree.tenant.id)).toEqual({ username: 'u', password: 'p' });
+    } finally {
+      await sql.query('DROP TRIGGER test_refuse_node ON node');
+      await sql.query('DROP FUNCTION test_refuse_node()');
+    }
+  });
+
   it('every call creates a new node', async () => {
     const a = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body());
     const b = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body());

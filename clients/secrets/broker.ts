@@ -11,6 +11,8 @@ export const SECRET_SCHEME = 'secret://';
 export interface SecretBroker {
   put(tenantId: string | null, value: unknown, db?: Pick<PrismaClient, 'secret'>): Promise<string>;
   get(ref: string, tenantId: string | null): Promise<unknown>;
+  /** Removes a secret this service stored (a compensation when what was to reference it failed). */
+  delete(ref: string, tenantId: string | null): Promise<void>;
 }
 
 export const isSecretRef = (value: unknown): value is string =>
@@ -59,6 +61,11 @@ export class BuiltinSecretBroker implements SecretBroker {
     } catch {
       throw new AppError('INVALID_CONFIG', `secret ${ref} does not decrypt with the configured SECRET_KEY`);
     }
+  }
+
+  async delete(ref: string, tenantId: string | null): Promise<void> {
+    if (!isSecretRef(ref)) throw new AppError('INVALID_INPUT', 'not a secret:// reference');
+    await this.prisma.secret.deleteMany({ where: { id: ref.slice(SECRET_SCHEME.length), tenantId } });
   }
 }
 

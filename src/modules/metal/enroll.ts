@@ -143,37 +143,52 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
     credentialsRef = await ctx.secrets.put(pool.tenantId, { username: credentials.username, password: credentials.password });
   }
 
+  const owner = pool;
   const id = newId('MetalNode');
-  await ctx.prisma.$transaction(async (tx) => {
-    await tx.node.create({
-      data: {
-        id,
-        tenantId: pool.tenantId,
-        siteId: pool.siteId,
-        poolId: pool.id,
-        name: input.name ?? null,
-        provisionState: VERBS.enroll.to,
-        bmcAddress: address,
-        bmcDriver: driver,
-        bmcDriverOptions: driverOptions as object,
-        bmcCredentialsRef: credentialsRef,
-        addresses,
-        macs,
-        productUuid,
-        hardwareProfileId: profile?.id ?? null,
-        driverBindings: { ...bindingsFor(driver, profile?.driverBindings ?? null) },
-      },
+  const writeNode = () =>
+    ctx.prisma.$transaction(async (tx) => {
+      await tx.node.create({
+        data: {
+          id,
+          tenantId: owner.tenantId,
+          siteId: owner.siteId,
+          poolId: owner.id,
+          name: input.name ?? null,
+          provisionState: VERBS.enroll.to,
+          bmcAddress: address,
+          bmcDriver: driver,
+          bmcDriverOptions: driverOptions as object,
+          bmcCredentialsRef: credentialsRef,
+          addresses,
+          macs,
+          productUuid,
+          hardwareProfileId: profile?.id ?? null,
+          driverBindings: { ...bindingsFor(driver, profile?.driverBindings ?? null) },
+        },
+      });
+      await publish(tx, {
+        type: VERBS.enroll.event,
+        tenantId: owner.tenantId,
+        siteId: owner.siteId,
+        poolId: owner.id,
+        nodeId: id,
+        subject: id,
+        payload: { nodeId: id, verb: 'enroll', to: VERBS.enroll.to, bmc: { address, driver }, requestId: ctx.requestId },
+      });
+      await ctx.queues!.send('metal.reconcile', { nodeId: id, reason: 'enroll' }, { db: prismaExecutor(tx) });
     });
-    await publish(tx, {
-      type: VERBS.enroll.event,
-      tenantId: pool.tenantId,
-      siteId: pool.siteId,
-      poolId: pool.id,
-      nodeId: id,
-      subject: id,
-      payload: { nodeId: id, verb: 'enroll', to: VERBS.enroll.to, bmc: { address, driver }, requestId: ctx.requestId },
-    });
-    await ctx.queues!.send('metal.reconcile', { nodeId: id, reason: 'enroll' }, { db: prismaExecutor(tx) });
-  });
+  const stored = typeof credentials === 'string' ? null : credentialsRef;
+  try {
+    await writeNode();
+  } catch (error) {
+    // The broker was written first, as the seed orders; a node that was never written must not
+    // leave its credentials behind.
+    if (stored) {
+      await ctx.secrets!.delete(stored, owner.tenantId).catch((cleanup: unknown) =>
+        ctx.log.error({ err: cleanup, secret: stored }, 'enroll failed and its inline credentials could not be removed'),
+      );
+    }
+    throw error;
+  }
   return id;
 }
