@@ -11,11 +11,15 @@ const QUEUE_CREATION_LOCK = 7243916082;
 export interface QueueData {
   /** Level-triggered: "make node X match its desired state". Queued by the metal verbs. */
   'metal.reconcile': { nodeId: string; reason: string; wipe?: string; batchId?: string };
+  /** Scheduled: deletes events older than the retention (EVENT_RETENTION_HOURS). */
+  'events.prune': Record<string, never>;
 }
 export type QueueName = keyof QueueData;
 
 export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
   'metal.reconcile': { name: 'metal.reconcile', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 15 * 60 },
+  // One prune at a time is enough; a missed one is caught up by the next.
+  'events.prune': { name: 'events.prune', policy: 'singleton', retryLimit: 1, expireInSeconds: 10 * 60 },
 };
 
 /** Something that runs SQL, e.g. an open transaction: jobs sent through it commit or roll back with it. */

@@ -19,6 +19,9 @@ import { createHttpServer } from './server';
 import type { Services } from './context';
 import { fromRoot } from './paths';
 import { BuiltinSecretBroker, loadSecretKey } from '../clients/secrets/broker';
+import { Sequencer } from './events/sequencer';
+import { EventHub } from './events/hub';
+import { attachGraphqlWs } from './events/ws';
 
 export interface App {
   config: Config;
@@ -105,8 +108,19 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     });
     if (!secretKey) log.warn('no SECRET_KEY or SECRET_KEY_FILE: no secret broker, so inline BMC credentials are refused');
     const secrets = secretKey ? new BuiltinSecretBroker(database.prisma, secretKey) : null;
-    const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, log };
-    if (config.role !== 'api') await startWorkers(queues, log);
+    // Every process may number the event stream; one at a time does (advisory lock).
+    const sequencer = new Sequencer(databaseUrl, log);
+    await sequencer.start();
+    cleanups.push(() => sequencer.stop());
+    let events: EventHub | null = null;
+    if (config.role !== 'worker') {
+      const hub = new EventHub(databaseUrl, database.backgroundSql, tokens, log, { buffer: config.subscriberBuffer });
+      cleanups.push(() => hub.stop());
+      await hub.start();
+      events = hub;
+    }
+    const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, log };
+    if (config.role !== 'api') await startWorkers(queues, log, { sql: database.sql, retentionHours: config.eventRetentionHours });
 
     let server: Server | null = null;
     let yoga: GraphqlServer | null = null;
@@ -124,6 +138,8 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       const rest = new RestRouter(yoga);
       const httpServer = createHttpServer({
         yoga,
+        events,
+        tokens,
         rest,
         metrics,
         log,
@@ -149,6 +165,14 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         const timer = setTimeout(() => httpServer.closeAllConnections(), config.shutdownTimeoutMs);
         await closed;
         clearTimeout(timer);
+      });
+      const ws = attachGraphqlWs(httpServer, yoga, log);
+      // Runs before the HTTP drain (cleanups run in reverse): open streams end first, so the drain
+      // does not wait for them.
+      const hub = events!;
+      cleanups.push(async () => {
+        await ws.close();
+        await hub.stop();
       });
       log.info({ url, role: config.role }, 'listening');
     } else {

@@ -15,6 +15,10 @@ export interface Config {
   maxCost: number;
   maxPageSize: number;
   tokenCacheMs: number;
+  /** Events older than this are pruned (EVENT_RETENTION_HOURS, default 7 days). */
+  eventRetentionHours: number;
+  /** Events a subscriber may fall behind before it is closed with its last cursor. */
+  subscriberBuffer: number;
   agentHeartbeatMs: number;
   responseCacheTtlMs: number;
   shutdownTimeoutMs: number;
@@ -54,6 +58,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxCost: intEnv(env, 'GRAPHQL_MAX_COST', 100000, 1),
     maxPageSize: intEnv(env, 'MAX_PAGE_SIZE', 500, 1),
     tokenCacheMs: intEnv(env, 'TOKEN_CACHE_MS', 2000),
+    eventRetentionHours: intEnv(env, 'EVENT_RETENTION_HOURS', 168, 1),
+    subscriberBuffer: intEnv(env, 'SUBSCRIBER_BUFFER', 1000, 1),
     agentHeartbeatMs: intEnv(env, 'AGENT_HEARTBEAT_MS', 60000, 1),
     responseCacheTtlMs: intEnv(env, 'RESPONSE_CACHE_TTL_MS', 10000),
     shutdownTimeoutMs: intEnv(env, 'SHUTDOWN_TIMEOUT_MS', 10000),

@@ -7,6 +7,7 @@ import type { Sql } from './db/sql';
 import type { Queues } from '../jobs/registry';
 import { unauthenticated } from './errors';
 import type { SecretBroker } from '../clients/secrets/broker';
+import type { EventHub } from './events/hub';
 
 /** Long-lived services every request can use. */
 export interface Services {
@@ -18,6 +19,8 @@ export interface Services {
   queues: Queues | null;
   /** null when no secret broker is configured (inline credentials are then INVALID_CONFIG). */
   secrets: SecretBroker | null;
+  /** The process's event stream (null in worker-only processes: they serve no subscriptions). */
+  events: EventHub | null;
   log: Logger;
 }
 
@@ -25,6 +28,10 @@ export interface Services {
 export interface Context extends Services {
   requestId: string;
   principal: Principal | null;
+  /** The bearer token the principal came from: streams re-check it and end when it is revoked. */
+  token: string | null;
+  /** Set by streaming transports that can report how much they have not sent yet (WebSocket). */
+  transport?: { backlog(): number };
 }
 
 /** The authenticated principal, or UNAUTHENTICATED. */

@@ -8,11 +8,16 @@ import { openApiDocument, docsPage } from './rest/openapi';
 import { readBody, PayloadTooLarge } from './http/body';
 import { sendError, sendJson, serverTiming, startTiming } from './http/respond';
 import { AppError, HTTP_STATUS } from './errors';
+import type { EventHub } from './events/hub';
+import { serveEventStream } from './events/sse';
+import type { TokenStore } from './auth/tokens';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export interface HttpDeps {
   yoga: GraphqlServer;
+  events: EventHub | null;
+  tokens: TokenStore;
   rest: RestRouter;
   metrics: Metrics;
   log: Logger;
@@ -22,7 +27,7 @@ export interface HttpDeps {
 
 /** Route label for metrics: the matched route template, never the raw path (bounded cardinality). */
 function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
-  if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs'].includes(pathname)) return pathname;
+  if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/api/events'].includes(pathname)) return pathname;
   for (const r of deps.rest.routes) {
     if (r.method !== method) continue;
     const re = new RegExp('^' + r.path.replace(/\{\w+\}/g, '[^/]+') + '/?$');
@@ -101,6 +106,8 @@ export function createHttpServer(deps: HttpDeps): http.Server {
           return void res.end(docsPage(deps.rest.routes));
         case '/graphql':
           return await serveGraphql(deps, req, res, requestId);
+        case '/api/events':
+          return await serveEventStream(deps, req, res, requestId);
       }
       if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res);
       return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);

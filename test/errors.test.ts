@@ -101,6 +101,8 @@ describe('one error vocabulary', () => {
       const router = new RestRouter(t.app.yoga!, table);
       server = createHttpServer({
         yoga: t.app.yoga!,
+        events: null,
+        tokens: t.app.services.tokens,
         rest: router,
         metrics: new Metrics(),
         log: pino({ level: 'silent' }),

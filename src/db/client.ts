@@ -17,6 +17,8 @@ export interface Database {
   statements: StatementCounter;
   /** Plain SQL on the same pool, counted with Prisma's statements. */
   sql: Sql;
+  /** The same pool for background readers (the event stream's poller), counted apart so request-level statement counts stay exact. */
+  backgroundSql: Sql;
   close(): Promise<void>;
 }
 
@@ -37,6 +39,7 @@ export function connectDatabase(url: string, opts: { poolSize?: number } = {}): 
     pool,
     statements,
     sql: new Sql(pool, statements),
+    backgroundSql: new Sql(pool, new StatementCounter()),
     async close() {
       await prisma.$disconnect();
       await pool.end();

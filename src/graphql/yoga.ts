@@ -177,7 +177,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
       // Subscriptions over WebSocket build their context elsewhere: this one always has a request.
       const token = bearerToken(request.headers.get('authorization'));
       const principal = token ? await services.tokens.authenticate(token) : null;
-      return { ...services, requestId, principal };
+      return { ...services, requestId, principal, token: token ?? null };
     },
     plugins: [
       useCSRFPrevention({ requestHeaders: [CSRF_HEADER, 'x-request-id'] }),

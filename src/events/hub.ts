@@ -1,0 +1,442 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+import { AppError, invalidInput, unauthenticated } from '../errors';
+import { isPlatformAdmin, mayRead } from '../auth/decide';
+import type { Principal, Resource } from '../auth/permissions';
+import type { TokenStore } from '../auth/tokens';
+import type { Sql } from '../db/sql';
+
+/** One committed, sequenced outbox row as subscribers see it. */
+export interface StreamEvent {
+  seq: bigint;
+  cursor: string;
+  type: string;
+  tenantId: string | null;
+  siteId: string | null;
+  poolId: string | null;
+  nodeId: string | null;
+  subject: string;
+  payload: Record<string, unknown>;
+  createdAt: Date;
+}
+
+/** The last item of a stream that was closed by the server: why, and where to resume. */
+export interface StreamEnd {
+  error: AppError;
+}
+
+export type StreamItem = StreamEvent | StreamEnd;
+
+export const isStreamEnd = (item: StreamItem): item is StreamEnd => 'error' in item;
+
+/** What a subscriber wants; every field narrows (all must match). */
+export interface EventFilter {
+  types?: string[] | null;
+  /** Type prefixes, e.g. `node.` for the REST channel `metal`. */
+  typePrefixes?: string[] | null;
+  siteId?: string | null;
+  poolId?: string | null;
+  nodeId?: string | null;
+  subject?: string | null;
+  /** The subject, or payload.workflowId, is this run (workflow progress). */
+  workflowId?: string | null;
+}
+
+export interface SubscribeOptions {
+  principal: Principal;
+  /** The bearer token, re-checked when tokens or grants change: a revoked token ends the stream. */
+  token: string;
+  filter: EventFilter;
+  /** Replay everything after this cursor first; without it the stream starts at the live head. */
+  after?: string | null;
+  /** Bytes the transport has queued and not yet sent (WebSocket bufferedAmount). */
+  backlog?: () => number;
+}
+
+const COLUMNS = `seq::text AS seq, type, tenant_id AS "tenantId", site_id AS "siteId", pool_id AS "poolId", node_id AS "nodeId",
+                 subject, payload, created_at AS "createdAt"`;
+
+type Row = Omit<StreamEvent, 'seq' | 'cursor'> & { seq: string };
+const toEvent = (row: Row): StreamEvent => ({ ...row, seq: BigInt(row.seq), cursor: row.seq });
+
+/** Where an event sits, for the same read decision as the rows it is about. */
+export function resourceOf(e: Pick<StreamEvent, 'tenantId' | 'siteId' | 'poolId' | 'nodeId'>): Resource {
+  if (!e.tenantId) return { type: 'platform' };
+  if (e.nodeId && e.siteId && e.poolId) return { type: 'node', id: e.nodeId, tenantId: e.tenantId, siteId: e.siteId, poolId: e.poolId };
+  if (e.poolId && e.siteId) return { type: 'pool', id: e.poolId, tenantId: e.tenantId, siteId: e.siteId };
+  if (e.siteId) return { type: 'site', id: e.siteId, tenantId: e.tenantId };
+  return { type: 'tenant', id: e.tenantId, tenantId: e.tenantId };
+}
+
+export function matches(filter: EventFilter, e: StreamEvent): boolean {
+  if (filter.types?.length && !filter.types.includes(e.type)) return false;
+  if (filter.typePrefixes?.length && !filter.typePrefixes.some((p) => e.type.startsWith(p))) return false;
+  if (filter.siteId && e.siteId !== filter.siteId) return false;
+  if (filter.poolId && e.poolId !== filter.poolId) return false;
+  if (filter.nodeId && e.nodeId !== filter.nodeId) return false;
+  if (filter.subject && e.subject !== filter.subject) return false;
+  if (filter.workflowId && e.subject !== filter.workflowId && e.payload.workflowId !== filter.workflowId) return false;
+  return true;
+}
+
+/** The same filter as SQL, so a replay reads only what it may deliver (mayRead still decides each row). */
+function filterSql(filter: EventFilter, principal: Principal, values: unknown[]): string {
+  const where: string[] = [];
+  const param = (value: unknown) => {
+    values.push(value);
+    return `$${values.length}`;
+  };
+  if (!isPlatformAdmin(principal)) where.push(`tenant_id = ${param(principal.tenantId ?? '')}`);
+  if (filter.types?.length) where.push(`type = ANY(${param(filter.types)}::text[])`);
+  if (filter.typePrefixes?.length) where.push(`type LIKE ANY(${param(filter.typePrefixes.map((p) => `${p.replace(/[%_\\]/g, '\\$&')}%`))}::text[])`);
+  if (filter.siteId) where.push(`site_id = ${param(filter.siteId)}`);
+  if (filter.poolId) where.push(`pool_id = ${param(filter.poolId)}`);
+  if (filter.nodeId) where.push(`node_id = ${param(filter.nodeId)}`);
+  if (filter.subject) where.push(`subject = ${param(filter.subject)}`);
+  if (filter.workflowId) {
+    const w = param(filter.workflowId);
+    where.push(`(subject = ${w} OR payload->>'workflowId' = ${w})`);
+  }
+  return where.length ? ` AND ${where.join(' AND ')}` : '';
+}
+
+/** Parses a cursor argument: a decimal sequence number. */
+export function parseCursor(value: string, field: string): bigint {
+  if (!/^\d{1,19}$/.test(value)) throw invalidInput(field, `"${value}" is not a cursor (a decimal event sequence number)`);
+  return BigInt(value);
+}
+
+const MAX_BACKLOG_BYTES = 8 * 1024 * 1024;
+const REPLAY_PAGE = 500;
+
+/**
+ * One subscriber: replays from its cursor, then follows the live stream with no gap and no
+ * duplicate at the seam (events dispatched during the replay wait in `pending` and are deduplicated
+ * by seq). Its buffers are bounded: falling further behind closes it with an ABORTED error that
+ * carries the last cursor it received, so it can resume with `after`.
+ */
+export class Subscription implements AsyncIterableIterator<StreamItem> {
+  /** The last cursor handed to the consumer (or where it started). */
+  cursor: bigint;
+  private fetched: bigint;
+  private queue: StreamEvent[] = [];
+  private pending: StreamEvent[] = [];
+  private failure: AppError | null = null;
+  private finished = false;
+  private wakeUp: (() => void) | null = null;
+
+  constructor(
+    private hub: EventHub,
+    public principal: Principal,
+    readonly token: string,
+    readonly filter: EventFilter,
+    start: bigint,
+    private replayUntil: bigint | null,
+    private buffer: number,
+    private backlog?: () => number,
+  ) {
+    this.cursor = start;
+    this.fetched = start;
+  }
+
+  get replaying(): boolean {
+    return this.replayUntil !== null;
+  }
+
+  /** Offered every dispatched event; keeps the ones it may deliver. */
+  offer(e: StreamEvent): void {
+    if (this.finished || this.failure) return;
+    if (!matches(this.filter, e) || !mayRead(this.principal, resourceOf(e))) return;
+    if (this.replaying) {
+      this.pending.push(e);
+      if (this.pending.length > this.buffer) this.slow();
+      return;
+    }
+    if (e.seq <= this.cursor) return;
+    this.queue.push(e);
+    if (this.queue.length > this.buffer || (this.backlog?.() ?? 0) > MAX_BACKLOG_BYTES) this.slow();
+    this.wake();
+  }
+
+  private slow(): void {
+    this.fail(
+      new AppError(
+        'ABORTED',
+        `subscription closed: it fell more than ${this.buffer} events behind; resume with after: "${this.cursor}"`,
+        { lastCursor: String(this.cursor), reason: 'slow-consumer' },
+      ),
+    );
+  }
+
+  /** Ends the stream with an error, delivered as its last item. */
+  fail(error: AppError): void {
+    if (this.finished || this.failure) return;
+    this.failure = error;
+    this.queue = [];
+    this.pending = [];
+    this.hub.remove(this);
+    this.wake();
+  }
+
+  private wake(): void {
+    const wake = this.wakeUp;
+    this.wakeUp = null;
+    wake?.();
+  }
+
+  async next(): Promise<IteratorResult<StreamItem>> {
+    for (;;) {
+      if (this.failure) {
+        const error = this.failure;
+        this.failure = null;
+        this.finished = true;
+        return { value: { error }, done: false };
+      }
+      const e = this.queue.shift();
+      if (e) {
+        this.cursor = e.seq;
+        return { value: e, done: false };
+      }
+      if (this.finished) return { value: undefined, done: true };
+      if (this.replaying) {
+        await this.replayPage();
+        continue;
+      }
+      await new Promise<void>((resolve) => (this.wakeUp = resolve));
+    }
+  }
+
+  /** One page of history (pulled only as fast as the consumer reads); then the switch to live. */
+  private async replayPage(): Promise<void> {
+    const until = this.replayUntil!;
+    const values: unknown[] = [String(this.fetched), String(until)];
+    const { rows } = await this.hub.sql.query<Row>(
+      `SELECT ${COLUMNS} FROM event WHERE seq > $1 AND seq <= $2${filterSql(this.filter, this.principal, values)} ORDER BY seq LIMIT ${REPLAY_PAGE}`,
+      values,
+    );
+    if (this.finished || this.failure) return;
+    for (const row of rows) {
+      const e = toEvent(row);
+      this.fetched = e.seq;
+      if (mayRead(this.principal, resourceOf(e))) this.queue.push(e);
+    }
+    if (rows.length < REPLAY_PAGE) {
+      this.fetched = until;
+      this.replayUntil = null;
+      for (const e of this.pending) if (e.seq > this.fetched) this.queue.push(e);
+      this.pending = [];
+    }
+  }
+
+  async return(): Promise<IteratorResult<StreamItem>> {
+    this.finished = true;
+    this.queue = [];
+    this.pending = [];
+    this.hub.remove(this);
+    this.wake();
+    return { value: undefined, done: true };
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<StreamItem> {
+    return this;
+  }
+}
+
+/**
+ * The process's end of the event stream. One LISTEN connection learns that the sequencer numbered
+ * new events (and, on `metal_cache`, that tokens or grants changed); one reader fetches them in
+ * cursor order and offers each to the local subscribers. A missed NOTIFY costs at most a poll
+ * interval: the reader also polls, and catches up from the table after a reconnect.
+ */
+export class EventHub {
+  private listener: pg.Client | null = null;
+  private head = 0n;
+  private subs = new Set<Subscription>();
+  private byNode = new Map<string, Set<Subscription>>();
+  private running: Promise<void> | null = null;
+  private again = false;
+  private timers: NodeJS.Timeout[] = [];
+  private stopped = false;
+  private reconnecting = false;
+
+  constructor(
+    private databaseUrl: string,
+    readonly sql: Sql,
+    private tokens: TokenStore,
+    private log: Logger,
+    private opts: { buffer: number; pollMs?: number; tokenRecheckMs?: number },
+  ) {}
+
+  async start(): Promise<void> {
+    const { rows } = await this.sql.query<{ head: string }>('SELECT COALESCE(max(seq), 0)::text AS head FROM event');
+    this.head = BigInt(rows[0]!.head);
+    await this.connect();
+    const poll = setInterval(() => this.pump(), this.opts.pollMs ?? 1000);
+    const recheck = setInterval(() => void this.recheckTokens(), this.opts.tokenRecheckMs ?? 30000);
+    poll.unref();
+    recheck.unref();
+    this.timers.push(poll, recheck);
+  }
+
+  private async connect(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: 'metal-events' });
+    client.on('notification', (n) => {
+      if (n.channel === 'metal_events') this.pump();
+      else if (n.channel === 'metal_cache' && (n.payload === 'api_token' || n.payload === 'api_grant')) void this.recheckTokens();
+    });
+    client.on('error', (error) => {
+      if (this.listener === client) this.listener = null;
+      client.end().catch(() => undefined);
+      if (!this.stopped) {
+        this.log.warn({ err: error }, 'event stream listener lost; reconnecting');
+        void this.reconnect();
+      }
+    });
+    await client.connect();
+    await client.query('LISTEN metal_events');
+    await client.query('LISTEN metal_cache');
+    this.listener = client;
+  }
+
+  private async reconnect(): Promise<void> {
+    if (this.reconnecting) return;
+    this.reconnecting = true;
+    try {
+      for (let delay = 100; !this.stopped && !this.listener; delay = Math.min(delay * 2, 5000)) {
+        await new Promise((r) => setTimeout(r, delay));
+        await this.connect().catch((error: unknown) => this.log.warn({ err: error }, 'event stream listener: reconnect failed'));
+      }
+      this.pump(); // what was committed while it was down
+    } finally {
+      this.reconnecting = false;
+    }
+  }
+
+  /** Reads and dispatches everything after the head; runs never overlap. */
+  pump(): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = this.read()
+      .catch((error: unknown) => {
+        if (!this.stopped) this.log.warn({ err: error }, 'event stream read failed; retrying on the next poll');
+      })
+      .finally(() => {
+        this.running = null;
+        if (this.again) {
+          this.again = false;
+          this.pump();
+        }
+      });
+  }
+
+  private async read(): Promise<void> {
+    for (;;) {
+      const { rows } = await this.sql.query<Row>(`SELECT ${COLUMNS} FROM event WHERE seq > $1 ORDER BY seq LIMIT 1000`, [String(this.head)]);
+      for (const row of rows) {
+        const e = toEvent(row);
+        this.head = e.seq;
+        this.dispatch(e);
+      }
+      if (rows.length < 1000 || this.stopped) return;
+    }
+  }
+
+  private dispatch(e: StreamEvent): void {
+    const targeted = e.nodeId ? this.byNode.get(e.nodeId) : undefined;
+    if (targeted) for (const s of targeted) s.offer(e);
+    for (const s of this.subs) if (!s.filter.nodeId) s.offer(e);
+  }
+
+  /** Opens a subscription; the cursor and the retention horizon are checked here, before any event. */
+  async subscribe(options: SubscribeOptions): Promise<Subscription> {
+    let start = this.head;
+    let replayUntil: bigint | null = null;
+    if (options.after != null) {
+      const after = parseCursor(options.after, 'after');
+      const { rows } = await this.sql.query<{ pruned: string; max: string }>(
+        'SELECT pruned_through::text AS pruned, (SELECT COALESCE(max(seq), 0) FROM event)::text AS max FROM event_horizon WHERE id = 1',
+      );
+      const pruned = BigInt(rows[0]!.pruned);
+      const max = BigInt(rows[0]!.max) > this.head ? BigInt(rows[0]!.max) : this.head;
+      if (after < pruned) {
+        throw new AppError('INVALID_INPUT', `after: cursor ${after} is older than the event retention; events up to ${pruned} were pruned. Read the current state and resume from "${pruned}"`, {
+          field: 'after',
+          prunedThrough: String(pruned),
+        });
+      }
+      if (after > max) throw invalidInput('after', `cursor ${after} is ahead of the stream (its head is ${max})`);
+      // Registered below, synchronously with reading the head: events after it are dispatched to
+      // this subscriber, events up to it are in the table.
+      start = after;
+      replayUntil = this.head;
+    }
+    const sub = new Subscription(this, options.principal, options.token, options.filter, start, replayUntil, this.opts.buffer, options.backlog);
+    this.add(sub);
+    return sub;
+  }
+
+  private add(sub: Subscription): void {
+    this.subs.add(sub);
+    if (sub.filter.nodeId) {
+      let set = this.byNode.get(sub.filter.nodeId);
+      if (!set) this.byNode.set(sub.filter.nodeId, (set = new Set()));
+      set.add(sub);
+    }
+  }
+
+  remove(sub: Subscription): void {
+    this.subs.delete(sub);
+    if (sub.filter.nodeId) {
+      const set = this.byNode.get(sub.filter.nodeId);
+      set?.delete(sub);
+      if (set?.size === 0) this.byNode.delete(sub.filter.nodeId);
+    }
+  }
+
+  get subscriberCount(): number {
+    return this.subs.size;
+  }
+
+  /** Re-authenticates every subscriber's token without the cache: revoked ones end their streams. */
+  async recheckTokens(): Promise<void> {
+    const byToken = new Map<string, Subscription[]>();
+    for (const s of this.subs) {
+      const list = byToken.get(s.token);
+      if (list) list.push(s);
+      else byToken.set(s.token, [s]);
+    }
+    for (const [token, subs] of byToken) {
+      this.tokens.forget(subs[0]!.principal.tokenId);
+      try {
+        const principal = await this.tokens.authenticate(token);
+        for (const s of subs) s.principal = principal;
+      } catch (error) {
+        const reason = error instanceof AppError && error.code === 'UNAUTHENTICATED' ? error : null;
+        if (!reason) {
+          this.log.warn({ err: error }, 'token re-check failed; the streams stay open until the next check');
+          continue;
+        }
+        for (const s of subs) s.fail(unauthenticated('the token was revoked or has expired; the stream is closed'));
+      }
+    }
+  }
+
+  private stopping: Promise<void> | null = null;
+
+  stop(): Promise<void> {
+    return (this.stopping ??= this.shutdown());
+  }
+
+  private async shutdown(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    for (const s of [...this.subs]) await s.return();
+    await this.running;
+    const client = this.listener;
+    this.listener = null;
+    await client?.end().catch(() => undefined);
+  }
+}
