@@ -211,7 +211,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
     const until = this.replayUntil!;
     const values: unknown[] = [String(this.fetched), String(until)];
     const { rows } = await this.hub.sql.query<Row>(
-      `SELECT ${COLUMNS} FROM event WHERE seq > $1 AND seq <= $2${filterSql(this.filter, this.principal, values)} ORDER BY seq LIMIT ${REPLAY_PAGE}`,
+      `SELECT ${COLUMNS} FROM event WHERE seq > $1 AND seq <= $2${filterSql(this.filter, this.principal, values)} ORDER BY event.seq LIMIT ${REPLAY_PAGE}`,
       values,
     );
     if (this.finished || this.failure) return;
@@ -334,7 +334,7 @@ export class EventHub {
 
   private async read(): Promise<void> {
     for (;;) {
-      const { rows } = await this.sql.query<Row>(`SELECT ${COLUMNS} FROM event WHERE seq > $1 ORDER BY seq LIMIT 1000`, [String(this.head)]);
+      const { rows } = await this.sql.query<Row>(`SELECT ${COLUMNS} FROM event WHERE seq > $1 ORDER BY event.seq LIMIT 1000`, [String(this.head)]);
       for (const row of rows) {
         const e = toEvent(row);
         this.head = e.seq;

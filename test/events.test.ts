@@ -1,0 +1,365 @@
+import { spawn } from 'node:child_process';
+import pg from 'pg';
+import { fromRoot } from '../src/paths';
+import { pruneEvents } from '../src/events/retention';
+import { PRUNE_CRON } from '../jobs/workers';
+import { createTestDatabase, startTestApp, type TestApp } from './helpers/app';
+import { gql } from './helpers/client';
+import { makeTenantTree, makeToken } from './helpers/fixtures';
+import { restStream, sseSubscribe, until, wsClient, wsSubscribe } from './helpers/streams';
+
+const EVENTS = 'subscription ($filter: EventFilter, $after: String) { events(filter: $filter, after: $after) { cursor type tenantId nodeId subject payload } }';
+const RETIRE = 'mutation ($i: MetalNodeVerbInput!) { retireNode(input: $i) { node { id provisionState } } }';
+
+describe('the event stream', () => {
+  let t: TestApp;
+  let sql: pg.Client;
+  let a: Awaited<ReturnType<typeof makeTenantTree>>;
+  let b: Awaited<ReturnType<typeof makeTenantTree>>;
+  let tokenA: string;
+  let tokenB: string;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    sql = new pg.Client({ connectionString: t.app.databaseUrl });
+    await sql.connect();
+    a = await makeTenantTree(t.app.database.prisma, 'stream-a', { pools: 1, nodesPerPool: 40 });
+    b = await makeTenantTree(t.app.database.prisma, 'stream-b', { pools: 1, nodesPerPool: 40 });
+    tokenA = await makeToken(t.app.database.prisma, a.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: a.tenant.id }]);
+    tokenB = await makeToken(t.app.database.prisma, b.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: b.tenant.id }]);
+  });
+  afterAll(async () => {
+    await sql.end();
+    await t.stop();
+  });
+
+  let nextA = 0;
+  let nextB = 0;
+  const nodeOfA = () => a.nodes[nextA++]!.id;
+  const nodeOfB = () => b.nodes[nextB++]!.id;
+  const retire = async (token: string, nodeId: string) => {
+    const r = await gql(t.url, token, RETIRE, { i: { nodeId } });
+    expect(r.errors).toBeUndefined();
+  };
+  /** An outbox row written straight to the table, as any writer's transaction would. */
+  const publishRaw = (client: pg.Client | pg.PoolClient, tree: typeof a, type: string, n: number) =>
+    client.query(
+      `INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
+       SELECT $1, $2, $3, $4, $5, 'raw-' || i, jsonb_build_object('i', i) FROM generate_series(1, $6::int) i`,
+      [type, tree.tenant.id, tree.site.id, tree.pools[0]!.id, tree.nodes[39]!.id, n],
+    );
+  const headCursor = async () => (await sql.query(`SELECT COALESCE(max(seq), 0)::text AS c FROM event`)).rows[0].c as string;
+  const waitSequenced = async () => {
+    for (let i = 0; i < 200; i += 1) {
+      const { rows } = await sql.query('SELECT count(*)::int AS n FROM event WHERE seq IS NULL');
+      if (rows[0].n === 0) return;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new Error('events were not sequenced');
+  };
+
+  it('graphql-ws (the library\'s own client): a verb\'s event arrives live, with a cursor', async () => {
+    const client = wsClient(t.url, tokenA);
+    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.provision.retiring'] } });
+    await new Promise((r) => setTimeout(r, 300));
+    const nodeId = nodeOfA();
+    await retire(tokenA, nodeId);
+    await until(() => got.events.length === 1, 10000, 'the retiring event');
+    expect(got.events[0]).toMatchObject({ type: 'node.provision.retiring', tenantId: a.tenant.id, nodeId, payload: { nodeId, verb: 'retire', to: 'retiring' } });
+    expect(got.events[0].cursor).toMatch(/^\d+$/);
+    got.stop();
+    await client.dispose();
+  });
+
+  it('tenant isolation: a tenant-B subscriber never sees tenant A\'s events, over graphql-ws, GraphQL over SSE and REST SSE', async () => {
+    const client = wsClient(t.url, tokenB);
+    const overWs = wsSubscribe(client, EVENTS, {});
+    const overSse = sseSubscribe(t.url, tokenB, EVENTS, {});
+    const overRest = restStream(t.url, tokenB, '?channel=metal');
+    const aSees = restStream(t.url, tokenA, '?channel=all');
+    await new Promise((r) => setTimeout(r, 500));
+    const nodesA = [nodeOfA(), nodeOfA()];
+    for (const id of nodesA) await retire(tokenA, id);
+    const nodeB = nodeOfB();
+    await retire(tokenB, nodeB);
+    await until(() => overWs.events.length >= 1 && overSse.events.length >= 1 && overRest.messages.length >= 1 && aSees.messages.length >= 2, 10000, 'the events');
+    await new Promise((r) => setTimeout(r, 300)); // anything A's retires would wrongly have sent is here by now
+    for (const list of [overWs.events, overSse.events, overRest.messages.map((m) => m.data)]) {
+      expect(list.map((e) => e.nodeId)).toEqual([nodeB]);
+      expect(list.every((e) => e.tenantId === b.tenant.id)).toBe(true);
+    }
+    expect(overRest.messages[0]).toMatchObject({ event: 'node.provision.retiring', id: overRest.messages[0]!.data.cursor });
+    expect(aSees.messages.map((m) => m.data.nodeId)).toEqual(nodesA);
+    overWs.stop();
+    overSse.stop();
+    overRest.stop();
+    aSees.stop();
+    await client.dispose();
+  });
+
+  it('resuming with the last cursor gets exactly the missed events, once each, in order, across the replay/live seam', async () => {
+    const first = await headCursor();
+    await publishRaw(sql, a, 'node.test.before', 5);
+    await waitSequenced();
+    // Away: 300 events commit while nobody listens.
+    await publishRaw(sql, a, 'node.test.away', 300);
+    await waitSequenced();
+    // Resume from `first` while a writer keeps committing: some events land in the replay, some at
+    // the seam, some live.
+    let writing = true;
+    const writer = (async () => {
+      let k = 0;
+      while (writing && k < 60) {
+        await publishRaw(sql, a, 'node.test.during', 5);
+        k += 1;
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    const client = wsClient(t.url, tokenA);
+    const got = wsSubscribe(client, EVENTS, { after: first, filter: { types: ['node.test.before', 'node.test.away', 'node.test.during'] } });
+    await new Promise((r) => setTimeout(r, 400));
+    writing = false;
+    await writer;
+    await waitSequenced();
+    const expected = (await sql.query(
+      `SELECT seq::text AS cursor FROM event WHERE seq > $1 AND type IN ('node.test.before', 'node.test.away', 'node.test.during') ORDER BY seq`,
+      [first],
+    )).rows.map((r) => r.cursor);
+    expect(expected.length).toBeGreaterThan(305);
+    await until(() => got.events.length >= expected.length, 15000, `${expected.length} events`);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(got.events.map((e) => e.cursor)).toEqual(expected);
+    got.stop();
+    await client.dispose();
+  });
+
+  it('REST SSE honours Last-Event-ID: a reconnect resumes after the last event received', async () => {
+    const nodeId = nodeOfA();
+    await retire(tokenA, nodeId);
+    await waitSequenced();
+    const mark = (await sql.query(`SELECT seq::text AS c FROM event WHERE node_id = $1 ORDER BY seq DESC LIMIT 1`, [nodeId])).rows[0].c;
+    await publishRaw(sql, a, 'node.test.resume', 3);
+    await waitSequenced();
+    const stream = restStream(t.url, tokenA, '?channel=metal&after=0', { 'last-event-id': mark });
+    await until(() => stream.messages.length >= 3, 10000, 'three events');
+    expect(stream.messages.slice(0, 3).map((m) => m.event)).toEqual(['node.test.resume', 'node.test.resume', 'node.test.resume']);
+    expect(BigInt(stream.messages[0]!.id!)).toBeGreaterThan(BigInt(mark));
+    stream.stop();
+  });
+
+  it('a rolled-back transaction publishes nothing', async () => {
+    const client = wsClient(t.url, tokenA);
+    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.test.rollback', 'node.test.commit'] } });
+    await new Promise((r) => setTimeout(r, 300));
+    await sql.query('BEGIN');
+    await publishRaw(sql, a, 'node.test.rollback', 3);
+    await sql.query('ROLLBACK');
+    await publishRaw(sql, a, 'node.test.commit', 1);
+    await until(() => got.events.length >= 1, 10000, 'the committed event');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(got.events.map((e) => e.type)).toEqual(['node.test.commit']);
+    got.stop();
+    await client.dispose();
+  });
+
+  it('bad cursors are refused with a message naming after; a cursor older than retention is refused, not silently skipped', async () => {
+    const client = wsClient(t.url, tokenA);
+    const bad = wsSubscribe(client, EVENTS, { after: 'yesterday' });
+    await until(() => bad.errors.length > 0 || bad.done, 5000, 'an error');
+    expect(bad.errors[0].message).toMatch(/^after: "yesterday" is not a cursor/);
+    expect(bad.errors[0].extensions?.code).toBe('INVALID_INPUT');
+    const ahead = wsSubscribe(client, EVENTS, { after: '999999999999' });
+    await until(() => ahead.errors.length > 0, 5000, 'an error');
+    expect(ahead.errors[0].message).toMatch(/ahead of the stream/);
+    const head = await headCursor();
+    await sql.query('UPDATE event_horizon SET pruned_through = $1', [head]);
+    try {
+      const old = wsSubscribe(client, EVENTS, { after: '1' });
+      await until(() => old.errors.length > 0, 5000, 'an error');
+      expect(old.errors[0]).toMatchObject({ extensions: { code: 'INVALID_INPUT', details: { field: 'after', prunedThrough: head } } });
+      expect(old.errors[0].message).toMatch(/older than the event retention/);
+      const rest = restStream(t.url, tokenA, '?after=1');
+      await until(() => rest.state.done, 5000, 'the refusal');
+      expect(rest.state.status).toBe(400);
+      expect(JSON.parse(rest.state.body).error).toMatchObject({ code: 'INVALID_INPUT' });
+    } finally {
+      await sql.query('UPDATE event_horizon SET pruned_through = 0');
+    }
+    await client.dispose();
+  });
+
+  it('retention: a scheduled pg-boss job prunes events older than EVENT_RETENTION_HOURS and moves the horizon', async () => {
+    const schedule = (await sql.query(`SELECT cron FROM pgboss.schedule WHERE name = 'events.prune'`)).rows;
+    expect(schedule).toEqual([{ cron: PRUNE_CRON }]);
+    await publishRaw(sql, a, 'node.test.old', 4);
+    await publishRaw(sql, a, 'node.test.recent', 2);
+    await waitSequenced();
+    await sql.query(`UPDATE event SET created_at = now() - interval '8 days' WHERE type = 'node.test.old'`);
+    const oldest = (await sql.query(`SELECT max(seq)::text AS s FROM event WHERE type = 'node.test.old'`)).rows[0].s;
+    const result = await pruneEvents(t.app.database.sql, 168);
+    expect(result.deleted).toBe(4);
+    expect(result.prunedThrough).toBe(oldest);
+    expect((await sql.query(`SELECT count(*)::int AS n FROM event WHERE type = 'node.test.recent'`)).rows[0].n).toBe(2);
+    expect((await sql.query(`SELECT pruned_through::text AS p FROM event_horizon`)).rows[0].p).toBe(oldest);
+    // Pruning again finds nothing and never moves the horizon back.
+    expect(await pruneEvents(t.app.database.sql, 168)).toEqual({ deleted: 0, prunedThrough: oldest });
+    await sql.query('UPDATE event_horizon SET pruned_through = 0');
+  });
+
+  it('REST SSE refuses unknown channels and parameters, and a missing token', async () => {
+    for (const [query, token, status, pattern] of [
+      ['?channel=bogus', tokenA, 400, /query\.channel: must be one of metal, fabric, provision, all/],
+      ['?chanel=metal', tokenA, 400, /query\.chanel: is not a known parameter/],
+      ['', 'not-a-token', 401, /unknown, revoked or expired/],
+    ] as const) {
+      const s = restStream(t.url, token, query);
+      await until(() => s.state.done, 5000, 'the refusal');
+      expect(s.state.status).toBe(status);
+      expect(JSON.parse(s.state.body).error.message).toMatch(pattern);
+    }
+  });
+
+  it('a token revoked mid-stream ends the stream with UNAUTHENTICATED', async () => {
+    const token = await makeToken(t.app.database.prisma, a.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: a.tenant.id }]);
+    const client = wsClient(t.url, token);
+    const got = wsSubscribe(client, EVENTS, {});
+    const rest = restStream(t.url, token, '?channel=all');
+    await new Promise((r) => setTimeout(r, 300));
+    await sql.query(`UPDATE api_token SET revoked_at = now() WHERE id = (SELECT id FROM api_token ORDER BY created_at DESC LIMIT 1)`);
+    await until(() => got.errors.length > 0 && rest.messages.some((m) => m.event === 'error'), 10000, 'the streams to end');
+    expect(got.errors[0].extensions?.code).toBe('UNAUTHENTICATED');
+    expect(rest.messages.find((m) => m.event === 'error')!.data.code).toBe('UNAUTHENTICATED');
+    got.stop();
+    rest.stop();
+    await client.dispose();
+  });
+
+  it('a subscriber that falls too far behind is closed with ABORTED and its last cursor; the others are not slowed', async () => {
+    const hub = t.app.services.events!;
+    const principal = await t.app.services.tokens.authenticate(tokenA);
+    const slow = await hub.subscribe({ principal, token: tokenA, filter: { types: ['node.test.flood'] } });
+    const fast = await hub.subscribe({ principal, token: tokenA, filter: { types: ['node.test.flood'] } });
+    const fastGot: string[] = [];
+    const draining = (async () => {
+      for await (const item of fast) {
+        if ('error' in item) throw item.error;
+        fastGot.push(item.cursor);
+        if (fastGot.length === 1005) break;
+      }
+    })();
+    // The slow one reads two events, then stops reading.
+    const one = await (async () => {
+      await publishRaw(sql, a, 'node.test.flood', 2);
+      const x = await slow.next();
+      const y = await slow.next();
+      return [x.value, y.value] as any[];
+    })();
+    await publishRaw(sql, a, 'node.test.flood', 1003);
+    await draining;
+    expect(fastGot).toHaveLength(1005);
+    const end = (await slow.next()).value as any;
+    expect(end.error.code).toBe('ABORTED');
+    expect(end.error.extensions.details).toEqual({ lastCursor: one[1].cursor, reason: 'slow-consumer' });
+    expect(end.error.message).toContain(`resume with after: "${one[1].cursor}"`);
+    expect((await slow.next()).done).toBe(true);
+  });
+
+  it('nodeUpdated sends the current view, then the view after each change; another tenant\'s node is NOT_FOUND', async () => {
+    const nodeId = nodeOfA();
+    const client = wsClient(t.url, tokenA);
+    const got = wsSubscribe(client, 'subscription ($id: ID!) { nodeUpdated(id: $id) { id provisionState version } }', { id: nodeId });
+    await until(() => got.events.length === 1, 10000, 'the current view');
+    expect(got.events[0]).toEqual({ id: nodeId, provisionState: 'ready', version: 1 });
+    await retire(tokenA, nodeId);
+    await until(() => got.events.length === 2, 10000, 'the change');
+    expect(got.events[1]).toEqual({ id: nodeId, provisionState: 'retiring', version: 2 });
+    const other = wsSubscribe(wsClient(t.url, tokenB), 'subscription ($id: ID!) { nodeUpdated(id: $id) { id } }', { id: nodeId });
+    await until(() => other.errors.length > 0, 5000, 'NOT_FOUND');
+    expect(other.errors[0].extensions?.code).toBe('NOT_FOUND');
+    got.stop();
+    await client.dispose();
+  });
+
+  it('workflowProgress streams a rescue run\'s events from the start', async () => {
+    const deployed = b.nodes[30]!.id;
+    await t.app.database.prisma.node.update({ where: { id: deployed }, data: { provisionState: 'deployed' } });
+    const res = await gql(t.url, tokenB, 'mutation ($i: MetalNodeVerbInput!) { rescueNode(input: $i) { node { workflowId } } }', { i: { nodeId: deployed } });
+    const runId = res.data!.rescueNode.node.workflowId;
+    const client = wsClient(t.url, tokenB);
+    const got = wsSubscribe(client, 'subscription ($r: ID!) { workflowProgress(runId: $r) { type payload } }', { r: runId });
+    await until(() => got.events.length === 1, 10000, 'the rescue event');
+    expect(got.events[0]).toMatchObject({ type: 'node.provision.rescue', payload: { workflowId: runId } });
+    const forbidden = wsSubscribe(wsClient(t.url, tokenA), 'subscription ($r: ID!) { workflowProgress(runId: $r) { type } }', { r: runId });
+    await until(() => forbidden.errors.length > 0, 5000, 'NOT_FOUND');
+    expect(forbidden.errors[0].extensions?.code).toBe('NOT_FOUND');
+    got.stop();
+    await client.dispose();
+  });
+});
+
+describe('the event stream across processes', () => {
+  it('two service processes on one database: a mutation through A reaches a subscriber on B', async () => {
+    const databaseUrl = await createTestDatabase();
+    const [one, two] = await Promise.all([startTestApp({ databaseUrl, role: 'api' }), startTestApp({ databaseUrl, role: 'api' })]);
+    try {
+      const tree = await makeTenantTree(one.app.database.prisma, 'two-procs', { pools: 1, nodesPerPool: 1 });
+      const token = await makeToken(one.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+      const client = wsClient(two.url, token);
+      const got = wsSubscribe(client, EVENTS, {});
+      await new Promise((r) => setTimeout(r, 300));
+      const r = await gql(one.url, token, RETIRE, { i: { nodeId: tree.nodes[0]!.id } });
+      expect(r.errors).toBeUndefined();
+      await until(() => got.events.length === 1, 10000, 'the event on B');
+      expect(got.events[0]).toMatchObject({ type: 'node.provision.retiring', nodeId: tree.nodes[0]!.id });
+      got.stop();
+      await client.dispose();
+    } finally {
+      await Promise.all([one.stop(), two.stop()]);
+    }
+  });
+});
+
+describe('the event stream when the publishing process dies', () => {
+  it('killing the publishing process (the sequencer leader) right after commit loses nothing', async () => {
+    const databaseUrl = await createTestDatabase();
+    // The publisher is the built service in its own process; it starts first, so it numbers events.
+    const port = 48000 + Math.floor(Math.random() * 1000);
+    const adminToken = `kill-admin-${Date.now()}`;
+    const child = spawn(process.execPath, [fromRoot('dist', 'src', 'main.js')], {
+      env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), ADMIN_TOKEN: adminToken, LOG_LEVEL: 'warn', ROLE: 'api', SECRET_KEY: Buffer.alloc(32, 7).toString('base64') },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    const childUrl = `http://127.0.0.1:${port}`;
+    let receiver: TestApp | undefined;
+    try {
+      for (let i = 0; ; i += 1) {
+        if (i > 150) throw new Error(`publisher not ready: ${stderr}`);
+        const ok = await fetch(`${childUrl}/readyz`).then((r) => r.ok, () => false);
+        if (ok) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      receiver = await startTestApp({ databaseUrl, role: 'api' });
+      expect(receiver.app.services.events).not.toBeNull();
+      const tree = await makeTenantTree(receiver.app.database.prisma, 'killed', { pools: 1, nodesPerPool: 1 });
+      const token = await makeToken(receiver.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+      const client = wsClient(receiver.url, token);
+      const got = wsSubscribe(client, EVENTS, {});
+      await new Promise((r) => setTimeout(r, 300));
+      // The verb commits in the publisher; it is killed the moment its answer arrives.
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      const answer = await gql(childUrl, token, RETIRE, { i: { nodeId: tree.nodes[0]!.id } });
+      child.kill('SIGKILL');
+      await exited;
+      expect(answer.errors).toBeUndefined();
+      await until(() => got.events.length === 1, 15000, 'the event, numbered by the surviving process');
+      expect(got.events[0]).toMatchObject({ type: 'node.provision.retiring', nodeId: tree.nodes[0]!.id });
+      got.stop();
+      await client.dispose();
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await receiver?.stop();
+    }
+  });
+});
