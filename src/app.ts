@@ -126,7 +126,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     let yoga: GraphqlServer | null = null;
     let url: string | null = null;
     if (config.role !== 'worker') {
-      const metrics = new Metrics(() => queues.depths(), () => database.statements.count);
+      const metrics = new Metrics(() => queues.depths(), () => database.statements.count, () => events?.subscriberCount ?? 0);
       let cache: ResponseCache | null = null;
       if (config.responseCacheTtlMs > 0) {
         const readCache = new ResponseCache(databaseUrl, log, config.responseCacheTtlMs);

@@ -133,6 +133,57 @@ describe('the event stream', () => {
     await client.dispose();
   });
 
+  it('a lost LISTEN connection costs nothing: events committed while it was down still arrive, and the hub listens again', async () => {
+    const client = wsClient(t.url, tokenA);
+    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.test.outage'] } });
+    await new Promise((r) => setTimeout(r, 300));
+    // Cut the hub's LISTEN connection (and its NOTIFYs) the way a network blip or failover would.
+    const killed = await sql.query(`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = 'metal-events' AND datname = current_database()`);
+    expect(killed.rows.length).toBeGreaterThan(0);
+    await publishRaw(sql, a, 'node.test.outage', 7);
+    await until(() => got.events.length === 7, 15000, 'the events committed during the outage');
+    expect(new Set(got.events.map((e) => e.cursor)).size).toBe(7);
+    expect(got.events.map((e) => Number(e.cursor))).toEqual([...got.events.map((e) => Number(e.cursor))].sort((x, y) => x - y));
+    let listening = 0;
+    for (let i = 0; i < 100 && !listening; i += 1) {
+      listening = (await sql.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'metal-events' AND datname = current_database()`)).rows[0].n;
+      if (!listening) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(listening).toBe(1);
+    got.stop();
+    await client.dispose();
+  });
+
+  it('jobProgress replays and follows the events of one job (the hook fabric and provisioning publish into)', async () => {
+    const jobId = 'job_test_progress';
+    await sql.query(
+      `INSERT INTO event (type, tenant_id, site_id, subject, payload) VALUES ('fabric.apply.node', $1, $2, $3, '{"state": "node_started"}')`,
+      [a.tenant.id, a.site.id, jobId],
+    );
+    await waitSequenced();
+    const client = wsClient(t.url, tokenA);
+    const got = wsSubscribe(client, 'subscription ($j: ID!) { jobProgress(jobId: $j) { type subject payload } }', { j: jobId });
+    await until(() => got.events.length === 1, 10000, 'the replayed step');
+    await sql.query(
+      `INSERT INTO event (type, tenant_id, site_id, subject, payload) VALUES ('fabric.apply.node', $1, $2, $3, '{"state": "node_done"}')`,
+      [a.tenant.id, a.site.id, jobId],
+    );
+    await until(() => got.events.length === 2, 10000, 'the live step');
+    expect(got.events.map((e) => e.payload.state)).toEqual(['node_started', 'node_done']);
+    // The REST channel for the fabric names them fabric_switch, as the seed's SSE channel does.
+    const fabric = restStream(t.url, tokenA, '?channel=fabric&after=0');
+    await until(() => fabric.messages.length >= 2, 10000, 'the fabric channel');
+    expect(fabric.messages.map((m) => m.event)).toEqual(['fabric_switch', 'fabric_switch']);
+    // Another tenant's token sees none of it.
+    const other = wsSubscribe(wsClient(t.url, tokenB), 'subscription ($j: ID!) { jobProgress(jobId: $j) { type } }', { j: jobId });
+    await new Promise((r) => setTimeout(r, 500));
+    expect(other.events).toEqual([]);
+    fabric.stop();
+    got.stop();
+    other.stop();
+    await client.dispose();
+  });
+
   it('REST SSE honours Last-Event-ID: a reconnect resumes after the last event received', async () => {
     const nodeId = nodeOfA();
     await retire(tokenA, nodeId);

@@ -51,6 +51,8 @@ export interface SubscribeOptions {
   after?: string | null;
   /** Bytes the transport has queued and not yet sent (WebSocket bufferedAmount). */
   backlog?: () => number;
+  /** Holds the transport's writes until the end of this turn, so a burst leaves in one write. */
+  cork?: () => void;
 }
 
 const COLUMNS = `seq::text AS seq, type, tenant_id AS "tenantId", site_id AS "siteId", pool_id AS "poolId", node_id AS "nodeId",
@@ -134,6 +136,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
     private replayUntil: bigint | null,
     private buffer: number,
     private backlog?: () => number,
+    private cork?: () => void,
   ) {
     this.cursor = start;
     this.fetched = start;
@@ -153,6 +156,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
       return;
     }
     if (e.seq <= this.cursor) return;
+    this.cork?.();
     this.queue.push(e);
     if (this.queue.length > this.buffer || (this.backlog?.() ?? 0) > MAX_BACKLOG_BYTES) this.slow();
     this.wake();
@@ -252,7 +256,10 @@ export class EventHub {
   private listener: pg.Client | null = null;
   private head = 0n;
   private subs = new Set<Subscription>();
+  /** Subscribers that follow one node, by node: an event is offered only to its node's. */
   private byNode = new Map<string, Set<Subscription>>();
+  /** The others (tenant-, site-, pool- or type-wide), offered every event. */
+  private wide = new Set<Subscription>();
   private running: Promise<void> | null = null;
   private again = false;
   private timers: NodeJS.Timeout[] = [];
@@ -347,7 +354,7 @@ export class EventHub {
   private dispatch(e: StreamEvent): void {
     const targeted = e.nodeId ? this.byNode.get(e.nodeId) : undefined;
     if (targeted) for (const s of targeted) s.offer(e);
-    for (const s of this.subs) if (!s.filter.nodeId) s.offer(e);
+    for (const s of this.wide) s.offer(e);
   }
 
   /** Opens a subscription; the cursor and the retention horizon are checked here, before any event. */
@@ -373,7 +380,7 @@ export class EventHub {
       start = after;
       replayUntil = this.head;
     }
-    const sub = new Subscription(this, options.principal, options.token, options.filter, start, replayUntil, this.opts.buffer, options.backlog);
+    const sub = new Subscription(this, options.principal, options.token, options.filter, start, replayUntil, this.opts.buffer, options.backlog, options.cork);
     this.add(sub);
     return sub;
   }
@@ -384,11 +391,12 @@ export class EventHub {
       let set = this.byNode.get(sub.filter.nodeId);
       if (!set) this.byNode.set(sub.filter.nodeId, (set = new Set()));
       set.add(sub);
-    }
+    } else this.wide.add(sub);
   }
 
   remove(sub: Subscription): void {
     this.subs.delete(sub);
+    this.wide.delete(sub);
     if (sub.filter.nodeId) {
       const set = this.byNode.get(sub.filter.nodeId);
       set?.delete(sub);

@@ -35,7 +35,17 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  constructor(private readDepths?: () => Promise<Record<string, number>>, private readStatements?: () => number) {
+  readonly eventSubscribers = new Gauge({
+    name: 'event_subscribers',
+    help: 'Open event stream subscriptions in this process (graphql-ws, SSE, REST SSE)',
+    registers: [this.registry],
+  });
+
+  constructor(
+    private readDepths?: () => Promise<Record<string, number>>,
+    private readStatements?: () => number,
+    private readSubscribers?: () => number,
+  ) {
     collectDefaultMetrics({ register: this.registry });
   }
 
@@ -49,6 +59,7 @@ export class Metrics {
       const seen = (await this.dbStatements.get()).values[0]?.value ?? 0;
       if (total > seen) this.dbStatements.inc(total - seen);
     }
+    if (this.readSubscribers) this.eventSubscribers.set(this.readSubscribers());
     return this.registry.metrics();
   }
 }

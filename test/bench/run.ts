@@ -5,6 +5,7 @@
  */
 import { readBench } from './read';
 import { bulkBench } from './bulk';
+import { eventsBench } from './events';
 
 export interface Bench {
   /** One line for the list printed on an unknown name. */
@@ -18,6 +19,7 @@ export interface Bench {
 const BENCHES: Record<string, Bench> = {
   read: readBench,
   bulk: bulkBench,
+  events: eventsBench,
 };
 
 function usage(): string {
