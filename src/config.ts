@@ -59,7 +59,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxPageSize: intEnv(env, 'MAX_PAGE_SIZE', 500, 1),
     tokenCacheMs: intEnv(env, 'TOKEN_CACHE_MS', 2000),
     eventRetentionHours: intEnv(env, 'EVENT_RETENTION_HOURS', 168, 1),
-    subscriberBuffer: intEnv(env, 'SUBSCRIBER_BUFFER', 1000, 1),
+    subscriberBuffer: intEnv(env, 'SUBSCRIBER_BUFFER', 10000, 1),
     agentHeartbeatMs: intEnv(env, 'AGENT_HEARTBEAT_MS', 60000, 1),
     responseCacheTtlMs: intEnv(env, 'RESPONSE_CACHE_TTL_MS', 10000),
     shutdownTimeoutMs: intEnv(env, 'SHUTDOWN_TIMEOUT_MS', 10000),

@@ -31,7 +31,7 @@ export interface Context extends Services {
   /** The bearer token the principal came from: streams re-check it and end when it is revoked. */
   token: string | null;
   /** Set by streaming transports that can report how much they have not sent yet (WebSocket). */
-  transport?: { backlog(): number; cork?(): void };
+  transport?: { backlog(): number };
 }
 
 /** The authenticated principal, or UNAUTHENTICATED. */

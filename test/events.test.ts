@@ -20,7 +20,7 @@ describe('the event stream', () => {
   let tokenB: string;
 
   beforeAll(async () => {
-    t = await startTestApp();
+    t = await startTestApp({ subscriberBuffer: 1000 });
     sql = new pg.Client({ connectionString: t.app.databaseUrl });
     await sql.connect();
     a = await makeTenantTree(t.app.database.prisma, 'stream-a', { pools: 1, nodesPerPool: 40 });

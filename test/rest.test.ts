@@ -148,9 +148,17 @@ describe('REST compatibility plumbing', () => {
       expect(entry.responses).toHaveProperty(String(routes.find((r) => r.method === method && r.path === path)!.successStatus ?? 200));
     });
 
-    it('lists nothing beyond the route table and has unique operationIds', () => {
+    it('lists the event stream, with its channels and Last-Event-ID', () => {
+      const stream = doc.paths['/api/events'].get;
+      expect(stream.operationId).toBe('EventStream');
+      expect(stream.parameters.map((p: any) => `${p.in}:${p.name}`)).toEqual(['query:channel', 'query:after', 'query:nodeId', 'header:Last-Event-ID']);
+      expect(stream.parameters[0].schema.enum).toEqual(['metal', 'fabric', 'provision', 'all']);
+      expect(Object.keys(stream.responses['200'].content)).toEqual(['text/event-stream']);
+    });
+
+    it('lists nothing beyond the route table and the event stream, and has unique operationIds', () => {
       const operations = Object.values(doc.paths as Record<string, Record<string, any>>).flatMap((item) => Object.values(item));
-      expect(operations).toHaveLength(routes.length);
+      expect(operations).toHaveLength(routes.length + 1);
       const ids = operations.map((o) => o.operationId);
       expect(new Set(ids).size).toBe(ids.length);
     });

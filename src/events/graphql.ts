@@ -53,7 +53,7 @@ async function checkFilter(ctx: Context, filter: EventFilter): Promise<void> {
 export async function openStream(ctx: Context, filter: EventFilter, after: string | null | undefined): Promise<AsyncIterable<StreamItem>> {
   const principal = requirePrincipal(ctx);
   if (!ctx.events || !ctx.token) throw new AppError('INVALID_CONFIG', 'this process serves no event streams (ROLE=worker)');
-  return ctx.events.subscribe({ principal, token: ctx.token, filter, after, backlog: ctx.transport?.backlog, cork: ctx.transport?.cork });
+  return ctx.events.subscribe({ principal, token: ctx.token, filter, after, backlog: ctx.transport?.backlog });
 }
 
 /** A stream's last item is the reason the server closed it: raise it as the subscription's error. */

@@ -51,8 +51,6 @@ export interface SubscribeOptions {
   after?: string | null;
   /** Bytes the transport has queued and not yet sent (WebSocket bufferedAmount). */
   backlog?: () => number;
-  /** Holds the transport's writes until the end of this turn, so a burst leaves in one write. */
-  cork?: () => void;
 }
 
 const COLUMNS = `seq::text AS seq, type, tenant_id AS "tenantId", site_id AS "siteId", pool_id AS "poolId", node_id AS "nodeId",
@@ -109,6 +107,7 @@ export function parseCursor(value: string, field: string): bigint {
 }
 
 const MAX_BACKLOG_BYTES = 8 * 1024 * 1024;
+const YIELD_AFTER_MS = 5;
 const REPLAY_PAGE = 500;
 
 /**
@@ -126,6 +125,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
   private failure: AppError | null = null;
   private finished = false;
   private wakeUp: (() => void) | null = null;
+  private lastYield = performance.now();
 
   constructor(
     private hub: EventHub,
@@ -136,7 +136,6 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
     private replayUntil: bigint | null,
     private buffer: number,
     private backlog?: () => number,
-    private cork?: () => void,
   ) {
     this.cursor = start;
     this.fetched = start;
@@ -156,7 +155,6 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
       return;
     }
     if (e.seq <= this.cursor) return;
-    this.cork?.();
     this.queue.push(e);
     if (this.queue.length > this.buffer || (this.backlog?.() ?? 0) > MAX_BACKLOG_BYTES) this.slow();
     this.wake();
@@ -189,6 +187,13 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
   }
 
   async next(): Promise<IteratorResult<StreamItem>> {
+    // A consumer that never waits (a tenant-wide subscriber in a burst) would otherwise hold the
+    // event loop for the whole burst: let I/O in every few milliseconds.
+    const now = performance.now();
+    if (now - this.lastYield > YIELD_AFTER_MS) {
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      this.lastYield = performance.now();
+    }
     for (;;) {
       if (this.failure) {
         const error = this.failure;
@@ -207,6 +212,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
         continue;
       }
       await new Promise<void>((resolve) => (this.wakeUp = resolve));
+      this.lastYield = performance.now(); // it waited: the loop has run since
     }
   }
 
@@ -380,7 +386,7 @@ export class EventHub {
       start = after;
       replayUntil = this.head;
     }
-    const sub = new Subscription(this, options.principal, options.token, options.filter, start, replayUntil, this.opts.buffer, options.backlog, options.cork);
+    const sub = new Subscription(this, options.principal, options.token, options.filter, start, replayUntil, this.opts.buffer, options.backlog);
     this.add(sub);
     return sub;
   }

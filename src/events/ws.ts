@@ -1,25 +1,21 @@
 import type { IncomingMessage, Server } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { useServer } from 'graphql-ws/use/ws';
+import { CloseCode, handleProtocols, makeServer, type ServerOptions } from 'graphql-ws';
 import { GraphQLError, type ExecutionArgs } from 'graphql';
 import type { Logger } from 'pino';
 import type { GraphqlServer } from '../graphql/yoga';
 import type { Context } from '../context';
 
-interface Extra extends Record<PropertyKey, unknown> {
-  socket: WebSocket;
-  request: IncomingMessage;
-}
+const KEEPALIVE_MS = 12000;
 
 const corked = new WeakSet<WebSocket>();
 
 /**
- * Corks the WebSocket's TCP socket until the next turn of the event loop: the messages a dispatch
- * queues for one subscriber (a tenant-wide one gets dozens per batch) leave in one write instead of
- * one system call each.
+ * Holds the socket's writes until the end of this turn of the event loop: the frames a burst of
+ * events produces for one subscriber leave in one system call instead of one each.
  */
-function corkUntilNextTurn(ws: WebSocket): void {
+function corkForThisTurn(ws: WebSocket): void {
   const tcp = (ws as unknown as { _socket?: import('node:net').Socket })._socket;
   if (!tcp || corked.has(ws)) return;
   corked.add(ws);
@@ -28,6 +24,11 @@ function corkUntilNextTurn(ws: WebSocket): void {
     corked.delete(ws);
     tcp.uncork();
   });
+}
+
+interface Extra extends Record<PropertyKey, unknown> {
+  socket: WebSocket;
+  request: IncomingMessage;
 }
 
 interface EnvelopedRoot {
@@ -52,54 +53,101 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
     wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
   });
 
-  const disposable = useServer<Record<string, unknown> | undefined, Extra>(
-    {
-      execute: (args) => (args.rootValue as EnvelopedRoot).execute(args) as never,
-      subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
-      onSubscribe: async (ctx, _id, payload) => {
-        const given = ctx.connectionParams?.authorization ?? ctx.connectionParams?.Authorization;
-        const authorization = typeof given === 'string' ? given : ctx.extra.request.headers.authorization;
-        const request = new Request('http://internal/graphql', { headers: authorization ? { authorization } : {} });
-        const requestId = randomUUID();
-        const enveloped = yoga.getEnveloped({ request, requestId, params: payload } as never);
-        let document;
-        try {
-          document = enveloped.parse(payload.query);
-        } catch (error) {
-          if (error instanceof GraphQLError) return [error];
-          throw error;
-        }
-        const errors = enveloped.validate(enveloped.schema, document);
-        if (errors.length) return errors;
-        let contextValue: Context;
-        try {
-          contextValue = (await enveloped.contextFactory()) as unknown as Context;
-        } catch (error) {
-          if (error instanceof GraphQLError) return [error];
-          throw error;
-        }
-        const socket = ctx.extra.socket;
-        contextValue.transport = { backlog: () => socket.bufferedAmount, cork: () => corkUntilNextTurn(socket) };
-        return {
-          schema: enveloped.schema,
-          operationName: payload.operationName,
-          document,
-          variableValues: payload.variables,
-          contextValue,
-          rootValue: { execute: enveloped.execute, subscribe: enveloped.subscribe },
-        };
-      },
-      onError: (_ctx, _id, _payload, errors) => {
-        log.debug({ errors: errors.map((e) => e.message) }, 'graphql-ws operation error');
-      },
+  const options: ServerOptions<Record<string, unknown> | undefined, Extra> = {
+    execute: (args) => (args.rootValue as EnvelopedRoot).execute(args) as never,
+    subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
+    onSubscribe: async (ctx, _id, payload) => {
+      const given = ctx.connectionParams?.authorization ?? ctx.connectionParams?.Authorization;
+      const authorization = typeof given === 'string' ? given : ctx.extra.request.headers.authorization;
+      const request = new Request('http://internal/graphql', { headers: authorization ? { authorization } : {} });
+      const requestId = randomUUID();
+      const enveloped = yoga.getEnveloped({ request, requestId, params: payload } as never);
+      let document;
+      try {
+        document = enveloped.parse(payload.query);
+      } catch (error) {
+        if (error instanceof GraphQLError) return [error];
+        throw error;
+      }
+      const errors = enveloped.validate(enveloped.schema, document);
+      if (errors.length) return errors;
+      let contextValue: Context;
+      try {
+        contextValue = (await enveloped.contextFactory()) as unknown as Context;
+      } catch (error) {
+        if (error instanceof GraphQLError) return [error];
+        throw error;
+      }
+      const socket = ctx.extra.socket;
+      contextValue.transport = { backlog: () => socket.bufferedAmount };
+      return {
+        schema: enveloped.schema,
+        operationName: payload.operationName,
+        document,
+        variableValues: payload.variables,
+        contextValue,
+        rootValue: { execute: enveloped.execute, subscribe: enveloped.subscribe },
+      };
     },
-    wss,
-  );
+    onError: (_ctx, _id, _payload, errors) => {
+      log.debug({ errors: errors.map((e) => e.message) }, 'graphql-ws operation error');
+    },
+  };
+  const protocol = makeServer(options);
+  wss.options.handleProtocols = handleProtocols;
+
+  wss.on('connection', (socket: WebSocket, request: IncomingMessage) => {
+    socket.once('error', (error) => {
+      log.warn({ err: error }, 'WebSocket error; closing it');
+      socket.close(CloseCode.InternalServerError, 'Internal server error');
+    });
+    // Keep-alive: a peer that does not answer a ping within the interval is cut.
+    let pongWait: NodeJS.Timeout | null = null;
+    const ping = setInterval(() => {
+      if (socket.readyState !== socket.OPEN) return;
+      pongWait = setTimeout(() => socket.terminate(), KEEPALIVE_MS);
+      socket.once('pong', () => {
+        if (pongWait) clearTimeout(pongWait);
+        pongWait = null;
+      });
+      socket.ping();
+    }, KEEPALIVE_MS);
+    const closed = protocol.opened(
+      {
+        protocol: socket.protocol,
+        // Unlike graphql-ws's own `useServer`, a send does not wait until the frame reaches the
+        // kernel: that made a subscription deliver one event per event-loop turn, so a tenant-wide
+        // subscriber (thousands of events a second) fell behind while the process idled. Frames
+        // queue in the socket instead; the subscription closes its stream when that queue passes
+        // its bound (Subscription.offer checks bufferedAmount).
+        send: async (data) => {
+          if (socket.readyState !== socket.OPEN) return;
+          corkForThisTurn(socket);
+          socket.send(data);
+        },
+        close: (code, reason) => socket.close(code, reason),
+        onMessage: (cb) =>
+          socket.on('message', async (message) => {
+            try {
+              await cb(String(message));
+            } catch (error) {
+              log.error({ err: error }, 'graphql-ws message handling failed');
+              socket.close(CloseCode.InternalServerError, 'Internal server error');
+            }
+          }),
+      },
+      { socket, request },
+    );
+    socket.once('close', (code, reason) => {
+      if (pongWait) clearTimeout(pongWait);
+      clearInterval(ping);
+      void closed(code, String(reason));
+    });
+  });
 
   return {
     async close() {
       for (const client of wss.clients) client.close(1001, 'server shutting down');
-      await disposable.dispose();
       await new Promise<void>((resolve) => wss.close(() => resolve()));
     },
   };

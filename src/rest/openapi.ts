@@ -39,6 +39,7 @@ export function openApiDocument(routes: Route[], version: string): Record<string
       'x-graphql-operation': route.operation,
     };
   }
+  paths['/api/events'] = { get: eventStreamOperation() };
   return {
     openapi: '3.1.0',
     info: {
@@ -48,7 +49,7 @@ export function openApiDocument(routes: Route[], version: string): Record<string
     },
     servers: [{ url: '/' }],
     security: [{ bearer: [] }],
-    tags: [...new Set(routes.map((r) => r.tag))].map((name) => ({ name })),
+    tags: [...new Set([...routes.map((r) => r.tag), 'events'])].map((name) => ({ name })),
     paths,
     components: {
       schemas: components,
@@ -82,4 +83,30 @@ pre{background:#f6f6f6;padding:.5em;overflow:auto}.op{color:#666;font-size:.9em}
 The full API is GraphQL at <a href="/graphql">/graphql</a>.</p>
 ${rows.join('\n')}
 </body></html>`;
+}
+
+/** The REST event stream (src/events/sse.ts): not a GraphQL-backed route, so described here. */
+function eventStreamOperation(): Record<string, unknown> {
+  const error = (description: string) => ({ description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } });
+  return {
+    operationId: 'EventStream',
+    summary: 'Server-Sent Events: the events the token may read, replayed after a cursor, then live',
+    description:
+      'Each message has `id: <cursor>`, `event: <name>` and `data: <JSON event>`. Names: channel metal uses the event type ' +
+      '(node.enrolled, node.provision.<state>, ...); fabric uses fabric_switch; provision uses provision_step. A reconnect with ' +
+      'Last-Event-ID (EventSource sends it) resumes after that event. The server ends a stream with `event: error` ' +
+      '(data: code, message, details.lastCursor): ABORTED when the reader fell too far behind, UNAUTHENTICATED when the token was revoked.',
+    tags: ['events'],
+    parameters: [
+      { name: 'channel', in: 'query', required: false, schema: { type: 'string', enum: ['metal', 'fabric', 'provision', 'all'], default: 'metal' } },
+      { name: 'after', in: 'query', required: false, schema: { type: 'string', pattern: '^[0-9]{1,19}$' }, description: 'Replay the events after this cursor first.' },
+      { name: 'nodeId', in: 'query', required: false, schema: { type: 'string' }, description: 'Only the events of this node.' },
+      { name: 'Last-Event-ID', in: 'header', required: false, schema: { type: 'string' }, description: 'Wins over after: the cursor of the last event received.' },
+    ],
+    responses: {
+      '200': { description: 'An event stream', content: { 'text/event-stream': { schema: { type: 'string' } } } },
+      '400': error('INVALID_INPUT: an unknown channel or parameter, a malformed cursor, or one older than the retention'),
+      '401': error('UNAUTHENTICATED'),
+    },
+  };
 }
