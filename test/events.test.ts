@@ -349,6 +349,26 @@ describe('the event stream', () => {
 });
 
 describe('the event stream across processes', () => {
+  it('a stream needs a token, and open streams do not hold up a shutdown', async () => {
+    const app = await startTestApp({ shutdownTimeoutMs: 10000 });
+    const tree = await makeTenantTree(app.app.database.prisma, 'shutdown', { pools: 1, nodesPerPool: 1 });
+    const token = await makeToken(app.app.database.prisma, tree.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    const anonymous = wsSubscribe(wsClient(app.url, null), EVENTS, {});
+    await until(() => anonymous.errors.length > 0, 5000, 'UNAUTHENTICATED');
+    expect(anonymous.errors[0].extensions?.code).toBe('UNAUTHENTICATED');
+    const client = wsClient(app.url, token);
+    const ws = wsSubscribe(client, EVENTS, {});
+    const sse = restStream(app.url, token, '?channel=all');
+    await until(() => sse.state.status === 200, 5000, 'the REST stream');
+    await new Promise((r) => setTimeout(r, 200));
+    const started = Date.now();
+    await app.stop();
+    expect(Date.now() - started).toBeLessThan(5000);
+    await until(() => ws.done && sse.state.done, 5000, 'both streams to end');
+    await client.dispose();
+  });
+
+
   it('two service processes on one database: a mutation through A reaches a subscriber on B', async () => {
     const databaseUrl = await createTestDatabase();
     const [one, two] = await Promise.all([startTestApp({ databaseUrl, role: 'api' }), startTestApp({ databaseUrl, role: 'api' })]);
