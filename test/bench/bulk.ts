@@ -8,27 +8,11 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import pg from 'pg';
-import { gql, machineInfo, seed, startService, usageError, type Service } from './read';
+import { gql, intOption, machineInfo, option, seed, startService, type Service } from './read';
 
 const TARGET_BULK_S = 1.5;
 const TARGET_RATIO = 20;
 const TARGET_SINGLE_MS = 10;
-
-function intArg(args: string[], name: string, fallback: number): number {
-  const i = args.indexOf(`--${name}`);
-  if (i === -1) return fallback;
-  const value = Number(args[i + 1]);
-  if (!Number.isInteger(value) || value < 1) throw usageError(`--${name} must be a positive integer`);
-  return value;
-}
-
-function stringArg(args: string[], name: string): string | undefined {
-  const i = args.indexOf(`--${name}`);
-  if (i === -1) return undefined;
-  const value = args[i + 1];
-  if (!value || value.startsWith('--')) throw usageError(`--${name} needs a value`);
-  return value;
-}
 
 const median = (values: number[]) => {
   const sorted = [...values].sort((a, b) => a - b);
@@ -67,14 +51,14 @@ async function timedRest(service: Service, path: string, body: unknown): Promise
 }
 
 async function run(args: string[]): Promise<number> {
-  const nodes = intArg(args, 'nodes', 10000);
-  const runs = intArg(args, 'runs', 3);
-  const singles = intArg(args, 'singles', 10000);
+  const nodes = intOption(args, 'nodes', 10000, 1);
+  const runs = intOption(args, 'runs', 3, 1);
+  const singles = intOption(args, 'singles', 10000, 1);
   const machine = machineInfo();
   console.log(`bulk benchmark: ${nodes} nodes per bulk call, ${runs} runs per verb, ${singles} single calls`);
   console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}`);
   console.log(`date: ${machine.date}`);
-  const profDir = stringArg(args, 'cpu-prof');
+  const profDir = option(args, 'cpu-prof');
   const service = await startService({
     env: { RESPONSE_CACHE_TTL_MS: '0' },
     nodeArgs: profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [],

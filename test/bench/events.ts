@@ -19,17 +19,9 @@ import pg from 'pg';
 import WebSocket from 'ws';
 import { createClient, type Client } from 'graphql-ws';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { gql, machineInfo, seed, startService, usageError, type Service } from './read';
+import { gql, intOption, machineInfo, option, seed, startService, usageError, type Service } from './read';
 
 const TARGET_P99_MS = 100;
-
-function intArg(args: string[], name: string, fallback: number): number {
-  const i = args.indexOf(`--${name}`);
-  if (i === -1) return fallback;
-  const value = Number(args[i + 1]);
-  if (!Number.isInteger(value) || value < 1) throw usageError(`--${name} must be a positive integer`);
-  return value;
-}
 
 const percentile = (sorted: number[], p: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]! : NaN);
 
@@ -53,23 +45,18 @@ interface Received {
 }
 
 async function run(args: string[]): Promise<number> {
-  const subscribers = intArg(args, 'subscribers', 1000);
-  const rate = intArg(args, 'rate', 5000);
-  const seconds = intArg(args, 'seconds', 10);
-  const warmupIndex = args.indexOf('--warmup');
-  const warmup = warmupIndex === -1 ? 2 : Number(args[warmupIndex + 1]);
-  if (!Number.isInteger(warmup) || warmup < 0) throw usageError('--warmup must be a whole number of seconds');
-  const batchMs = intArg(args, 'batch-ms', 10);
-  const wideIndex = args.indexOf('--wide');
-  const wide = wideIndex === -1 ? 0 : Number(args[wideIndex + 1]);
-  if (!Number.isInteger(wide) || wide < 0 || wide >= subscribers) throw usageError('--wide must be an integer from 0 to subscribers - 1');
+  const subscribers = intOption(args, 'subscribers', 1000, 1);
+  const rate = intOption(args, 'rate', 5000, 1);
+  const seconds = intOption(args, 'seconds', 10, 1);
+  const warmup = intOption(args, 'warmup', 2, 0);
+  const batchMs = intOption(args, 'batch-ms', 10, 1);
+  const wide = intOption(args, 'wide', 0, 0);
+  if (wide >= subscribers) throw usageError('--wide must be smaller than --subscribers');
   const machine = machineInfo();
   console.log(`events benchmark: ${subscribers} WebSocket subscribers (${subscribers - wide} on one node each, ${wide} on the whole tenant), ${rate} events/s for ${warmup} s of warm-up, then ${seconds} s measured, from another process`);
   console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}`);
   console.log(`date: ${machine.date}`);
-  const profIndex = args.indexOf('--cpu-prof');
-  const profDir = profIndex === -1 ? undefined : args[profIndex + 1];
-  if (profIndex !== -1 && (!profDir || profDir.startsWith('--'))) throw usageError('--cpu-prof needs a directory');
+  const profDir = option(args, 'cpu-prof');
   const service = await startService({ env: { RESPONSE_CACHE_TTL_MS: '0' }, nodeArgs: profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [] });
   const clients: Client[] = [];
   let publisher: ReturnType<typeof fork> | undefined;

@@ -396,7 +396,8 @@ export function usageError(message: string): Error {
   return error;
 }
 
-function option(args: string[], name: string): string | undefined {
+/** `--name value` or `--name=value`; undefined when absent. */
+export function option(args: string[], name: string): string | undefined {
   const i = args.indexOf(`--${name}`);
   if (i === -1) {
     const inline = args.find((a) => a.startsWith(`--${name}=`));
@@ -407,7 +408,7 @@ function option(args: string[], name: string): string | undefined {
   return value;
 }
 
-function intOption(args: string[], name: string, fallback: number, min: number): number {
+export function intOption(args: string[], name: string, fallback: number, min: number): number {
   const raw = option(args, name);
   if (raw === undefined) return fallback;
   const value = Number(raw);
