@@ -29,25 +29,27 @@ export function wsClient(baseUrl: string, token: string | null): WsClient {
   });
 }
 
+/** What both clients call: each result's one field (or its errors), then how the stream ended. */
+function collector(received: Received) {
+  return {
+    next: (result: { data?: Record<string, unknown> | null; errors?: readonly unknown[] }) => {
+      if (result.errors) received.errors.push(...result.errors);
+      if (result.data) received.events.push(Object.values(result.data)[0]);
+    },
+    error: (error: unknown) => {
+      received.errors.push(Array.isArray(error) ? error[0] : error);
+      received.done = true;
+    },
+    complete: () => {
+      received.done = true;
+    },
+  };
+}
+
 /** Subscribes with the real graphql-ws client and collects what arrives. */
 export function wsSubscribe(client: WsClient, query: string, variables: Record<string, unknown> = {}): Received {
   const received: Received = { events: [], errors: [], done: false, stop: () => undefined };
-  received.stop = client.subscribe(
-    { query, variables },
-    {
-      next: (result) => {
-        if (result.errors) received.errors.push(...result.errors);
-        if (result.data) received.events.push(Object.values(result.data)[0]);
-      },
-      error: (error) => {
-        received.errors.push(Array.isArray(error) ? error[0] : error);
-        received.done = true;
-      },
-      complete: () => {
-        received.done = true;
-      },
-    },
-  );
+  received.stop = client.subscribe({ query, variables }, collector(received));
   return received;
 }
 
@@ -59,22 +61,7 @@ export function sseSubscribe(baseUrl: string, token: string, query: string, vari
     retryAttempts: 0,
   });
   const received: Received = { events: [], errors: [], done: false, stop: () => undefined };
-  const unsubscribe = client.subscribe(
-    { query, variables },
-    {
-      next: (result) => {
-        if (result.errors) received.errors.push(...result.errors);
-        if (result.data) received.events.push(Object.values(result.data)[0]);
-      },
-      error: (error) => {
-        received.errors.push(error);
-        received.done = true;
-      },
-      complete: () => {
-        received.done = true;
-      },
-    },
-  );
+  const unsubscribe = client.subscribe({ query, variables }, collector(received));
   received.stop = () => {
     unsubscribe();
     client.dispose();
