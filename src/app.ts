@@ -171,8 +171,8 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       // does not wait for them.
       const hub = events!;
       cleanups.push(async () => {
+        await hub.stop(); // every stream completes (graphql-ws sends "complete", SSE ends)
         await ws.close();
-        await hub.stop();
       });
       log.info({ url, role: config.role }, 'listening');
     } else {

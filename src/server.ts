@@ -40,10 +40,20 @@ function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
 async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerResponse, requestId: string): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? undefined : await readBody(req);
   const abort = new AbortController();
-  // 'close' also fires after every complete response: abort only when the client left early.
-  res.on('close', () => {
-    if (!res.writableFinished) abort.abort();
-  });
+  // 'close' also fires after every complete response: only a close before the end means the client
+  // left. Then the response body (a subscription's stream, over SSE) must be cancelled, or its
+  // subscription and timers would live on with nobody reading.
+  let left = false;
+  let cancel: (() => void) | null = null;
+  const gone = new Promise<void>((resolve) =>
+    res.on('close', () => {
+      if (res.writableFinished) return;
+      left = true;
+      abort.abort();
+      cancel?.();
+      resolve();
+    }),
+  );
   const headers = new Headers();
   for (const [name, value] of Object.entries(req.headers)) {
     if (value === undefined) continue;
@@ -54,6 +64,10 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
     { method: req.method, headers, body, signal: abort.signal } as RequestInit,
     { requestId },
   );
+  if (left) {
+    await response.body?.cancel().catch(() => undefined);
+    return;
+  }
   const outHeaders: Record<string, string> = {};
   response.headers.forEach((value, name) => {
     outHeaders[name] = value;
@@ -61,13 +75,15 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
   res.writeHead(response.status, { ...outHeaders, ...serverTiming(res) });
   if (!response.body) return void res.end();
   const reader = response.body.getReader();
+  cancel = () => void reader.cancel().catch(() => undefined);
   try {
     for (;;) {
       const { done, value } = await reader.read();
-      if (done) break;
-      if (!res.write(value)) await new Promise((r) => res.once('drain', r));
+      if (done || left) break;
+      if (!res.write(value)) await Promise.race([new Promise((r) => res.once('drain', r)), gone]);
     }
   } finally {
+    if (left) await reader.cancel().catch(() => undefined);
     res.end();
   }
 }

@@ -257,6 +257,67 @@ describe('the event stream', () => {
     await sql.query('UPDATE event_horizon SET pruned_through = 0');
   });
 
+  it('jobProgress without a cursor starts at the oldest retained event, also after pruning', async () => {
+    const jobId = 'job_after_pruning';
+    const head = await headCursor();
+    await sql.query('UPDATE event_horizon SET pruned_through = $1', [head]);
+    try {
+      await sql.query(`INSERT INTO event (type, tenant_id, site_id, subject, payload) VALUES ('provision.step', $1, $2, $3, '{"step": "partition"}')`, [a.tenant.id, a.site.id, jobId]);
+      await waitSequenced();
+      const client = wsClient(t.url, tokenA);
+      const got = wsSubscribe(client, 'subscription ($j: ID!) { jobProgress(jobId: $j) { payload } }', { j: jobId });
+      await until(() => got.events.length === 1 || got.errors.length > 0, 10000, 'the step');
+      expect(got.errors).toEqual([]);
+      expect(got.events[0].payload).toEqual({ step: 'partition' });
+      got.stop();
+      await client.dispose();
+    } finally {
+      await sql.query('UPDATE event_horizon SET pruned_through = 0');
+    }
+  });
+
+  it('events pruned while a replay is under way end it with the horizon, not with a silent gap', async () => {
+    const hub = t.app.services.events!;
+    const principal = await t.app.services.tokens.authenticate(tokenA);
+    const from = await headCursor();
+    await publishRaw(sql, a, 'node.test.long-replay', 600);
+    await waitSequenced();
+    const sub = await hub.subscribe({ principal, token: tokenA, filter: { types: ['node.test.long-replay'] }, after: from });
+    const first = (await sub.next()).value as any; // the first page (500) is read now
+    expect(first.type).toBe('node.test.long-replay');
+    const prunedTo = String(BigInt(from) + 550n);
+    await sql.query('UPDATE event_horizon SET pruned_through = $1', [prunedTo]);
+    try {
+      let end: any;
+      for (let i = 0; i < 700 && !end; i += 1) {
+        const item = (await sub.next()).value as any;
+        if (item && 'error' in item) end = item;
+      }
+      expect(end.error.code).toBe('INVALID_INPUT');
+      expect(end.error.extensions.details).toMatchObject({ field: 'after', prunedThrough: prunedTo });
+      expect((await sub.next()).done).toBe(true);
+    } finally {
+      await sql.query('UPDATE event_horizon SET pruned_through = 0');
+    }
+  });
+
+  it('a subscription closed by its client leaves the hub: graphql-ws, nodeUpdated, GraphQL over SSE and REST SSE', async () => {
+    const hub = t.app.services.events!;
+    await until(() => hub.subscriberCount === 0, 5000, 'earlier tests\' streams to close');
+    const client = wsClient(t.url, tokenA);
+    const streams = [
+      wsSubscribe(client, EVENTS, {}),
+      wsSubscribe(client, 'subscription ($id: ID!) { nodeUpdated(id: $id) { id } }', { id: a.nodes[38]!.id }),
+      sseSubscribe(t.url, tokenA, EVENTS, {}),
+    ];
+    const rest = restStream(t.url, tokenA, '?channel=all');
+    await until(() => hub.subscriberCount === 4, 5000, 'four open streams');
+    for (const s of streams) s.stop();
+    rest.stop();
+    await until(() => hub.subscriberCount === 0, 5000, 'every stream to leave the hub');
+    await client.dispose();
+  });
+
   it('REST SSE refuses unknown channels and parameters, and a missing token', async () => {
     for (const [query, token, status, pattern] of [
       ['?channel=bogus', tokenA, 400, /query\.channel: must be one of metal, fabric, provision, all/],
@@ -391,9 +452,9 @@ describe('the event stream across processes', () => {
 });
 
 describe('the event stream when the publishing process dies', () => {
-  it('killing the publishing process (the sequencer leader) right after commit loses nothing', async () => {
+  it('killing the publishing process right after commit loses nothing', async () => {
     const databaseUrl = await createTestDatabase();
-    // The publisher is the built service in its own process; it starts first, so it numbers events.
+    // The publisher is the built service in its own process, with its own sequencer.
     const port = 48000 + Math.floor(Math.random() * 1000);
     const adminToken = `kill-admin-${Date.now()}`;
     const child = spawn(process.execPath, [fromRoot('dist', 'src', 'main.js')], {

@@ -50,10 +50,37 @@ async function checkFilter(ctx: Context, filter: EventFilter): Promise<void> {
 }
 
 /** Opens the stream for a subscription field: authenticated, with its token, on this process's hub. */
-export async function openStream(ctx: Context, filter: EventFilter, after: string | null | undefined): Promise<AsyncIterable<StreamItem>> {
+export async function openStream(
+  ctx: Context,
+  filter: EventFilter,
+  after: string | null | undefined,
+  fromOldest = false,
+): Promise<AsyncIterableIterator<StreamItem>> {
   const principal = requirePrincipal(ctx);
   if (!ctx.events || !ctx.token) throw new AppError('INVALID_CONFIG', 'this process serves no event streams (ROLE=worker)');
-  return ctx.events.subscribe({ principal, token: ctx.token, filter, after, backlog: ctx.transport?.backlog });
+  return ctx.events.subscribe({ principal, token: ctx.token, filter, after, fromOldest, backlog: ctx.transport?.backlog });
+}
+
+/**
+ * `first`, then the stream's items. Hand-written rather than an async generator: a generator's
+ * return() waits for the pending next() (a quiet node's next event) and never reaches the stream
+ * when it had not started, so a closed subscription would stay registered on the hub.
+ */
+function prepend<T>(first: T, stream: AsyncIterableIterator<T>): AsyncIterableIterator<T> {
+  let sentFirst = false;
+  const iterator: AsyncIterableIterator<T> = {
+    next: () => {
+      if (sentFirst) return stream.next();
+      sentFirst = true;
+      return Promise.resolve({ value: first, done: false });
+    },
+    return: async () => {
+      await stream.return?.();
+      return { value: undefined, done: true };
+    },
+    [Symbol.asyncIterator]: () => iterator,
+  };
+  return iterator;
 }
 
 /** A stream's last item is the reason the server closed it: raise it as the subscription's error. */
@@ -89,11 +116,8 @@ builder.subscriptionField('nodeUpdated', (t) =>
     args: { id: t.arg.id({ required: true }) },
     subscribe: async (_root, args, ctx) => {
       await checkFilter(ctx, { nodeId: args.id });
-      const stream = await openStream(ctx, { nodeId: args.id }, null);
-      return (async function* () {
-        yield null; // the current view first
-        yield* stream;
-      })();
+      // The current view first (null: "read it now"), then one per change.
+      return prepend<StreamItem | null>(null, await openStream(ctx, { nodeId: args.id }, null));
     },
     resolve: (query, item: StreamItem | null, args, ctx) => {
       if (item) unwrap(item);
@@ -105,7 +129,7 @@ builder.subscriptionField('nodeUpdated', (t) =>
 builder.subscriptionField('workflowProgress', (t) =>
   t.field({
     type: EventRef,
-    description: 'The events of one workflow run (its subject, or events that name it as workflowId), replayed from `after` then live.',
+    description: 'The events of one workflow run (its subject, or events that name it as workflowId): from `after`, else from the oldest retained, then live.',
     args: { runId: t.arg.id({ required: true }), after: t.arg.string({ required: false }) },
     subscribe: async (_root, args, ctx) => {
       const principal = requirePrincipal(ctx);
@@ -113,7 +137,8 @@ builder.subscriptionField('workflowProgress', (t) =>
       const node = run ? await ctx.prisma.node.findUnique({ where: { id: run.nodeId }, select: { id: true, tenantId: true, siteId: true, poolId: true } }) : null;
       if (!run || !node) throw notFound('workflow run', args.runId);
       decide(principal, 'read', nodeResource(node));
-      return openStream(ctx, { workflowId: run.id }, args.after ?? '0');
+      // A run's events are its node's: the node filter keeps the replay on the (node_id, seq) index.
+      return openStream(ctx, { nodeId: node.id, workflowId: run.id }, args.after, args.after == null);
     },
     resolve: (item: StreamItem) => unwrap(item),
   }),
@@ -122,9 +147,9 @@ builder.subscriptionField('workflowProgress', (t) =>
 builder.subscriptionField('jobProgress', (t) =>
   t.field({
     type: EventRef,
-    description: 'The events whose subject is this job (fabric apply/teardown, provisioning), replayed from `after` then live: what a UI uses after a page refresh.',
+    description: 'The events whose subject is this job (fabric apply/teardown, provisioning): from `after`, else from the oldest retained, then live. What a UI uses after a page refresh.',
     args: { jobId: t.arg.id({ required: true }), after: t.arg.string({ required: false }) },
-    subscribe: (_root, args, ctx) => openStream(ctx, { subject: args.jobId }, args.after ?? '0'),
+    subscribe: (_root, args, ctx) => openStream(ctx, { subject: args.jobId }, args.after, args.after == null),
     resolve: (item: StreamItem) => unwrap(item),
   }),
 );

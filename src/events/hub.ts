@@ -49,6 +49,8 @@ export interface SubscribeOptions {
   filter: EventFilter;
   /** Replay everything after this cursor first; without it the stream starts at the live head. */
   after?: string | null;
+  /** Without `after`: replay from the oldest event retention kept, instead of starting live. */
+  fromOldest?: boolean;
   /** Bytes the transport has queued and not yet sent (WebSocket bufferedAmount). */
   backlog?: () => number;
 }
@@ -216,16 +218,37 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
     }
   }
 
-  /** One page of history (pulled only as fast as the consumer reads); then the switch to live. */
+  /**
+   * One page of history, pulled only as fast as the consumer takes it: a transport that queues
+   * without waiting (WebSocket) is held while it has more than MAX_BACKLOG_BYTES unsent, so a
+   * replay never piles history into memory. Then the switch to live.
+   */
   private async replayPage(): Promise<void> {
+    while ((this.backlog?.() ?? 0) > MAX_BACKLOG_BYTES && !this.finished && !this.failure) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    if (this.finished || this.failure) return;
     const until = this.replayUntil!;
     const values: unknown[] = [String(this.fetched), String(until)];
-    const { rows } = await this.hub.sql.query<Row>(
-      `SELECT ${COLUMNS} FROM event WHERE seq > $1 AND seq <= $2${filterSql(this.filter, this.principal, values)} ORDER BY event.seq LIMIT ${REPLAY_PAGE}`,
+    const { rows } = await this.hub.sql.query<Row & { pruned: string }>(
+      `SELECT ${COLUMNS}, (SELECT pruned_through FROM event_horizon WHERE id = 1)::text AS pruned
+         FROM event WHERE seq > $1 AND seq <= $2${filterSql(this.filter, this.principal, values)} ORDER BY event.seq LIMIT ${REPLAY_PAGE}`,
       values,
     );
     if (this.finished || this.failure) return;
-    for (const row of rows) {
+    // Retention may have pruned past this replay since it started: say so rather than skip events.
+    const pruned = rows.length ? BigInt(rows[0]!.pruned) : await this.hub.prunedThrough();
+    if (pruned > this.fetched) {
+      this.fail(
+        new AppError('INVALID_INPUT', `after: events after cursor ${this.fetched} were pruned by retention during the replay; read the current state and resume from "${pruned}"`, {
+          field: 'after',
+          prunedThrough: String(pruned),
+          lastCursor: String(this.cursor),
+        }),
+      );
+      return;
+    }
+    for (const { pruned: _pruned, ...row } of rows) {
       const e = toEvent(row);
       this.fetched = e.seq;
       if (mayRead(this.principal, resourceOf(e))) this.queue.push(e);
@@ -281,8 +304,7 @@ export class EventHub {
   ) {}
 
   async start(): Promise<void> {
-    const { rows } = await this.sql.query<{ head: string }>('SELECT COALESCE(max(seq), 0)::text AS head FROM event');
-    this.head = BigInt(rows[0]!.head);
+    this.head = (await this.bounds()).head;
     await this.connect();
     const poll = setInterval(() => this.pump(), this.opts.pollMs ?? 1000);
     const recheck = setInterval(() => void this.recheckTokens(), this.opts.tokenRecheckMs ?? 30000);
@@ -364,27 +386,37 @@ export class EventHub {
   }
 
   /** Opens a subscription; the cursor and the retention horizon are checked here, before any event. */
+  /** The stream's head (the newest cursor, or the retention horizon when pruning emptied it) and horizon. */
+  private async bounds(): Promise<{ head: bigint; pruned: bigint }> {
+    const { rows } = await this.sql.query<{ pruned: string; max: string }>(
+      'SELECT pruned_through::text AS pruned, (SELECT COALESCE(max(seq), 0) FROM event)::text AS max FROM event_horizon WHERE id = 1',
+    );
+    const pruned = BigInt(rows[0]!.pruned);
+    const max = BigInt(rows[0]!.max);
+    return { head: max > pruned ? max : pruned, pruned };
+  }
+
   async subscribe(options: SubscribeOptions): Promise<Subscription> {
+    if (this.stopped) throw new AppError('INVALID_STATE', 'the service is shutting down; reconnect to another process or retry');
     let start = this.head;
     let replayUntil: bigint | null = null;
-    if (options.after != null) {
-      const after = parseCursor(options.after, 'after');
-      const { rows } = await this.sql.query<{ pruned: string; max: string }>(
-        'SELECT pruned_through::text AS pruned, (SELECT COALESCE(max(seq), 0) FROM event)::text AS max FROM event_horizon WHERE id = 1',
-      );
-      const pruned = BigInt(rows[0]!.pruned);
-      const max = BigInt(rows[0]!.max) > this.head ? BigInt(rows[0]!.max) : this.head;
+    if (options.after != null || options.fromOldest) {
+      const { head, pruned } = await this.bounds();
+      const after = options.after != null ? parseCursor(options.after, 'after') : pruned;
+      const known = head > this.head ? head : this.head;
       if (after < pruned) {
         throw new AppError('INVALID_INPUT', `after: cursor ${after} is older than the event retention; events up to ${pruned} were pruned. Read the current state and resume from "${pruned}"`, {
           field: 'after',
           prunedThrough: String(pruned),
         });
       }
-      if (after > max) throw invalidInput('after', `cursor ${after} is ahead of the stream (its head is ${max})`);
+      if (after > known) throw invalidInput('after', `cursor ${after} is ahead of the stream (its head is ${known})`);
+      if (this.stopped) throw new AppError('INVALID_STATE', 'the service is shutting down; reconnect to another process or retry');
       // Registered below, synchronously with reading the head: events after it are dispatched to
-      // this subscriber, events up to it are in the table.
+      // this subscriber, events up to it are in the table. A cursor past this process's head (it
+      // came from a process that is ahead) replays nothing and skips what it already has.
       start = after;
-      replayUntil = this.head;
+      replayUntil = after > this.head ? after : this.head;
     }
     const sub = new Subscription(this, options.principal, options.token, options.filter, start, replayUntil, this.opts.buffer, options.backlog);
     this.add(sub);
@@ -410,12 +442,38 @@ export class EventHub {
     }
   }
 
+  async prunedThrough(): Promise<bigint> {
+    const { rows } = await this.sql.query<{ pruned: string }>('SELECT pruned_through::text AS pruned FROM event_horizon WHERE id = 1');
+    return BigInt(rows[0]!.pruned);
+  }
+
   get subscriberCount(): number {
     return this.subs.size;
   }
 
-  /** Re-authenticates every subscriber's token without the cache: revoked ones end their streams. */
-  async recheckTokens(): Promise<void> {
+  private rechecking: Promise<void> | null = null;
+  private recheckAgain = false;
+
+  /**
+   * Re-authenticates every subscriber's token without the cache: revoked ones end their streams.
+   * Runs never overlap; a burst of token changes during one run costs one more run, not one each.
+   */
+  recheckTokens(): Promise<void> {
+    if (this.rechecking) {
+      this.recheckAgain = true;
+      return this.rechecking;
+    }
+    this.rechecking = this.recheckAll().finally(() => {
+      this.rechecking = null;
+      if (this.recheckAgain && !this.stopped) {
+        this.recheckAgain = false;
+        void this.recheckTokens();
+      }
+    });
+    return this.rechecking;
+  }
+
+  private async recheckAll(): Promise<void> {
     const byToken = new Map<string, Subscription[]>();
     for (const s of this.subs) {
       const list = byToken.get(s.token);

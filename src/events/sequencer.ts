@@ -2,6 +2,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 
 const SEQUENCER_LOCK = 7243916083;
+const BUSY_RETRY_MS = 10;
 
 /**
  * Numbers committed outbox rows. Event ids come from a sequence at insert time, so two
@@ -9,13 +10,15 @@ const SEQUENCER_LOCK = 7243916083;
  * later. The sequencer gives every committed row a cursor (`seq`) in the order it sees commits:
  * a row that commits later gets a larger seq, so "everything up to seq C" stays true forever.
  *
- * Every process runs one; the one holding a session advisory lock is the leader and the only one
- * that writes seq. When its connection dies (the process is killed), PostgreSQL drops the lock and
- * another process takes over within a tick: nothing committed is lost, only delayed.
+ * Every process runs one, woken by each commit of events (NOTIFY metal_event_pending) and by a tick.
+ * A pass numbers under a transaction-level advisory lock, so passes never overlap across processes
+ * and the head each reads is the last one's. A process killed mid-pass loses only its open
+ * transaction; the others number those rows on their next pass: nothing committed is lost, only
+ * delayed. (A session lock held by one leader would let a hung or partitioned leader stall the
+ * stream until TCP gave up.)
  */
 export class Sequencer {
   private client: pg.Client | null = null;
-  private leader = false;
   private running: Promise<void> | null = null;
   private again = false;
   private timer: NodeJS.Timeout | null = null;
@@ -37,10 +40,9 @@ export class Sequencer {
   }
 
   private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: 'metal-sequencer' });
+    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: 'metal-sequencer', keepAlive: true });
     client.on('error', (error) => {
       this.log.warn({ err: error }, 'event sequencer connection lost; reconnecting');
-      this.leader = false;
       if (this.client === client) this.client = null;
       client.end().catch(() => undefined);
     });
@@ -50,6 +52,9 @@ export class Sequencer {
     // already-numbered rows dead as they pass them, where a bitmap scan would re-check every one of
     // them on every pass until the next vacuum (O(events since vacuum) per pass).
     await client.query('SET enable_bitmapscan = off');
+    // A pass is milliseconds: one that hangs (a lock, a lost client) must not hold the stream.
+    await client.query("SET statement_timeout = '30s'");
+    await client.query("SET idle_in_transaction_session_timeout = '10s'");
     await client.query('LISTEN metal_event_pending');
     this.client = client;
   }
@@ -74,40 +79,52 @@ export class Sequencer {
     try {
       if (!this.client) await this.connect();
       const client = this.client!;
-      if (!this.leader) {
-        const { rows } = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [SEQUENCER_LOCK]);
-        this.leader = rows[0]!.ok;
-        if (!this.leader) return;
-        this.log.info('this process now numbers the event stream');
-      }
       for (;;) {
         const numbered = await this.pass(client);
-        if (numbered < this.batch) break;
+        if (numbered === null) {
+          // Another process is numbering right now; rows that committed after its snapshot still
+          // need a pass: look again shortly rather than wait for the tick.
+          setTimeout(() => this.wake(), BUSY_RETRY_MS).unref();
+          return;
+        }
+        if (numbered < this.batch) return;
       }
     } catch (error) {
       if (!this.stopped) this.log.warn({ err: error }, 'event sequencer pass failed; retrying on the next tick');
     }
   }
 
-  /** One statement: number the committed rows without a seq, in id order, after the current head. */
-  private async pass(client: pg.Client): Promise<number> {
-    const { rows } = await client.query<{ n: number }>(
-      `WITH head AS (
-         SELECT GREATEST(COALESCE((SELECT max(seq) FROM event), 0), (SELECT pruned_through FROM event_horizon WHERE id = 1)) AS h
-       ), pending AS (
-         SELECT p.id, row_number() OVER (ORDER BY p.id) AS rn
-           FROM (SELECT id FROM event WHERE seq IS NULL ORDER BY id LIMIT $1) p
-       ), upd AS (
-         UPDATE event e SET seq = head.h + pending.rn FROM pending, head WHERE e.id = pending.id RETURNING e.seq
-       )
-       SELECT count(*)::int AS n, CASE WHEN count(*) > 0 THEN pg_notify('metal_events', max(seq)::text) END FROM upd`,
-      [this.batch],
-    );
-    return rows[0]!.n;
-  }
-
-  get isLeader(): boolean {
-    return this.leader;
+  /**
+   * One transaction: the sequencing lock (a transaction-level advisory lock, so a process that hangs
+   * or is cut off cannot keep it past its transaction), then the numbering of the committed rows
+   * without a seq, in id order, after the current head. null when another process holds the lock.
+   */
+  private async pass(client: pg.Client): Promise<number | null> {
+    await client.query('BEGIN');
+    try {
+      const { rows: lock } = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS ok', [SEQUENCER_LOCK]);
+      if (!lock[0]!.ok) {
+        await client.query('ROLLBACK');
+        return null;
+      }
+      const { rows } = await client.query<{ n: number }>(
+        `WITH head AS (
+           SELECT GREATEST(COALESCE((SELECT max(seq) FROM event), 0), (SELECT pruned_through FROM event_horizon WHERE id = 1)) AS h
+         ), pending AS (
+           SELECT p.id, row_number() OVER (ORDER BY p.id) AS rn
+             FROM (SELECT id FROM event WHERE seq IS NULL ORDER BY id LIMIT $1) p
+         ), upd AS (
+           UPDATE event e SET seq = head.h + pending.rn FROM pending, head WHERE e.id = pending.id RETURNING e.seq
+         )
+         SELECT count(*)::int AS n, CASE WHEN count(*) > 0 THEN pg_notify('metal_events', max(seq)::text) END FROM upd`,
+        [this.batch],
+      );
+      await client.query('COMMIT');
+      return rows[0]!.n;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    }
   }
 
   async stop(): Promise<void> {
@@ -116,7 +133,6 @@ export class Sequencer {
     await this.running;
     const client = this.client;
     this.client = null;
-    this.leader = false;
     await client?.end().catch(() => undefined);
   }
 }

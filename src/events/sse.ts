@@ -41,6 +41,9 @@ export async function serveEventStream(
   res: ServerResponse,
   requestId: string,
 ): Promise<void> {
+  // The client may leave during the awaits below: know it from the start, not from when the
+  // stream begins, or a stream nobody reads would be opened and never closed.
+  const closed = new Promise<void>((resolve) => res.once('close', resolve));
   try {
     if (req.method !== 'GET') {
       res.setHeader('allow', 'GET');
@@ -66,6 +69,10 @@ export async function serveEventStream(
       filter: { typePrefixes: channel.prefixes, nodeId: url.searchParams.get('nodeId') },
       after,
     });
+    if (res.destroyed) {
+      await sub.return();
+      return;
+    }
 
     res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
@@ -78,7 +85,6 @@ export async function serveEventStream(
     const ping = setInterval(() => {
       if (!res.writableNeedDrain) res.write(': ping\n\n');
     }, PING_MS);
-    const closed = new Promise<void>((resolve) => res.once('close', resolve));
     void closed.then(() => sub.return());
     try {
       for await (const item of sub) {

@@ -148,7 +148,14 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
   return {
     async close() {
       for (const client of wss.clients) client.close(1001, 'server shutting down');
-      await new Promise<void>((resolve) => wss.close(() => resolve()));
+      const closing = new Promise<void>((resolve) => wss.close(() => resolve()));
+      // A client whose close frame waits behind megabytes it is not reading would hold the
+      // shutdown for ws's 30 s handshake timeout: cut what is still open after a second.
+      const cut = setTimeout(() => {
+        for (const client of wss.clients) client.terminate();
+      }, 1000);
+      await closing;
+      clearTimeout(cut);
     },
   };
 }
