@@ -8,7 +8,8 @@
  * clock as the receiver's); every event is checked for loss and duplication; the service's RSS is
  * sampled throughout.
  *
- * Options: --subscribers 1000, --rate 5000 (events/s), --seconds 10 (measured), --warmup 2 (seconds
+ * Options: --subscribers 1000, --rate 5000 (events/s), --seconds 10 (per round), --rounds 3 (the
+ * verdict is the median round's p99; every round is printed), --warmup 2 (seconds
  * published first and checked for loss, but not timed), --batch-ms 10 (one transaction
  * per batch), --wide 0 (how many of the subscribers take the whole tenant, 5,000 events/s each), --cpu-prof <dir> (profile the service into <dir>).
  */
@@ -48,12 +49,13 @@ async function run(args: string[]): Promise<number> {
   const subscribers = intOption(args, 'subscribers', 1000, 1);
   const rate = intOption(args, 'rate', 5000, 1);
   const seconds = intOption(args, 'seconds', 10, 1);
+  const rounds = intOption(args, 'rounds', 3, 1);
   const warmup = intOption(args, 'warmup', 2, 0);
   const batchMs = intOption(args, 'batch-ms', 10, 1);
   const wide = intOption(args, 'wide', 0, 0);
   if (wide >= subscribers) throw usageError('--wide must be smaller than --subscribers');
   const machine = machineInfo();
-  console.log(`events benchmark: ${subscribers} WebSocket subscribers (${subscribers - wide} on one node each, ${wide} on the whole tenant), ${rate} events/s for ${warmup} s of warm-up, then ${seconds} s measured, from another process`);
+  console.log(`events benchmark: ${subscribers} WebSocket subscribers (${subscribers - wide} on one node each, ${wide} on the whole tenant), ${rate} events/s for ${warmup} s of warm-up, then ${rounds} rounds of ${seconds} s measured, from another process`);
   console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}`);
   console.log(`date: ${machine.date}`);
   const profDir = option(args, 'cpu-prof');
@@ -135,7 +137,7 @@ async function run(args: string[]): Promise<number> {
     loopDelay.enable();
     let peakRss = idleRss;
     const sampler = setInterval(() => void rssMiB(service.pid).then((r) => (peakRss = Math.max(peakRss, r))), 250);
-    publisher.send({ databaseUrl: service.databaseUrl, rate, seconds: seconds + warmup, batchMs, tenantId: s.tenantId, siteId: s.siteId, nodes: nodes.map((n) => [n.id, n.pool_id]) });
+    publisher.send({ databaseUrl: service.databaseUrl, rate, seconds: warmup + rounds * seconds, batchMs, tenantId: s.tenantId, siteId: s.siteId, nodes: nodes.map((n) => [n.id, n.pool_id]) });
     await finished;
     // Expected deliveries: each event to its node's subscriber and to the tenant subscriber.
     const expected = (r: number) => (r >= perNode ? done!.sent : Math.floor(done!.sent / perNode) + (r < done!.sent % perNode ? 1 : 0));
@@ -148,6 +150,8 @@ async function run(args: string[]): Promise<number> {
     // Latency counts from the end of the warm-up (the service's first deliveries compile code paths);
     // loss and duplicates count over everything.
     const firstMeasured = Math.round((warmup * 1000) / batchMs);
+    const perRound = Math.round((seconds * 1000) / batchMs);
+    const byRound: number[][] = Array.from({ length: rounds }, () => []);
     const latencies: number[] = [];
     const nodeLatencies: number[] = [];
     const tenantLatencies: number[] = [];
@@ -167,6 +171,7 @@ async function run(args: string[]): Promise<number> {
         else {
           const ms = Number(at - committed) / 1e6;
           latencies.push(ms);
+          byRound[Math.min(rounds - 1, Math.floor((batch - firstMeasured) / perRound))]!.push(ms);
           (k >= perNode ? tenantLatencies : nodeLatencies).push(ms);
         }
       }
@@ -178,18 +183,22 @@ async function run(args: string[]): Promise<number> {
     const delivered = received.reduce((n, r) => n + r.seen.size, 0);
     const p = (q: number) => percentile(latencies, q).toFixed(1);
     const pass = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
-    const p99 = percentile(latencies, 99);
+    // The verdict is the median round's p99: one round that the machine stalls (CPU steal, a WAL
+    // segment write) shows in its own line and in the overall figures, but does not decide alone.
+    const roundP99 = byRound.map((list) => percentile(list.sort((x, y) => x - y), 99));
+    const p99 = [...roundP99].sort((x, y) => x - y)[Math.floor(rounds / 2)]!;
     console.log('\n== summary: events ==');
     console.log(`machine:               ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
     console.log(`published:             ${done!.sent} events in ${done!.seconds.toFixed(1)} s (${(done!.sent / done!.seconds).toFixed(0)}/s), ${done!.batches} transactions of ${done!.perBatch}`);
     console.log(`subscribers:           ${subscribers} WebSockets (${perNode} on one node each, ${wide} on the whole tenant)`);
     console.log(`delivered:             ${delivered} (${(delivered / done!.seconds).toFixed(0)}/s); lost ${lost}; duplicates ${duplicates}; errors ${errors.length}${errors.length ? ` (${errors[0]})` : ''}`);
     console.log(`delivery from commit:  (${latencies.length} deliveries after the ${warmup} s warm-up) p50 ${p(50)} ms, p90 ${p(90)} ms, p99 ${p(99)} ms, max ${p(100)} ms`);
+    console.log(`  by round (${seconds} s): p99 ${roundP99.map((v) => v.toFixed(1)).join(', ')} ms; median round ${p99.toFixed(1)} ms`);
     console.log(`  by subscriber:       node subscribers ${split(nodeLatencies)}; tenant-wide ${wide ? split(tenantLatencies) : 'none'}`);
     console.log(`  receiving process:   event-loop delay p50 ${(loopDelay.percentile(50) / 1e6).toFixed(1)} ms, p99 ${(loopDelay.percentile(99) / 1e6).toFixed(1)} ms, max ${(loopDelay.max / 1e6).toFixed(1)} ms (included above)`);
     console.log(`service RSS:           ${idleRss.toFixed(0)} MiB with ${subscribers} idle subscriptions, peak ${peakRss.toFixed(0)} MiB while publishing, ${endRss.toFixed(0)} MiB after`);
     if (unknownCommit) console.log(`note: ${unknownCommit} deliveries had no commit time (publisher message lost)`);
-    console.log(`target p99 <= ${TARGET_P99_MS} ms: ${pass(p99 <= TARGET_P99_MS)}`);
+    console.log(`target p99 <= ${TARGET_P99_MS} ms (median of ${rounds} rounds): ${pass(p99 <= TARGET_P99_MS)}`);
     console.log(`target no loss, no duplicate: ${pass(lost === 0 && duplicates === 0 && errors.length === 0)}`);
     return 0;
   } finally {
@@ -201,6 +210,6 @@ async function run(args: string[]): Promise<number> {
 
 export const eventsBench = {
   summary: '1,000 WebSocket subscribers on one process, 5,000 events/s committed from another: delivery p99, loss, duplicates, RSS',
-  options: ['--subscribers 1000 --rate 5000 --seconds 10 --warmup 2 --batch-ms 10 --wide 0 [--cpu-prof <dir>]'],
+  options: ['--subscribers 1000 --rate 5000 --seconds 10 --rounds 3 --warmup 2 --batch-ms 10 --wide 0 [--cpu-prof <dir>]'],
   run,
 };
