@@ -114,5 +114,6 @@ export function insertJobsSql(queue: QueueName, data: string, from: string): str
            CASE WHEN COALESCE(q.retry_backoff, false) THEN GREATEST(COALESCE(q.retry_delay, 0), 1) ELSE COALESCE(q.retry_delay, 0) END,
            COALESCE(q.retry_backoff, false),
            q.policy
-      FROM ${from} JOIN pgboss.queue q ON q.name = '${queue}'`;
+      FROM ${from} JOIN pgboss.queue q ON q.name = '${queue}'
+    ON CONFLICT DO NOTHING`;
 }

@@ -111,6 +111,12 @@ describe('bulk', () => {
     expect(batch).toMatchObject({ status: 'awaiting-approval', quorum: 2, wipe: 'crypto-erase', nodeCount: 4 });
     const APPROVE = 'mutation ($b: ID!, $k: String!, $s: String!) { approveCommandBatch(batchId: $b, keyId: $k, signature: $s) { status approvals } }';
     const signBy = (i: number, digest = batch.digest) => sign(null, Buffer.from(digest, 'hex'), keys[i]!.privateKey).toString('base64');
+    // Another tenant learns nothing: the batch is NOT_FOUND by its own id, and no pool is named.
+    const otherToken = await makeToken(t.app.database.prisma, other.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: other.tenant.id }]);
+    const foreign = await gql(t.url, otherToken, APPROVE, { b: batch.id, k: 'alice', s: signBy(0) });
+    expect(codeOf(foreign)).toBe('NOT_FOUND');
+    expect(foreign.errors![0]!.message).toContain(batch.id);
+    expect(foreign.errors![0]!.message).not.toContain('pool');
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'alice', s: signBy(1) }))).toBe('INVALID_INPUT'); // bob's signature under alice's key
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'alice', s: signBy(0, '00'.repeat(32)) }))).toBe('INVALID_INPUT');
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'mallory', s: signBy(0) }))).toBe('INVALID_INPUT');
@@ -120,6 +126,21 @@ describe('bulk', () => {
     const second = await gql(t.url, token, APPROVE, { b: batch.id, k: 'bob', s: signBy(1) });
     expect(second.data!.approveCommandBatch.status).toBe('approved');
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'bob', s: signBy(1) }))).toBe('INVALID_STATE');
+  });
+
+  it('two bulk calls over the same nodes in opposite orders: one wins, the other is refused cleanly (never INTERNAL)', async () => {
+    for (let round = 0; round < 5; round += 1) {
+      const ids = await nodes(200);
+      const [x, y] = await Promise.all([
+        rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'retire', reason: 'r', nodeIds: ids }),
+        rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'retire', reason: 'r', nodeIds: [...ids].reverse() }),
+      ]);
+      const statuses = [x.status, y.status].sort();
+      expect(statuses).toEqual([200, 409]);
+      const loser = x.status === 409 ? x : y;
+      expect(['CONFLICT', 'INVALID_STATE']).toContain(loser.body.error.code);
+      expect((await snapshot(ids)).events).toBe('200');
+    }
   });
 
   it('is set-based: the same number of SQL statements for 10 and for 500 nodes', async () => {

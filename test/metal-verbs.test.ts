@@ -126,6 +126,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
         ? (await gql(t.url, token, 'mutation ($input: MetalNodeVerbInput!) { rescueNode(input: $input) { node { provisionState failedFrom lastError { code message } workflowId version } } }', { input: { nodeId } })).data!.rescueNode.node
         : (await rest(t.url, token, 'POST', '/api/compute/metal/rescue', { nodeId })).body.node;
       expect(node).toMatchObject({ provisionState: 'failed', failedFrom: 'rescue', lastError: { code: 'UNSUPPORTED' }, workflowId: null, version: 2 });
+      expect((await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } })).maintenance).toBe(true);
       expect(node.lastError.message).toMatch(/agentless.*cannot boot the rescue ramdisk/);
       const events = await eventsOf(nodeId);
       expect(events.map((e) => e.type)).toEqual(['node.provision.rescue', 'node.provision.failed']);
@@ -137,16 +138,20 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       expect(recovered.data!.recoverNode.node).toMatchObject({ provisionState: 'deployed', failedFrom: null, lastError: null });
     });
 
-    it('bulk rescue fails every node the same way, with no batch and no job', async () => {
+    it('bulk rescue fails every node the same way, with no batch and no job (and needs no reason: nothing destructive runs)', async () => {
       const ids = [await deployedAgentless(), await deployedAgentless()];
       const res = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: agentless.pools[0]!.id, verb: 'rescue', nodeIds: ids, reason: 'disk repair' });
       expect(res.status).toBe(200);
       expect(res.body.batch).toBeNull();
-      for (const n of res.body.nodes) expect(n).toMatchObject({ provisionState: 'failed', failedFrom: 'rescue', lastError: { code: 'UNSUPPORTED' }, workflowId: null });
+      for (const n of res.body.nodes) expect(n).toMatchObject({ provisionState: 'failed', failedFrom: 'rescue', lastError: { code: 'UNSUPPORTED' }, workflowId: null, maintenance: true });
       for (const id of ids) {
-        expect((await eventsOf(id)).map((e) => e.type)).toEqual(['node.provision.rescue', 'node.provision.failed']);
+        const events = await eventsOf(id);
+        expect(events.map((e) => e.type)).toEqual(['node.provision.rescue', 'node.provision.failed']);
+        expect(events[0].payload.reason).toBe('disk repair');
         expect(await jobsOf(id)).toEqual([]);
       }
+      const unexplained = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: agentless.pools[0]!.id, verb: 'rescue', nodeIds: [await deployedAgentless()] });
+      expect(unexplained.status).toBe(200);
     });
 
     it('bulk rescue on an agent pool starts one rescue workflow per node, as the single verb does', async () => {

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { StatementCounter } from './client';
+import { AppError } from '../errors';
 
 /** One connection inside an open transaction. */
 export interface SqlTx {
@@ -41,6 +42,12 @@ export class Sql {
       await query('ROLLBACK').catch(() => {
         broken = true;
       });
+      // A deadlock or serialization failure is a concurrent change like any other: say so with
+      // the retryable code, not as an internal error.
+      const sqlstate = (error as { code?: unknown }).code;
+      if (sqlstate === '40P01' || sqlstate === '40001') {
+        throw new AppError('CONFLICT', 'a concurrent change to the same rows won; nothing was written, read them again and retry');
+      }
       throw error;
     } finally {
       client.release(broken);

@@ -1,7 +1,7 @@
 import { createHash, createPublicKey, verify } from 'node:crypto';
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { can, decide } from '../../auth/decide';
+import { can, decide, isPlatformAdmin } from '../../auth/decide';
 import { AppError, invalidInput, notFound, type ErrorCode } from '../../errors';
 import { newId } from '../../ids';
 import { nodeResource, poolResource } from '../tenancy/resources';
@@ -71,7 +71,9 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   const duplicates = ids.filter((id) => (seen.has(id) ? true : (seen.add(id), false)));
   if (duplicates.length) throw invalidInput('nodeIds', `each node may be listed once; listed again: ${[...new Set(duplicates)].slice(0, 20).join(', ')}`);
   if (input.wipe && input.verb !== 'undeploy') throw invalidInput('wipe', 'applies to undeploy only');
-  const destructive = isDestructive(input.verb);
+  // Rescue on an agentless pool sends nothing destructive: its nodes fail with UNSUPPORTED at once.
+  const unsupported = input.verb === 'rescue' ? agentlessRescue(pool) : null;
+  const destructive = isDestructive(input.verb) && !unsupported;
   const reason = input.reason?.trim() ?? '';
   if (destructive && !reason) throw invalidInput('reason', `is required: ${input.verb} sends destructive commands, recorded in a batch`);
 
@@ -110,12 +112,11 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   // Each node exactly as its own verb: rescue on an agentless pool fails the nodes with
   // UNSUPPORTED at once (nothing destructive runs, so no batch and no jobs); otherwise rescue
   // starts one workflow run per node, which unrescue reads.
-  const unsupported = input.verb === 'rescue' ? agentlessRescue(pool) : null;
   const runIds = input.verb === 'rescue' && !unsupported ? ids.map(() => newId('WorkflowRun')) : null;
-  const batch = destructive && !unsupported ? { id: newId('CommandBatch'), poolId: pool.id, verb: input.verb, reason, nodeIds: ids, wipe } : null;
+  const batch = destructive ? { id: newId('CommandBatch'), poolId: pool.id, verb: input.verb, reason, nodeIds: ids, wipe } : null;
   const versions = ids.map((id) => byId.get(id)!.version);
   const froms = ids.map((id) => byId.get(id)!.provisionState);
-  const common = { verb: input.verb, bulk: true, batchId: batch?.id ?? null, wipe, requestId: ctx.requestId };
+  const common = { verb: input.verb, bulk: true, batchId: batch?.id ?? null, wipe, reason: reason || null, requestId: ctx.requestId };
   const events = unsupported
     ? [
         { type: VERBS.rescue.event, payload: { ...common, to } },
@@ -128,6 +129,9 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   // One statement writes the batch, the compare-and-set on every node, the workflow runs, every
   // node's events and reconciler job, and returns the new views.
   const rows = await ctx.sql.transaction(async (tx) => {
+    // Lock the nodes in id order first: two bulk calls over overlapping nodes listed in different
+    // orders would otherwise lock them in join order and could deadlock.
+    await tx.query('SELECT 1 FROM node WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE', [ids]);
     const result = await tx.query(
       `WITH batch AS (
          INSERT INTO command_batch (id, tenant_id, pool_id, verb, reason, node_ids, wipe, digest, quorum, status, created_by)
@@ -185,7 +189,8 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
 export async function approveBatch(ctx: Context, batchId: string, keyId: string, signatureBase64: string): Promise<string> {
   const principal = requirePrincipal(ctx);
   const batch = await ctx.prisma.commandBatch.findUnique({ where: { id: batchId } });
-  if (!batch) throw notFound('command batch', batchId);
+  // Another tenant's batch is as absent as a missing one (and its pool is not named).
+  if (!batch || (!isPlatformAdmin(principal) && batch.tenantId !== principal.tenantId)) throw notFound('command batch', batchId);
   const pool = await ctx.prisma.pool.findUniqueOrThrow({ where: { id: batch.poolId } });
   decide(principal, 'compute:nodes:provision', poolResource(pool));
   if (batch.status !== 'awaiting-approval') throw new AppError('INVALID_STATE', `batch ${batch.id} is ${batch.status}, not awaiting approval`);

@@ -29,7 +29,8 @@ export interface VerbOptions {
 export function agentlessRescue(pool: { id: string; policy: unknown }): { data: NodeChange; error: { code: 'UNSUPPORTED'; message: string } } | null {
   if (readPolicy(pool.policy).agent !== 'none') return null;
   const error = { code: 'UNSUPPORTED' as const, message: `pool ${pool.id} is agentless (agent: 'none'): its machines cannot boot the rescue ramdisk` };
-  return { data: { provisionState: 'failed', failedFrom: 'rescue', lastErrorCode: error.code, lastErrorMessage: error.message }, error };
+  // As every failed node: maintenance on, until an operator recovers it.
+  return { data: { provisionState: 'failed', failedFrom: 'rescue', lastErrorCode: error.code, lastErrorMessage: error.message, maintenance: true }, error };
 }
 
 /** What a verb resolver hands to its payload: the node's id and, when the verb read it back, its row. */
