@@ -5,6 +5,7 @@ import { isPlatformAdmin, mayRead } from '../auth/decide';
 import type { Principal, Resource } from '../auth/permissions';
 import type { TokenStore } from '../auth/tokens';
 import type { Sql } from '../db/sql';
+import { SerialTask } from './serial';
 
 /** One committed, sequenced outbox row as subscribers see it. */
 export interface StreamEvent {
@@ -289,8 +290,17 @@ export class EventHub {
   private byNode = new Map<string, Set<Subscription>>();
   /** The others (tenant-, site-, pool- or type-wide), offered every event. */
   private wide = new Set<Subscription>();
-  private running: Promise<void> | null = null;
-  private again = false;
+  private reader = new SerialTask(
+    () =>
+      this.read().catch((error: unknown) => {
+        if (!this.stopped) this.log.warn({ err: error }, 'event stream read failed; retrying on the next poll');
+      }),
+    () => !this.stopped,
+  );
+  private rechecker = new SerialTask(
+    () => this.recheckAll().catch((error: unknown) => this.log.warn({ err: error }, 'token re-check failed; retrying on the next one')),
+    () => !this.stopped,
+  );
   private timers: NodeJS.Timeout[] = [];
   private stopped = false;
   private reconnecting = false;
@@ -349,22 +359,7 @@ export class EventHub {
 
   /** Reads and dispatches everything after the head; runs never overlap. */
   pump(): void {
-    if (this.stopped) return;
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    this.running = this.read()
-      .catch((error: unknown) => {
-        if (!this.stopped) this.log.warn({ err: error }, 'event stream read failed; retrying on the next poll');
-      })
-      .finally(() => {
-        this.running = null;
-        if (this.again) {
-          this.again = false;
-          this.pump();
-        }
-      });
+    void this.reader.run();
   }
 
   private async read(): Promise<void> {
@@ -451,26 +446,12 @@ export class EventHub {
     return this.subs.size;
   }
 
-  private rechecking: Promise<void> | null = null;
-  private recheckAgain = false;
-
   /**
    * Re-authenticates every subscriber's token without the cache: revoked ones end their streams.
    * Runs never overlap; a burst of token changes during one run costs one more run, not one each.
    */
   recheckTokens(): Promise<void> {
-    if (this.rechecking) {
-      this.recheckAgain = true;
-      return this.rechecking;
-    }
-    this.rechecking = this.recheckAll().finally(() => {
-      this.rechecking = null;
-      if (this.recheckAgain && !this.stopped) {
-        this.recheckAgain = false;
-        void this.recheckTokens();
-      }
-    });
-    return this.rechecking;
+    return this.rechecker.run();
   }
 
   private async recheckAll(): Promise<void> {
@@ -506,7 +487,8 @@ export class EventHub {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
     for (const s of [...this.subs]) await s.return();
-    await this.running;
+    await this.reader.current;
+    await this.rechecker.current;
     const client = this.listener;
     this.listener = null;
     await client?.end().catch(() => undefined);

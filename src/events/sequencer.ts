@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { SerialTask } from './serial';
 
 const SEQUENCER_LOCK = 7243916083;
 const BUSY_RETRY_MS = 10;
@@ -19,8 +20,7 @@ const BUSY_RETRY_MS = 10;
  */
 export class Sequencer {
   private client: pg.Client | null = null;
-  private running: Promise<void> | null = null;
-  private again = false;
+  private passes = new SerialTask(() => this.run(), () => !this.stopped);
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   /** Rows numbered per statement: a bulk verb's 10,000 events are numbered in one or two passes. */
@@ -61,18 +61,7 @@ export class Sequencer {
 
   /** Asks for a pass; passes never overlap, and a wake during one runs another after it. */
   wake(): void {
-    if (this.stopped) return;
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    this.running = this.run().finally(() => {
-      this.running = null;
-      if (this.again && !this.stopped) {
-        this.again = false;
-        this.wake();
-      }
-    });
+    void this.passes.run();
   }
 
   private async run(): Promise<void> {
@@ -130,7 +119,7 @@ export class Sequencer {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
-    await this.running;
+    await this.passes.current;
     const client = this.client;
     this.client = null;
     await client?.end().catch(() => undefined);
