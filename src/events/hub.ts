@@ -6,6 +6,7 @@ import type { Principal, Resource } from '../auth/permissions';
 import type { TokenStore } from '../auth/tokens';
 import type { Sql } from '../db/sql';
 import { SerialTask } from './serial';
+import { nodeResource, poolResource, siteResource, tenantResource } from '../modules/tenancy/resources';
 
 /** One committed, sequenced outbox row as subscribers see it. */
 export interface StreamEvent {
@@ -64,11 +65,12 @@ const toEvent = (row: Row): StreamEvent => ({ ...row, seq: BigInt(row.seq), curs
 
 /** Where an event sits, for the same read decision as the rows it is about. */
 export function resourceOf(e: Pick<StreamEvent, 'tenantId' | 'siteId' | 'poolId' | 'nodeId'>): Resource {
-  if (!e.tenantId) return { type: 'platform' };
-  if (e.nodeId && e.siteId && e.poolId) return { type: 'node', id: e.nodeId, tenantId: e.tenantId, siteId: e.siteId, poolId: e.poolId };
-  if (e.poolId && e.siteId) return { type: 'pool', id: e.poolId, tenantId: e.tenantId, siteId: e.siteId };
-  if (e.siteId) return { type: 'site', id: e.siteId, tenantId: e.tenantId };
-  return { type: 'tenant', id: e.tenantId, tenantId: e.tenantId };
+  const { tenantId, siteId, poolId, nodeId } = e;
+  if (!tenantId) return { type: 'platform' };
+  if (nodeId && siteId && poolId) return nodeResource({ id: nodeId, tenantId, siteId, poolId });
+  if (poolId && siteId) return poolResource({ id: poolId, tenantId, siteId });
+  if (siteId) return siteResource({ id: siteId, tenantId });
+  return tenantResource({ id: tenantId });
 }
 
 export function matches(filter: EventFilter, e: StreamEvent): boolean {
@@ -238,7 +240,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
     );
     if (this.finished || this.failure) return;
     // Retention may have pruned past this replay since it started: say so rather than skip events.
-    const pruned = rows.length ? BigInt(rows[0]!.pruned) : await this.hub.prunedThrough();
+    const pruned = rows.length ? BigInt(rows[0]!.pruned) : (await this.hub.bounds()).pruned;
     if (pruned > this.fetched) {
       this.fail(
         new AppError('INVALID_INPUT', `after: events after cursor ${this.fetched} were pruned by retention during the replay; read the current state and resume from "${pruned}"`, {
@@ -382,7 +384,7 @@ export class EventHub {
 
   /** Opens a subscription; the cursor and the retention horizon are checked here, before any event. */
   /** The stream's head (the newest cursor, or the retention horizon when pruning emptied it) and horizon. */
-  private async bounds(): Promise<{ head: bigint; pruned: bigint }> {
+  async bounds(): Promise<{ head: bigint; pruned: bigint }> {
     const { rows } = await this.sql.query<{ pruned: string; max: string }>(
       'SELECT pruned_through::text AS pruned, (SELECT COALESCE(max(seq), 0) FROM event)::text AS max FROM event_horizon WHERE id = 1',
     );
@@ -435,11 +437,6 @@ export class EventHub {
       set?.delete(sub);
       if (set?.size === 0) this.byNode.delete(sub.filter.nodeId);
     }
-  }
-
-  async prunedThrough(): Promise<bigint> {
-    const { rows } = await this.sql.query<{ pruned: string }>('SELECT pruned_through::text AS pruned FROM event_horizon WHERE id = 1');
-    return BigInt(rows[0]!.pruned);
   }
 
   get subscriberCount(): number {

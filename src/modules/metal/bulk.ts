@@ -26,7 +26,6 @@ export interface BulkInput {
 
 /** The nodes' new views (in the order given), read back by the statement that changed them. */
 export interface BulkResult {
-  nodeIds: string[];
   batchId: string | null;
   rows: NodeRow[];
 }
@@ -179,7 +178,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   });
   const order = new Map(ids.map((id, i) => [id, i]));
   const views = rows.map(toNodeRow).sort((a, b) => order.get(a.id)! - order.get(b.id)!);
-  return { nodeIds: ids, batchId: batch?.id ?? null, rows: views };
+  return { batchId: batch?.id ?? null, rows: views };
 }
 
 /**
