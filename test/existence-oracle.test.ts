@@ -1,6 +1,7 @@
 import { startTestApp, type TestApp } from './helpers/app';
 import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
+import { until, wsClient, wsSubscribe } from './helpers/streams';
 import { newId, type IdType } from '../src/ids';
 import { KIND } from '../src/auth/decide';
 
@@ -33,6 +34,7 @@ describe('no existence oracle across tenants', () => {
   let callerToken: string;
   /** Tenant A's objects of each kind, by IdType (ApiToken: A's token; PlatformToken: a platform token). */
   const theirs: Partial<Record<IdType | 'PlatformToken', string>> = {};
+  const clients: ReturnType<typeof wsClient>[] = [];
 
   const viewerId = async (token: string) => (await gql(t.url, token, '{ viewer { tokenId } }')).data!.viewer.tokenId as string;
 
@@ -55,13 +57,18 @@ describe('no existence oracle across tenants', () => {
     const batch = await prisma.commandBatch.create({
       data: { id: newId('CommandBatch'), tenantId: a.tenant.id, poolId: a.pools[0]!.id, verb: 'retire', reason: 'r', nodeIds: [node.id], digest: 'd', quorum: 0, status: 'recorded', createdBy: 'x' },
     });
+    const run = await prisma.workflowRun.create({ data: { id: newId('WorkflowRun'), nodeId: node.id, kind: 'metal-rescue', status: 'queued' } });
     Object.assign(theirs, {
+      WorkflowRun: run.id,
       Tenant: a.tenant.id, Site: a.site.id, Pool: a.pools[0]!.id, MetalNode: node.id, ApiToken: await viewerId(ownerToken),
       PlatformToken: await viewerId(platformToken), DeployProfile: profile.id, SiteAgent: agent.data!.registerSiteAgent.agent.id,
       Command: command.id, CommandBatch: batch.id,
     });
   });
-  afterAll(() => t.stop());
+  afterAll(async () => {
+    for (const client of clients) await client.dispose();
+    await t.stop();
+  });
 
   const viaRest = (method: string, path: (id: string) => string, body?: (id: string) => unknown) =>
     async (id: string): Promise<Reply> => {
@@ -72,6 +79,16 @@ describe('no existence oracle across tenants', () => {
     async (id: string): Promise<Reply> => {
       const r = await gql(t.url, callerToken, query, variables(id));
       return { status: r.status, body: { data: r.data, errors: r.errors } };
+    };
+  /** A subscription over graphql-ws: the error it is refused with. */
+  const viaSubscription = (query: string, variables: (id: string) => Record<string, unknown>) =>
+    async (id: string): Promise<Reply> => {
+      const client = wsClient(t.url, callerToken);
+      clients.push(client);
+      const got = wsSubscribe(client, query, variables(id));
+      await until(() => got.errors.length > 0 || got.done, 10000, 'the subscription to be refused');
+      got.stop();
+      return { status: 0, body: { errors: got.errors, events: got.events } };
     };
   const bmc = { address: '10.9.9.9', driver: 'redfish', credentials: 'secret://vault/x' };
   const NODE = 'query ($id: ID!) { node(id: $id) { id } }';
@@ -118,6 +135,12 @@ describe('no existence oracle across tenants', () => {
       kind: 'DeployProfile', path: 'GraphQL saveDeployProfileVersion',
       ask: viaGraphql('mutation ($i: DeployProfileVersionInput!) { saveDeployProfileVersion(input: $i) { id } }', (id) => ({ i: { profileId: id, role: 'w', steps: [{ name: 'i', kind: 'image' }] } })),
     },
+    // Subscriptions (graphql-ws).
+    { kind: 'WorkflowRun', path: 'subscription workflowProgress', ask: viaSubscription('subscription ($r: ID!) { workflowProgress(runId: $r) { type } }', (id) => ({ r: id })) },
+    { kind: 'MetalNode', path: 'subscription nodeUpdated', ask: viaSubscription('subscription ($id: ID!) { nodeUpdated(id: $id) { id } }', (id) => ({ id })) },
+    { kind: 'MetalNode', path: 'subscription events(filter.nodeId)', ask: viaSubscription('subscription ($id: ID!) { events(filter: { nodeId: $id }) { type } }', (id) => ({ id })) },
+    { kind: 'Pool', path: 'subscription events(filter.poolId)', ask: viaSubscription('subscription ($id: ID!) { events(filter: { poolId: $id }) { type } }', (id) => ({ id })) },
+    { kind: 'Site', path: 'subscription events(filter.siteId)', ask: viaSubscription('subscription ($id: ID!) { events(filter: { siteId: $id }) { type } }', (id) => ({ id })) },
   ];
 
   it.each(cases)('$kind via $path: another tenant\'s id answers exactly as a missing one', async ({ kind, ask }) => {
