@@ -12,6 +12,16 @@ import { stopEmbeddedPostgresNow } from './db/embedded';
  */
 const REPEAT_WINDOW_MS = 1000;
 
+/**
+ * pino writes asynchronously: exiting with a write in flight would put the lines that follow it
+ * first, or lose them. The last lines of a stop are the ones an operator reads.
+ */
+function exitAfterFlush(log: ReturnType<typeof createLogger>, code: number): void {
+  const exit = () => process.exit(code);
+  setTimeout(exit, 2000).unref();
+  log.flush(exit);
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
   const log = createLogger(config.logLevel);
@@ -30,11 +40,11 @@ async function main(): Promise<void> {
         .then(
           () => {
             log.info('stopped');
-            process.exit(0);
+            exitAfterFlush(log, 0);
           },
           (error: unknown) => {
             log.error({ err: error }, 'shutdown failed');
-            void stopEmbeddedPostgresNow().finally(() => process.exit(1));
+            void stopEmbeddedPostgresNow().finally(() => exitAfterFlush(log, 1));
           },
         );
       return;
@@ -46,7 +56,7 @@ async function main(): Promise<void> {
     if (forced) return;
     forced = true;
     log.warn({ signal }, 'second signal: stopping the embedded PostgreSQL now and exiting without finishing the drain');
-    void stopEmbeddedPostgresNow().finally(() => process.exit(1));
+    void stopEmbeddedPostgresNow().finally(() => exitAfterFlush(log, 1));
   };
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => shutdown(signal));
   starting = startApp(config, { log });
