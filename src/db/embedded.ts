@@ -119,10 +119,28 @@ function canExecute(bin: Binaries, who: RunAs | null): Promise<boolean> {
   });
 }
 
+/** mkdir -p whose new folders are 0755 whatever the umask (a 077 umask would close them to postgres). */
+async function mkdirOpen(dir: string): Promise<void> {
+  const first = await fs.mkdir(dir, { recursive: true, mode: 0o755 });
+  if (!first) return;
+  for (let p = dir; ; p = path.dirname(p)) {
+    await fs.chmod(p, 0o755);
+    if (p === first || path.dirname(p) === p) break;
+  }
+}
+
+/** Opens every folder of a copied tree to others (cp creates them under the umask). */
+async function openFolders(dir: string): Promise<void> {
+  await fs.chmod(dir, 0o755);
+  for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
+    if (entry.isDirectory()) await openFolders(path.join(dir, entry.name));
+  }
+}
+
 /** A folder only root may write: it holds what runs as postgres, and clusters. */
 async function ensureSystemDir(dir: string, who: RunAs): Promise<void> {
   if (!path.isAbsolute(dir)) throw new StartupError(`EMBEDDED_PG_SYSTEM_DIR must be an absolute path, got "${dir}"`);
-  await fs.mkdir(dir, { recursive: true, mode: 0o755 });
+  await mkdirOpen(dir);
   const st = await fs.stat(dir);
   if (st.uid !== 0 || (st.mode & 0o022) !== 0) {
     throw new StartupError(`${dir} must be owned by root and writable by root only (it holds the PostgreSQL binaries and clusters): fix its owner and mode, or set EMBEDDED_PG_SYSTEM_DIR to another folder`);
@@ -146,7 +164,7 @@ async function reachableBinaries(bin: Binaries, who: RunAs, systemDir: string, l
     const partial = `${target}.partial-${process.pid}-${randomBytes(4).toString('hex')}`;
     try {
       await fs.cp(bin.dir, partial, { recursive: true, verbatimSymlinks: true });
-      await fs.chmod(partial, 0o755);
+      await openFolders(partial);
       await fs.rename(partial, target).catch((error: unknown) => {
         if (errno(error) !== 'ENOTEMPTY' && errno(error) !== 'EEXIST') throw error; // another start won the race
       });
@@ -198,8 +216,7 @@ async function locateCluster(dataDir: string, who: RunAs | null, systemDir: stri
   await ensureSystemDir(systemDir, who);
   const hash = createHash('sha256').update(dataDir).digest('hex').slice(0, 16);
   const home = path.join(systemDir, 'clusters', `${hash}-${randomBytes(4).toString('hex')}`);
-  await fs.mkdir(home, { recursive: true, mode: 0o755 });
-  await fs.chmod(path.dirname(home), 0o755);
+  await mkdirOpen(home);
   // Says whose cluster this is, for whoever looks into the system folder.
   await fs.writeFile(path.join(home, 'data-dir'), dataDir + '\n', { mode: 0o644 });
   const dir = path.join(home, 'pg');
