@@ -23,6 +23,21 @@ export interface ServerContext {
 
 /** The error behind each INTERNAL that maskError made: the response says "internal error", the log says what. */
 const internalCauses = new WeakMap<GraphQLError, unknown>();
+const maskedInternals = new WeakSet<GraphQLError>();
+/** Longer than any HTTP result takes from masking to errorLog, however busy the machine. */
+const UNLOGGED_AFTER_MS = 5000;
+
+/**
+ * errorLog logs a masked INTERNAL with its request id. A WebSocket operation's result never passes
+ * errorLog (graphql-ws sends it itself): such an error is logged here, once, when errorLog has not.
+ */
+function rememberInternal(log: Services['log'], masked: GraphQLError, cause: unknown): void {
+  maskedInternals.add(masked);
+  internalCauses.set(masked, cause);
+  setTimeout(() => {
+    if (internalCauses.delete(masked)) log.error({ err: cause, code: 'INTERNAL' }, 'internal error in a GraphQL operation');
+  }, UNLOGGED_AFTER_MS).unref();
+}
 
 /** Yoga's own lines, minus any error object: the message of a refusal may quote input. */
 function yogaLogFields(args: unknown[]): Record<string, unknown> {
@@ -39,8 +54,15 @@ function errorLog(log: Services['log']): Plugin<{}, ServerContext> {
     for (const error of result.errors ?? []) {
       const code = error.extensions?.code;
       const path = error.path?.join('.');
-      if (code === 'INTERNAL') log.error({ err: internalCauses.get(error as GraphQLError) ?? error, requestId, path, code }, 'internal error in a GraphQL operation');
-      else log.info({ requestId, code, path }, 'GraphQL request refused');
+      if (code !== 'INTERNAL') {
+        log.info({ requestId, code, path }, 'GraphQL request refused');
+        continue;
+      }
+      const masked = error as GraphQLError;
+      const cause = internalCauses.get(masked);
+      // Made by maskError: logged here unless its fallback already did; made elsewhere: logged here.
+      if (maskedInternals.has(masked) && !internalCauses.delete(masked)) continue;
+      log.error({ err: cause ?? error, requestId, path, code }, 'internal error in a GraphQL operation');
     }
   };
   return {
@@ -203,7 +225,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
           }
         }
         const masked = new GraphQLError(message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: { code: 'INTERNAL' } });
-        internalCauses.set(masked, original ?? error); // logged by errorLog, with the request id
+        rememberInternal(log, masked, original ?? error);
         return masked;
       },
     },
