@@ -21,6 +21,59 @@ export interface ServerContext {
   capture?: { result?: ExecutionResult };
 }
 
+/** The error behind each INTERNAL that maskError made: the response says "internal error", the log says what. */
+const internalCauses = new WeakMap<GraphQLError, unknown>();
+const maskedInternals = new WeakSet<GraphQLError>();
+/** Longer than any HTTP result takes from masking to errorLog, however busy the machine. */
+const UNLOGGED_AFTER_MS = 5000;
+
+/**
+ * errorLog logs a masked INTERNAL with its request id. A WebSocket operation's result never passes
+ * errorLog (graphql-ws sends it itself): such an error is logged here, once, when errorLog has not.
+ */
+function rememberInternal(log: Services['log'], masked: GraphQLError, cause: unknown): void {
+  maskedInternals.add(masked);
+  internalCauses.set(masked, cause);
+  setTimeout(() => {
+    if (internalCauses.delete(masked)) log.error({ err: cause, code: 'INTERNAL' }, 'internal error in a GraphQL operation');
+  }, UNLOGGED_AFTER_MS).unref();
+}
+
+/** Yoga's own lines, minus any error object: the message of a refusal may quote input. */
+function yogaLogFields(args: unknown[]): Record<string, unknown> {
+  return { args: args.map((a) => (typeof a === 'string' ? a : a instanceof Error ? a.name : typeof a)) };
+}
+
+/**
+ * One line per error, after codes are fixed: a client's refusal (4xx codes) at info with its code
+ * and path, never its message (it may quote input); an INTERNAL at error with the request id and
+ * what caused it.
+ */
+function errorLog(log: Services['log']): Plugin<{}, ServerContext> {
+  const report = (result: ExecutionResult, requestId: string) => {
+    for (const error of result.errors ?? []) {
+      const code = error.extensions?.code;
+      const path = error.path?.join('.');
+      if (code !== 'INTERNAL') {
+        log.info({ requestId, code, path }, 'GraphQL request refused');
+        continue;
+      }
+      const masked = error as GraphQLError;
+      const cause = internalCauses.get(masked);
+      // Made by maskError: logged here unless its fallback already did; made elsewhere: logged here.
+      if (maskedInternals.has(masked) && !internalCauses.delete(masked)) continue;
+      log.error({ err: cause ?? error, requestId, path, code }, 'internal error in a GraphQL operation');
+    }
+  };
+  return {
+    onResultProcess({ result, serverContext }) {
+      const requestId = serverContext?.requestId ?? 'unknown';
+      if (Array.isArray(result)) for (const r of result) report(r as ExecutionResult, requestId);
+      else if (result && typeof result === 'object' && 'errors' in result) report(result as ExecutionResult, requestId);
+    },
+  };
+}
+
 /** Hands the result to an in-process caller (see ServerContext.capture); must be the last plugin. */
 function captureResult(): Plugin<{}, ServerContext> {
   return {
@@ -139,11 +192,13 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
     graphqlEndpoint: '/graphql',
     landingPage: false,
     graphiql: { title: 'Metal control plane', headers: JSON.stringify({ [CSRF_HEADER]: '1', Authorization: 'Bearer <token>' }) },
+    // Yoga calls error() for every error it masks, client refusals included: each is logged once,
+    // by errorLog, at its level (INTERNAL with its cause); here only a debug line.
     logging: {
-      debug: (...args) => log.debug({ args }, 'yoga'),
-      info: (...args) => log.info({ args }, 'yoga'),
-      warn: (...args) => log.warn({ args }, 'yoga'),
-      error: (...args) => log.error({ args }, 'yoga'),
+      debug: (...args) => log.debug(yogaLogFields(args), 'yoga'),
+      info: (...args) => log.info(yogaLogFields(args), 'yoga'),
+      warn: (...args) => log.warn(yogaLogFields(args), 'yoga'),
+      error: (...args) => log.debug(yogaLogFields(args), 'yoga'),
     },
     cors: config.corsOrigins.length
       ? { origin: config.corsOrigins, credentials: false, allowedHeaders: ['authorization', 'content-type', 'x-request-id', CSRF_HEADER] }
@@ -169,8 +224,9 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
             return new GraphQLError(error.message, { nodes: error.nodes, positions: error.positions, path: error.path, extensions: { code: 'INVALID_INPUT' } });
           }
         }
-        log.error({ err: original ?? error }, 'unexpected error in a resolver');
-        return new GraphQLError(message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: { code: 'INTERNAL' } });
+        const masked = new GraphQLError(message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: { code: 'INTERNAL' } });
+        rememberInternal(log, masked, original ?? error);
+        return masked;
       },
     },
     context: async ({ request, requestId }): Promise<Context> => {
@@ -186,6 +242,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
       ...(cache ? [cache.plugin(services.tokens)] : []),
       timing(metrics),
       codeErrors(metrics),
+      errorLog(log),
       captureResult(),
     ],
   });
