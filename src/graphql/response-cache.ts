@@ -5,28 +5,15 @@ import { createInMemoryCache, useResponseCache, type Cache } from '@graphql-yoga
 import type { Plugin } from 'graphql-yoga';
 import type { Context } from '../context';
 import { bearerToken, type TokenStore } from '../auth/tokens';
-
-/** Which GraphQL types each table's rows appear as. */
-const TYPES_BY_TABLE: Record<string, string[]> = {
-  tenant: ['Tenant'],
-  site: ['Site'],
-  pool: ['Pool', 'PoolPolicy'],
-  hardware_profile: ['HardwareProfile'],
-  node: ['MetalNode'],
-  api_token: ['ApiToken', 'Viewer'],
-  api_grant: ['ApiToken', 'Viewer', 'Grant'],
-  deploy_profile: ['DeployProfile'],
-  deploy_profile_version: ['DeployProfile', 'DeployProfileVersion'],
-  site_agent: ['SiteAgent'],
-  command: ['Command'],
-  command_batch: ['CommandBatch'],
-  sighting: ['DiscoveredMachine'],
-};
+import { getSchema } from './schema';
+import { cacheDependencies, NEVER_CACHED_FIELDS } from './cache-dependencies';
 
 /**
  * A read cache for GraphQL query results, per token, that is never knowingly stale:
- * - a trigger on every table it serves NOTIFYs "metal_cache" on commit, whoever wrote; every
- *   process LISTENs and drops the cached results that hold that type;
+ * - a trigger on every table a cached query reads NOTIFYs "metal_cache" with the table's name on
+ *   commit, whoever wrote; every process LISTENs and drops the cached results that hold a type
+ *   computed from that table (the mapping is derived in cache-dependencies.ts, and a test checks
+ *   it against the triggers in the database);
  * - a result computed while an invalidation arrived is not stored (it may have read old rows);
  * - when the LISTEN connection drops, everything is dropped and nothing is cached until it is back.
  * The only staleness left is the notification's flight time after a commit (milliseconds).
@@ -39,6 +26,7 @@ export class ResponseCache implements Cache {
   private listener: pg.Client | null = null;
   private listening = false;
   private stopped = false;
+  private readonly typesByTable = cacheDependencies(getSchema()).typesByTable;
 
   constructor(private databaseUrl: string, private log: Logger, readonly ttlMs: number) {}
 
@@ -64,13 +52,16 @@ export class ResponseCache implements Cache {
   private goDeaf(): void {
     this.listening = false;
     this.generation += 1;
-    void this.store.invalidate(Object.values(TYPES_BY_TABLE).flat().map((typename) => ({ typename })));
+    // Every stored result holds its root type, so this drops them all.
+    void this.store.invalidate([{ typename: 'Query' }]);
   }
 
   private onTableChanged(table: string): void {
-    const types = TYPES_BY_TABLE[table];
+    const types = this.typesByTable.get(table);
+    // A table no cached type is computed from must not refuse to store results computed meanwhile.
+    if (!types) return;
     this.generation += 1;
-    if (types) void this.store.invalidate(types.map((typename) => ({ typename })));
+    void this.store.invalidate(types.map((typename) => ({ typename })));
   }
 
   async get(key: string): Promise<ExecutionResult | undefined> {
@@ -103,6 +94,7 @@ export class ResponseCache implements Cache {
     return useResponseCache<Context>({
       cache: this,
       ttl: this.ttlMs,
+      ttlPerSchemaCoordinate: Object.fromEntries(Object.keys(NEVER_CACHED_FIELDS).map((coordinate) => [coordinate, 0])),
       session: async (request) => {
         try {
           const token = bearerToken(request.headers.get('authorization'));
