@@ -1,5 +1,5 @@
 import fs from 'node:fs';
-import { getNamedType, isAbstractType, isObjectType, type GraphQLNamedType, type GraphQLObjectType, type GraphQLSchema } from 'graphql';
+import { getNamedType, isAbstractType, isObjectType, parse, TypeInfo, visit, visitWithTypeInfo, type GraphQLNamedType, type GraphQLObjectType, type GraphQLSchema } from 'graphql';
 import { fromRoot } from '../paths';
 
 /**
@@ -86,7 +86,11 @@ function relayNodeType(type: GraphQLObjectType): GraphQLNamedType | undefined {
   return undefined;
 }
 
-export function cacheDependencies(schema: GraphQLSchema, tables = modelTables()): CacheDependencies {
+export function cacheDependencies(
+  schema: GraphQLSchema,
+  tables = modelTables(),
+  computed: Readonly<Record<string, readonly string[]>> = COMPUTED_TYPE_TABLES,
+): CacheDependencies {
   const query = schema.getQueryType();
   if (!query) throw new Error('the schema has no Query type');
   const tablesByType = new Map<string, Set<string>>();
@@ -108,8 +112,8 @@ export function cacheDependencies(schema: GraphQLSchema, tables = modelTables())
         reads.add(table);
       } else if (relayNode) {
         for (const table of readsOf(relayNode)) reads.add(table);
-      } else if (type.name in COMPUTED_TYPE_TABLES) {
-        for (const table of COMPUTED_TYPE_TABLES[type.name]!) reads.add(table);
+      } else if (type.name in computed) {
+        for (const table of computed[type.name]!) reads.add(table);
       } else {
         throw new Error(
           `GraphQL type ${type.name} can be held by a cached query but is neither a Prisma model's type nor listed in COMPUTED_TYPE_TABLES (src/graphql/cache-dependencies.ts): say which tables its fields come from`,
@@ -135,4 +139,22 @@ export function cacheDependencies(schema: GraphQLSchema, tables = modelTables())
     for (const table of reads) typesByTable.set(table, [...(typesByTable.get(table) ?? []), type]);
   }
   return { tablesByType, typesByTable };
+}
+
+/**
+ * The object, interface and union types a document selects (its root type included). The cache
+ * tags every stored result with these: the plugin itself only records objects that have an id,
+ * plus the types of fields that came back null or empty, so a non-empty list of id-less objects
+ * (discovered, grants, versions) would otherwise be dropped by nothing but its TTL.
+ */
+export function selectedTypes(schema: GraphQLSchema, document: string): string[] {
+  const typeInfo = new TypeInfo(schema);
+  const found = new Set<string>();
+  const record = () => {
+    const type = typeInfo.getType();
+    const named = type && getNamedType(type);
+    if (named && (isObjectType(named) || isAbstractType(named))) found.add(named.name);
+  };
+  visit(parse(document), visitWithTypeInfo(typeInfo, { OperationDefinition: record, FragmentDefinition: record, Field: record, InlineFragment: record }));
+  return [...found];
 }
