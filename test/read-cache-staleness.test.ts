@@ -350,4 +350,43 @@ describe('a committed change to any table a cached query reads is visible to the
     expect(latest.errors).toBeUndefined();
     expect(probe.shows(latest.data, vars)).toBe(true);
   });
+
+  it('viewer is never stored: it is the principal of the token store, as fresh as that store is', async () => {
+    const tokenId = (await gql(w.t.url, w.token, '{ viewer { tokenId } }')).data!.viewer.tokenId as string;
+    // A fresh lookup now: the store keeps this principal for TOKEN_CACHE_MS.
+    w.t.app.services.tokens.forget(tokenId);
+    const first = await gql(w.t.url, w.token, '{ viewer { name } }');
+    expect(first.data!.viewer.name).not.toBe('viewer-renamed');
+    await w.sql.query(`UPDATE api_token SET name = 'viewer-renamed' WHERE id = $1`, [tokenId]);
+    // Once this process has seen the change (a cached read of the row shows it), the token store
+    // may still hold the old principal: a viewer read now must not be kept by the read cache.
+    const row = 'query ($id: ID!) { node(id: $id) { id ... on ApiToken { name } } }';
+    let seen = false;
+    for (let i = 0; i < POLLS && !seen; i += 1) {
+      seen = (await gql(w.t.url, w.token, row, { id: tokenId })).data!.node.name === 'viewer-renamed';
+      if (!seen) await new Promise((r) => setTimeout(r, POLL_MS));
+    }
+    expect(seen).toBe(true);
+    await gql(w.t.url, w.token, '{ viewer { name } }');
+    // What a revoke through this process does: the store reads the row again.
+    w.t.app.services.tokens.forget(tokenId);
+    expect((await gql(w.t.url, w.token, '{ viewer { name } }')).data!.viewer.name).toBe('viewer-renamed');
+  });
+
+  it('a result that selects SiteAgent.serving (it depends on the clock) is never stored', async () => {
+    const query = 'query ($id: ID!) { node(id: $id) { id ... on SiteAgent { serving } } }';
+    await gql(w.t.url, w.token, query, { id: w.agentId });
+    for (let i = 0; i < 3; i += 1) {
+      const before = w.t.app.database.statements.count;
+      const read = await gql(w.t.url, w.token, query, { id: w.agentId });
+      expect(read.errors).toBeUndefined();
+      expect(w.t.app.database.statements.count - before).toBeGreaterThan(0);
+    }
+    // Without the field, the same object is stored.
+    const plain = 'query ($id: ID!) { node(id: $id) { id ... on SiteAgent { name } } }';
+    await gql(w.t.url, w.token, plain, { id: w.agentId });
+    const before = w.t.app.database.statements.count;
+    await gql(w.t.url, w.token, plain, { id: w.agentId });
+    expect(w.t.app.database.statements.count - before).toBe(0);
+  });
 });
