@@ -106,7 +106,7 @@ export class ResponseCache implements Cache {
       if (this.selectedByDocument.size > 1000) this.selectedByDocument.clear();
       this.selectedByDocument.set(documentString, types);
     }
-    const key = createHash('sha256').update([documentString, operationName ?? '', JSON.stringify(variables ?? {}), session ?? ''].join('|')).digest('hex');
+    const key = createHash('sha256').update(JSON.stringify([documentString, operationName ?? '', variables ?? {}, session ?? ''])).digest('hex');
     if (this.selected.size > 10000) this.selected.clear(); // keys of requests that stored nothing
     this.selected.set(key, types);
     return key;
