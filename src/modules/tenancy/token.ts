@@ -78,7 +78,7 @@ const CreatedApiToken = builder.objectRef<{ token: string; id: string }>('Create
 type GrantIn = typeof GrantInput.$inferInput;
 
 /** Resolves a grant's scope and its lineage; the scope must belong to the token's tenant. */
-async function resolveGrant(ctx: Context, tenantId: string | null, grant: GrantIn, field: string): Promise<Omit<Grant, 'permission'> & { permission: string }> {
+export async function resolveGrant(ctx: Pick<Context, 'prisma'>, tenantId: string | null, grant: GrantIn, field: string): Promise<Omit<Grant, 'permission'> & { permission: string }> {
   if (!(PERMISSIONS as readonly string[]).includes(grant.permission)) {
     throw invalidInput(`${field}.permission`, `must be one of ${PERMISSIONS.join(', ')}`);
   }
