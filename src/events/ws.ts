@@ -53,12 +53,32 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
     wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
   });
 
+  const authorizationOf = (connectionParams: Record<string, unknown> | undefined, request: IncomingMessage): string | undefined => {
+    const given = connectionParams?.authorization ?? connectionParams?.Authorization;
+    return typeof given === 'string' ? given : request.headers.authorization;
+  };
+
   const options: ServerOptions<Record<string, unknown> | undefined, Extra> = {
+    // The token is checked at connection_init: without one, or with one that is unknown, revoked
+    // or expired, the connection is refused (4403 Forbidden) before any operation. Each operation
+    // authenticates again (a token revoked later ends its streams).
+    onConnect: async (ctx) => {
+      const authorization = authorizationOf(ctx.connectionParams, ctx.extra.request);
+      if (!authorization) return false;
+      const request = new Request('http://internal/graphql', { headers: { authorization } });
+      try {
+        const enveloped = yoga.getEnveloped({ request, requestId: randomUUID(), params: { query: '{ __typename }' } } as never);
+        const context = (await enveloped.contextFactory()) as unknown as Context;
+        return context.principal !== null;
+      } catch (error) {
+        if (error instanceof GraphQLError) return false;
+        throw error;
+      }
+    },
     execute: (args) => (args.rootValue as EnvelopedRoot).execute(args) as never,
     subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
     onSubscribe: async (ctx, _id, payload) => {
-      const given = ctx.connectionParams?.authorization ?? ctx.connectionParams?.Authorization;
-      const authorization = typeof given === 'string' ? given : ctx.extra.request.headers.authorization;
+      const authorization = authorizationOf(ctx.connectionParams, ctx.extra.request);
       const request = new Request('http://internal/graphql', { headers: authorization ? { authorization } : {} });
       const requestId = randomUUID();
       const enveloped = yoga.getEnveloped({ request, requestId, params: payload } as never);
