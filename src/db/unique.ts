@@ -1,4 +1,24 @@
 import { AppError } from '../errors';
+import { getDatamodel } from '../generated/pothos-prisma-types';
+
+const snake = (name: string) => name.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
+
+let indexes: Map<string, { model: string; fields: string[] }> | null = null;
+
+/**
+ * Unique index name -> model and fields, from the Prisma datamodel and its naming convention
+ * (`<table>_<columns>_key`, tables and columns the snake_case of models and fields): Prisma over
+ * the pg adapter reports only the index name.
+ */
+function indexByName(): Map<string, { model: string; fields: string[] }> {
+  if (indexes) return indexes;
+  indexes = new Map();
+  for (const [model, { fields, uniqueIndexes }] of Object.entries(getDatamodel().datamodel.models)) {
+    const sets = [...uniqueIndexes.map((u) => [...u.fields]), ...fields.filter((f) => f.isUnique).map((f) => [f.name])];
+    for (const set of sets) indexes.set(`${snake(model)}_${set.map(snake).join('_')}_key`, { model, fields: set });
+  }
+  return indexes;
+}
 
 /**
  * A unique violation anywhere in an error's cause chain (PostgreSQL's 23505 through `pg`, or
@@ -34,6 +54,12 @@ function columnsOf(e: Record<string, unknown>): string[] {
     if (match) return match[1]!.split(',').map((c) => camel(c.trim().replace(/^"|"$/g, '')));
   }
   const meta = e.meta as Record<string, unknown> | undefined;
+  const adapterCause = (meta?.driverAdapterError as { cause?: { constraint?: { index?: unknown } } } | undefined)?.cause
+    ?? (e.cause as { constraint?: { index?: unknown } } | undefined);
+  const index = typeof adapterCause?.constraint?.index === 'string' ? adapterCause.constraint.index
+    : typeof e.constraint === 'string' ? e.constraint : undefined;
+  const known = index ? indexByName().get(index) : undefined;
+  if (known) return known.fields;
   const target = meta?.target;
   if (Array.isArray(target)) return target.map(String).map(camel);
   const adapter = (meta?.driverAdapterError as { cause?: { constraint?: { fields?: unknown } } } | undefined)?.cause?.constraint?.fields

@@ -4,7 +4,8 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { CloseCode, handleProtocols, makeServer, type ServerOptions } from 'graphql-ws';
 import { GraphQLError, type ExecutionArgs } from 'graphql';
 import type { Logger } from 'pino';
-import type { GraphqlServer } from '../graphql/yoga';
+import { isIntrospectionOnly, type GraphqlServer } from '../graphql/yoga';
+import { unauthenticated } from '../errors';
 import type { Context } from '../context';
 
 const KEEPALIVE_MS = 12000;
@@ -59,12 +60,13 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
   };
 
   const options: ServerOptions<Record<string, unknown> | undefined, Extra> = {
-    // The token is checked at connection_init: without one, or with one that is unknown, revoked
-    // or expired, the connection is refused (4403 Forbidden) before any operation. Each operation
-    // authenticates again (a token revoked later ends its streams).
+    // A token is checked at connection_init: one that is malformed, unknown, revoked or expired
+    // refuses the connection (4403 Forbidden) before any operation. Without a token the
+    // connection opens, as GraphQL over HTTP does, and every operation but introspection is
+    // UNAUTHENTICATED. Each operation authenticates again (a token revoked later ends its streams).
     onConnect: async (ctx) => {
       const authorization = authorizationOf(ctx.connectionParams, ctx.extra.request);
-      if (!authorization) return false;
+      if (!authorization) return true;
       const request = new Request('http://internal/graphql', { headers: { authorization } });
       try {
         const enveloped = yoga.getEnveloped({ request, requestId: randomUUID(), params: { query: '{ __typename }' } } as never);
@@ -79,18 +81,18 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
     subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
     onSubscribe: async (ctx, _id, payload) => {
       const authorization = authorizationOf(ctx.connectionParams, ctx.extra.request);
-      const request = new Request('http://internal/graphql', { headers: authorization ? { authorization } : {} });
+      // Yoga's response cache keys a result by what it saw of the HTTP request, which a socket
+      // operation never went through (queries over the socket failed with 4500): the request it
+      // sees is a conditional one, which the cache is configured to leave alone.
+      // POST: Yoga refuses mutations it believes came by GET.
+      const request = new Request('http://internal/graphql', {
+        method: 'POST',
+        headers: { ...(authorization ? { authorization } : {}), 'if-none-match': '*' },
+      });
       const requestId = randomUUID();
       const enveloped = yoga.getEnveloped({ request, requestId, params: payload } as never);
-      let document;
-      try {
-        document = enveloped.parse(payload.query);
-      } catch (error) {
-        if (error instanceof GraphQLError) return [error];
-        throw error;
-      }
-      const errors = enveloped.validate(enveloped.schema, document);
-      if (errors.length) return errors;
+      // Who the caller is comes first, as over HTTP (see authFirst in src/graphql/yoga.ts): an
+      // anonymous caller hears UNAUTHENTICATED, not what is wrong with its document or variables.
       let contextValue: Context;
       try {
         contextValue = (await enveloped.contextFactory()) as unknown as Context;
@@ -98,6 +100,17 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
         if (error instanceof GraphQLError) return [error];
         throw error;
       }
+      let document;
+      try {
+        document = enveloped.parse(payload.query);
+      } catch (error) {
+        if (!contextValue.principal) return [unauthenticated()];
+        if (error instanceof GraphQLError) return [error];
+        throw error;
+      }
+      if (!contextValue.principal && !isIntrospectionOnly(document)) return [unauthenticated()];
+      const errors = enveloped.validate(enveloped.schema, document);
+      if (errors.length) return errors;
       const socket = ctx.extra.socket;
       contextValue.transport = { backlog: () => socket.bufferedAmount };
       return {

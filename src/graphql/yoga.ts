@@ -42,7 +42,7 @@ function withoutValues(error: GraphQLError): GraphQLError {
 }
 
 /** Operations made of `__schema`, `__type` and `__typename` only: open without a token. */
-function isIntrospectionOnly(document: DocumentNode): boolean {
+export function isIntrospectionOnly(document: DocumentNode): boolean {
   const fragments = new Map<string, FragmentDefinitionNode>();
   for (const d of document.definitions) if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d);
   const seen = new Set<string>();

@@ -102,7 +102,9 @@ function explain(where: string, error: ErrorObject): AppError {
  * Yoga with the caller's own headers, so every rule (auth included) is the GraphQL one.
  */
 export class RestRouter {
-  private router = Router<HTTPVersion.V1>({ ignoreTrailingSlash: true, caseSensitive: true });
+  // Long path parameters reach the route, whose schema names them (find-my-way's default of 100
+  // would answer 404 for a 101-character id).
+  private router = Router<HTTPVersion.V1>({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: 16 * 1024 });
   readonly routes: Route[];
 
   /** Who each request is, decided by the server before routing (see {@link lookup}). */
@@ -189,6 +191,8 @@ export class RestRouter {
           details = { ...details, field: renamed };
           message = message.split(field).join(renamed);
         }
+        // Other GraphQL paths the message mentions (`the same node is input.nodeIds[1]`)
+        message = message.replace(/\$?\binput\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+|\[\d+\])*/g, (path) => restField(path, input, variables) ?? path);
         // bulk names each refused node's element too
         if (Array.isArray(details?.refused)) {
           details = {
