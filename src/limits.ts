@@ -25,7 +25,7 @@ export const LONG_FIELDS: Readonly<Record<string, number>> = {
   /** Ed25519 public keys: base64 (44) or PEM (113); room for line-ending variants. */
   publicKey: 1024,
   signature: 1024,
-  lastError: 1024,
+  /** An agent's report of a command's outcome. */
   message: 1024,
 };
 

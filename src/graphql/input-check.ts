@@ -239,8 +239,13 @@ export function withLiteralInputRule(rules: readonly ValidationRule[]): Validati
  * The argument or input field each variable is used for (the first use): a `$r` passed as
  * `reason` gets the limit of `reason`.
  */
+const usesCache = new WeakMap<OperationDefinitionNode, Map<string, string>>();
+
 function usesOf(operation: OperationDefinitionNode): Map<string, string> {
+  const cached = usesCache.get(operation); // documents come from Yoga's parser cache: same object
+  if (cached) return cached;
   const uses = new Map<string, string>();
+  usesCache.set(operation, uses);
   visit(operation, {
     Variable(node, _key, _parent, _path, ancestors) {
       if (uses.has(node.name.value)) return;
