@@ -7,6 +7,7 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { until, wsClient, wsSubscribe } from './helpers/streams';
 import { routes } from '../src/rest/routes';
 import { LIMITS } from '../src/limits';
+import { uniqueViolation } from '../src/db/unique';
 
 const PASSWORD = 'S3cret-edge-BMC-pa55';
 const ENROLL = 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }';
@@ -210,6 +211,11 @@ describe('the edge: auth first, inputs checked without echo, limits, NUL, depth,
       expect((await sql.query('SELECT (SELECT count(*) FROM secret) s, (SELECT count(*) FROM event) e, (SELECT max(version) FROM node) v')).rows[0]).toEqual(before);
     });
 
+    it('a cursor that is not one is named, not repeated', async () => {
+      const response = await rest(t.url, token, 'GET', '/api/compute/metal/nodes?after=zzz-not-mine');
+      expect([response.status, response.body.error.message, response.body.error.details]).toEqual([400, 'query.after: is not a cursor of this list', { field: 'query.after' }]);
+    });
+
     it('GraphQL: in variables and in literals', async () => {
       const viaVariable = await gql(t.url, token, 'mutation ($i: MetalAbortInput!) { abortNode(input: $i) { node { id } } }', { i: { nodeId: node(), reason: 'a\ud800' } });
       expect(viaVariable.errors![0]).toMatchObject({ message: '$i.reason: must be valid Unicode (it holds a lone UTF-16 surrogate)', extensions: { code: 'INVALID_INPUT' } });
@@ -277,6 +283,15 @@ describe('the edge: auth first, inputs checked without echo, limits, NUL, depth,
       } finally {
         await sql.query('DROP TRIGGER edge_race ON site; DROP FUNCTION edge_race()');
       }
+    });
+
+    it('a 23505 from plain SQL (pg) is CONFLICT naming the column, without the values PostgreSQL puts in its detail', async () => {
+      const error = await sql.query('INSERT INTO site (id, tenant_id, name) VALUES ($1, $2, $3)', ['sit_dup_edge', tree.tenant.id, tree.site.name]).catch((e: unknown) => e);
+      expect((error as { code?: string }).code).toBe('23505');
+      const conflict = uniqueViolation({ message: 'wrapped', originalError: error });
+      expect(conflict).toMatchObject({ code: 'CONFLICT', extensions: { details: { field: 'name', columns: ['tenantId', 'name'] } } });
+      expect(conflict!.message).not.toContain(tree.site.name);
+      expect(uniqueViolation(new Error('no'))).toBeNull();
     });
 
     it('two concurrent createPool with the same name: one wins, the others are CONFLICT', async () => {

@@ -259,8 +259,13 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
         if (conflict) return new GraphQLError(conflict.message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: conflict.extensions });
         // Pothos checks connection arguments (cursors, negative sizes) before the resolver runs.
         if (original?.name === 'PothosValidationError') {
-          const message = /cursor/i.test(original.message) ? `after: ${original.message}` : original.message;
-          return new GraphQLError(message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: { code: 'INVALID_INPUT' } });
+          // Its cursor message repeats the cursor sent: name the argument instead.
+          const cursor = /cursor/i.test(original.message);
+          const message = cursor ? 'after: is not a cursor of this list' : original.message;
+          return new GraphQLError(message, {
+            path: error instanceof GraphQLError ? error.path : undefined,
+            extensions: { code: 'INVALID_INPUT', ...(cursor ? { details: { field: 'after' } } : {}) },
+          });
         }
         if (error instanceof GraphQLError) {
           if (isErrorCode(error.extensions?.code)) return error;
