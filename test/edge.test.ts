@@ -211,6 +211,13 @@ describe('the edge: auth first, inputs checked without echo, limits, NUL, depth,
       expect((await sql.query('SELECT (SELECT count(*) FROM secret) s, (SELECT count(*) FROM event) e, (SELECT max(version) FROM node) v')).rows[0]).toEqual(before);
     });
 
+    it('the REST event stream checks nodeId too', async () => {
+      for (const [nodeId, message] of [['%00', 'must not contain a NUL character'], ['x'.repeat(LIMITS.id + 1), `must be at most ${LIMITS.id} characters`]]) {
+        const response = await rest(t.url, token, 'GET', `/api/events?channel=all&nodeId=${nodeId}`);
+        expect([response.status, response.body.error?.message]).toEqual([400, `query.nodeId: ${message}`]);
+      }
+    });
+
     it('a cursor that is not one is named, not repeated', async () => {
       const response = await rest(t.url, token, 'GET', '/api/compute/metal/nodes?after=zzz-not-mine');
       expect([response.status, response.body.error.message, response.body.error.details]).toEqual([400, 'query.after: is not a cursor of this list', { field: 'query.after' }]);
