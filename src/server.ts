@@ -98,6 +98,21 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
     await response.body?.cancel().catch(() => undefined);
     return;
   }
+  // Yoga answers some transport refusals (415 for a Content-Type it does not read) with no body:
+  // give them the error shape every other refusal has.
+  if (response.status >= 400 && !response.headers.get('content-type')) {
+    const text = await response.text();
+    if (!text) {
+      const message = response.status === 415
+        ? 'body: the Content-Type must be application/json (or application/graphql-response+json)'
+        : `the request was refused (HTTP ${response.status})`;
+      const details = response.status === 415 ? { field: 'body' } : undefined;
+      res.writeHead(response.status, { 'content-type': 'application/json; charset=utf-8', ...serverTiming(res) });
+      return void res.end(JSON.stringify({ errors: [{ message, extensions: { code: 'INVALID_INPUT', ...(details ? { details } : {}) } }] }));
+    }
+    res.writeHead(response.status, { ...Object.fromEntries(response.headers), ...serverTiming(res) });
+    return void res.end(text);
+  }
   const outHeaders: Record<string, string> = {};
   response.headers.forEach((value, name) => {
     outHeaders[name] = value;

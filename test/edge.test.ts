@@ -253,6 +253,27 @@ describe('the edge: auth first, inputs checked without echo, limits, NUL, depth,
       expect(logLines.slice(lines).join('\n')).not.toMatch(/RangeError|"level":50/);
     });
 
+    it('a document nested 10,000 deep (a list literal) is INVALID_INPUT naming query, UNAUTHENTICATED without a token; over graphql-ws too', async () => {
+      const lines = logLines.length;
+      const query = `query { nodes(first: 1, filter: { siteId: ${deepJson(10000)} }) { edges { cursor } } }`;
+      const result = await gql(t.url, token, query);
+      expect(result.errors).toEqual([{ message: 'query: nested deeper than 64 levels', extensions: { code: 'INVALID_INPUT', details: { field: 'query', maxDepth: 64 } } }]);
+      expect(codeOf(await gql(t.url, null, query))).toBe('UNAUTHENTICATED');
+      const client = wsClient(t.url, token);
+      const got = wsSubscribe(client, query);
+      await until(() => got.done, 5000, 'the refusal');
+      expect(got.errors[0]?.message).toBe('query: nested deeper than 64 levels');
+      await client.dispose();
+      // The introspection query GraphiQL sends is far from the bound.
+      expect(logLines.slice(lines).join('\n')).not.toMatch(/RangeError|"level":50/);
+    });
+
+    it('a body GraphQL does not read (text/plain) gets the error shape', async () => {
+      const response = await fetch(`${t.url}/graphql`, { method: 'POST', headers: { 'content-type': 'text/plain', 'x-graphql-csrf': '1', authorization: `Bearer ${token}` }, body: '{ __typename }' });
+      expect(response.status).toBe(415);
+      expect(await response.json()).toMatchObject({ errors: [{ extensions: { code: 'INVALID_INPUT', details: { field: 'body' } } }] });
+    });
+
     it('enroll with driverOptions 10,000 deep is 400 naming body', async () => {
       const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll',
         `{"poolId":"${tree.pools[0]!.id}","bmc":{"address":"a","driver":"redfish","credentials":"secret://x","driverOptions":{"a":${deepJson(10000)}}}}`);

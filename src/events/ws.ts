@@ -6,6 +6,7 @@ import { GraphQLError, type ExecutionArgs } from 'graphql';
 import type { Logger } from 'pino';
 import { isIntrospectionOnly, type GraphqlServer } from '../graphql/yoga';
 import { unauthenticated } from '../errors';
+import { checkDocumentNesting } from '../graphql/input-check';
 import type { Context } from '../context';
 
 const KEEPALIVE_MS = 12000;
@@ -100,6 +101,8 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
         if (error instanceof GraphQLError) return [error];
         throw error;
       }
+      const tooDeep = checkDocumentNesting(payload.query);
+      if (tooDeep) return [contextValue.principal ? tooDeep : unauthenticated()];
       let document;
       try {
         document = enveloped.parse(payload.query);

@@ -285,3 +285,38 @@ export function operationOf(document: { definitions: readonly ASTNode[] }, opera
   if (operationName) return operations.find((o) => o.name?.value === operationName);
   return operations.length === 1 ? operations[0] : undefined;
 }
+
+/** Bracket nesting (`{`, `[`) a document may have: selections, list and object literals. */
+export const MAX_DOCUMENT_NESTING = 64;
+
+/**
+ * Refuses a document nested past {@link MAX_DOCUMENT_NESTING} before it is parsed: the parser is
+ * recursive, and 10,000 `[` overflow the stack before any token limit stops it. One pass, outside
+ * strings, block strings and comments.
+ */
+export function checkDocumentNesting(query: string): AppError | null {
+  let depth = 0;
+  for (let i = 0; i < query.length; i += 1) {
+    const c = query.charCodeAt(i);
+    if (c === 0x23) { // # comment, to the end of the line
+      while (i < query.length && query.charCodeAt(i) !== 0x0a && query.charCodeAt(i) !== 0x0d) i += 1;
+    } else if (c === 0x22) {
+      if (query.startsWith('"""', i)) {
+        const end = query.indexOf('"""', i + 3);
+        i = end === -1 ? query.length : end + 2;
+      } else {
+        for (i += 1; i < query.length; i += 1) {
+          const d = query.charCodeAt(i);
+          if (d === 0x5c) i += 1;
+          else if (d === 0x22 || d === 0x0a) break;
+        }
+      }
+    } else if (c === 0x7b || c === 0x5b) {
+      depth += 1;
+      if (depth > MAX_DOCUMENT_NESTING) {
+        return new AppError('INVALID_INPUT', `query: nested deeper than ${MAX_DOCUMENT_NESTING} levels`, { field: 'query', maxDepth: MAX_DOCUMENT_NESTING });
+      }
+    } else if (c === 0x7d || c === 0x5d) depth -= 1;
+  }
+  return null;
+}

@@ -8,7 +8,7 @@ import { bearerToken, type TokenStore } from '../auth/tokens';
 import type { Principal } from '../auth/permissions';
 import { AppError, isErrorCode, unauthenticated } from '../errors';
 import { uniqueViolation } from '../db/unique';
-import { checkVariables, operationOf, withLiteralInputRule } from './input-check';
+import { checkDocumentNesting, checkVariables, operationOf, withLiteralInputRule } from './input-check';
 import type { Metrics } from '../ops/metrics';
 import type { ResponseCache } from './response-cache';
 
@@ -68,8 +68,10 @@ export function isIntrospectionOnly(document: DocumentNode): boolean {
 function authFirst(tokens: TokenStore): Plugin<{}, ServerContext> {
   return {
     async onParams({ params, request, context, setResult }) {
-      if (context.auth) return; // decided by the REST layer, with the same rule
       const refuse = (error: AppError) => setResult({ errors: [error] });
+      // The parser is recursive: a document nested 10,000 deep must not reach it (nor the one below).
+      const tooDeep = typeof params.query === 'string' ? checkDocumentNesting(params.query) : null;
+      if (context.auth) return tooDeep ? refuse(tooDeep) : undefined; // decided by the REST layer, with the same rule
       let token: string | undefined;
       try {
         token = bearerToken(request.headers.get('authorization'));
@@ -83,11 +85,11 @@ function authFirst(tokens: TokenStore): Plugin<{}, ServerContext> {
           if (error instanceof AppError) return refuse(error);
           throw error;
         }
-        return;
+        return tooDeep ? refuse(tooDeep) : undefined;
       }
       let document: DocumentNode | null = null;
       try {
-        document = typeof params.query === 'string' ? parse(params.query, { maxTokens: 5000 }) : null;
+        document = typeof params.query === 'string' && !tooDeep ? parse(params.query, { maxTokens: 5000 }) : null;
       } catch {
         document = null;
       }
