@@ -92,7 +92,7 @@ describe('enroll and confirmMac share the MAC rule', () => {
    */
   const preparers: { name: string; field: string; prepare: (pool?: string) => Promise<Bind> }[] = [
     {
-      name: 'enroll (REST)', field: 'macs[1]',
+      name: 'enroll (REST)', field: 'body.macs[1]',
       prepare: async (pool) => async (mac) => {
         const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', {
           poolId: sitePool(pool).pool, macs: [freshMac(), mac],
@@ -111,7 +111,7 @@ describe('enroll and confirmMac share the MAC rule', () => {
       },
     },
     {
-      name: 'confirmMac (REST)', field: 'mac',
+      name: 'confirmMac (REST)', field: 'body.mac',
       prepare: async (pool) => {
         const nodeId = await machine([], sitePool(pool));
         return async (mac) => {
