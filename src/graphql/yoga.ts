@@ -8,6 +8,7 @@ import { bearerToken } from '../auth/tokens';
 import { AppError, isErrorCode } from '../errors';
 import type { Metrics } from '../ops/metrics';
 import type { ResponseCache } from './response-cache';
+import { renderOfflineGraphiQL } from './graphiql';
 
 export const CSRF_HEADER = 'x-graphql-csrf';
 
@@ -139,6 +140,8 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
     graphqlEndpoint: '/graphql',
     landingPage: false,
     graphiql: { title: 'Metal control plane', headers: JSON.stringify({ [CSRF_HEADER]: '1', Authorization: 'Bearer <token>' }) },
+    // GraphiQL's scripts and styles come from this service (src/graphql/graphiql.ts), not a CDN.
+    renderGraphiQL: renderOfflineGraphiQL,
     logging: {
       debug: (...args) => log.debug({ args }, 'yoga'),
       info: (...args) => log.info({ args }, 'yoga'),
