@@ -4,7 +4,9 @@ import type { Logger } from 'pino';
 import type { GraphqlServer } from './graphql/yoga';
 import type { RestRouter } from './rest/router';
 import type { Metrics } from './ops/metrics';
-import { openApiDocument, docsPage } from './rest/openapi';
+import { openApiDocument } from './rest/openapi';
+import { docsAssets, docsPage, DOCS_CSP } from './rest/docs';
+import { graphiqlAssets } from './graphql/graphiql';
 import { readBody, checkJsonDepth, PayloadTooLarge } from './http/body';
 import { sendError, sendJson, serverTiming, startTiming } from './http/respond';
 import { AppError, HTTP_STATUS } from './errors';
@@ -29,6 +31,7 @@ export interface HttpDeps {
 /** Route label for metrics: the matched route template, never the raw path (bounded cardinality). */
 function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
   if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/api/events'].includes(pathname)) return pathname;
+  for (const assets of [docsAssets, graphiqlAssets]) if (assets.owns(pathname)) return assets.prefix;
   for (const r of deps.rest.routes) {
     if (r.method !== method) continue;
     const re = new RegExp('^' + r.path.replace(/\{\w+\}/g, '[^/]+') + '/?$');
@@ -162,14 +165,24 @@ export function createHttpServer(deps: HttpDeps): http.Server {
         }
         case '/openapi.json':
           return sendJson(res, 200, openApiDocument(deps.rest.routes, deps.version));
-        case '/docs':
-          res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-          return void res.end(docsPage(deps.rest.routes));
+        case '/docs': {
+          const html = await docsPage();
+          res.writeHead(200, {
+            'content-type': 'text/html; charset=utf-8',
+            'content-security-policy': DOCS_CSP,
+            'x-content-type-options': 'nosniff',
+            'cache-control': 'no-cache',
+          });
+          return void res.end(html);
+        }
         case '/graphql':
           return await serveGraphql(deps, req, res, requestId);
         case '/api/events':
           return await serveEventStream(deps, req, res, requestId);
       }
+      // The files of the browser pages (/docs, GraphiQL), from their npm packages: no CDN.
+      if (docsAssets.owns(url.pathname)) return await docsAssets.serve(req, res, url);
+      if (graphiqlAssets.owns(url.pathname)) return await graphiqlAssets.serve(req, res, url);
       if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res, await authenticateRest(deps.tokens, req));
       return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);
     } catch (error) {

@@ -11,6 +11,7 @@ import { uniqueViolation } from '../db/unique';
 import { checkDocumentNesting, checkVariables, operationOf, withLiteralInputRule } from './input-check';
 import type { Metrics } from '../ops/metrics';
 import type { ResponseCache } from './response-cache';
+import { renderOfflineGraphiQL } from './graphiql';
 
 export const CSRF_HEADER = 'x-graphql-csrf';
 
@@ -296,6 +297,8 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
     graphqlEndpoint: '/graphql',
     landingPage: false,
     graphiql: { title: 'Metal control plane', headers: JSON.stringify({ [CSRF_HEADER]: '1', Authorization: 'Bearer <token>' }) },
+    // GraphiQL's scripts and styles come from this service (src/graphql/graphiql.ts), not a CDN.
+    renderGraphiQL: renderOfflineGraphiQL,
     // Yoga calls error() for every error it masks, client refusals included: each is logged once,
     // by errorLog, at its level (INTERNAL with its cause); here only a debug line.
     logging: {
