@@ -35,7 +35,7 @@ export function withStringLimits(schema: JsonSchema, name?: string): JsonSchema 
   return out;
 }
 
-function limitRoute(route: Route): Route {
+export function limitRoute(route: Route): Route {
   return {
     ...route,
     ...(route.params ? { params: Object.fromEntries(Object.entries(route.params).map(([key, s]) => [key, withStringLimits(s, key)])) } : {}),
