@@ -5,6 +5,8 @@ import { AppError } from '../errors';
 /** One connection inside an open transaction. */
 export interface SqlTx {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
+  /** Rows as arrays of column values in select-list order (see {@link Sql.queryArrays}). */
+  queryArrays(text: string, values?: unknown[]): Promise<unknown[][]>;
   /** For APIs that take an executor (pg-boss's `db` option): its statements join this transaction. */
   executor: { executeSql(text: string, values: unknown[]): Promise<{ rows: unknown[] }> };
 }
@@ -25,6 +27,15 @@ export class Sql {
     return this.pool.query<R>(text, values);
   }
 
+  /**
+   * Rows as arrays in select-list order: for wide rows read by position (node-rows.ts), where pg's
+   * per-row object keyed by column name would only be copied again.
+   */
+  async queryArrays(text: string, values?: unknown[]): Promise<unknown[][]> {
+    this.statements.count += 1;
+    return (await this.pool.query<unknown[]>({ text, values, rowMode: 'array' })).rows;
+  }
+
   /** Runs fn inside BEGIN ... COMMIT on one connection; any throw rolls back and is rethrown. */
   async transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
@@ -35,7 +46,11 @@ export class Sql {
     let broken = false;
     try {
       await query('BEGIN');
-      const result = await fn({ query, executor: { executeSql: (text, values) => query(text, values) } });
+      const queryArrays = async (text: string, values?: unknown[]) => {
+        this.statements.count += 1;
+        return (await client.query<unknown[]>({ text, values, rowMode: 'array' })).rows;
+      };
+      const result = await fn({ query, queryArrays, executor: { executeSql: (text, values) => query(text, values) } });
       await query('COMMIT');
       return result;
     } catch (error) {
