@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import pg from 'pg';
-import { parseTimestamptz } from '../src/db/sql';
+import { parseTextArray, parseTimestamptz } from '../src/db/sql';
 
 /**
  * Rows read by position (Sql.queryArrays: node pages, bulk views) parse timestamptz by position
@@ -46,5 +46,19 @@ describe('timestamptz parsed by position', () => {
       zone: fc.constantFrom('+00', '-08', '+05:30', '-03:30', '+14', '+05:30:15', 'Z', '', ' BC', '+0', '+1:00'),
     }).map((p) => `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second}${p.fraction}${p.zone}`);
     fc.assert(fc.property(fc.oneof(shaped, fc.string()), (text) => same(text)), { numRuns: 5000 });
+  });
+
+  it('text[] equals pg\'s parser, the empty array included', async () => {
+    const client = new pg.Client({ connectionString: process.env.METAL_TEST_ADMIN_URL });
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ a: string }>(
+        `SELECT x::text AS a FROM (VALUES ('{}'::text[]), ('{a}'), ('{"a b",NULL,"NULL",""}'), ('{"{",",","\\\\"}'), (ARRAY['52:54:00:00:00:01', '10.0.0.1'])) AS v(x)`);
+      const textArray = (pg.types.getTypeParser as (oid: number, format: 'text') => (text: string) => unknown)(1009, 'text');
+      for (const { a } of rows) expect([a, parseTextArray(a)]).toEqual([a, textArray(a)]);
+      expect(parseTextArray('{}')).toEqual([]);
+    } finally {
+      await client.end();
+    }
   });
 });

@@ -55,10 +55,19 @@ export function parseTimestamptz(text: string): unknown {
   return new Date(Date.UTC(year, month - 1, day, hour, minute, second, ms) - sign * (offsetHours * 60 + offsetMinutes) * 60000);
 }
 
-/** pg's parsers, but timestamptz by position (see parseTimestamptz). */
+const TEXT_ARRAY_OID = 1009;
+// pg's TypeId lists the scalar types only; array parsers are registered under their own oids.
+const defaultTextArray = (pg.types.getTypeParser as (oid: number, format: 'text') => (text: string) => unknown)(TEXT_ARRAY_OID, 'text');
+/** text[]: the empty array (most nodes' macs and addresses) without pg's array parser. */
+export const parseTextArray = (text: string): unknown => (text === '{}' ? [] : defaultTextArray(text));
+
+/** pg's parsers, but timestamptz by position (see parseTimestamptz) and empty text[] at once. */
 const ARRAY_ROW_TYPES = {
   getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-    oid === TIMESTAMPTZ_OID && format !== 'binary' ? parseTimestamptz : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+    format === 'binary' ? pg.types.getTypeParser(oid, 'binary')
+      : oid === TIMESTAMPTZ_OID ? parseTimestamptz
+        : oid === TEXT_ARRAY_OID ? parseTextArray
+          : pg.types.getTypeParser(oid, 'text')) as typeof pg.types.getTypeParser,
 };
 
 /** One connection inside an open transaction. */

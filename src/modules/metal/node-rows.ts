@@ -63,10 +63,17 @@ export interface ArrayView<R> {
   read(row: unknown[]): R;
 }
 
-function readFields(row: unknown[], fields: readonly string[], at: number): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (let i = 0; i < fields.length; i += 1) out[fields[i]!] = row[at + i];
-  return out;
+type RowReader = (row: unknown[]) => Record<string, unknown>;
+
+/**
+ * `(row) => ({ field: row[at], ... })`, compiled once per view. Filling `{}` in a loop made V8
+ * switch the 29-field node objects to dictionary mode: 50-120 ms to build 10,000 of them here
+ * against 1-2 ms for the literal, and slower property reads in every resolver after. The field
+ * names are Prisma's own identifiers, checked below.
+ */
+function compileReader(fields: readonly string[], at: number): RowReader {
+  for (const f of fields) if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(f)) throw new Error(`node-rows: "${f}" is not a plain field name`);
+  return new Function('row', `return { ${fields.map((f, i) => `${f}: row[${at + i}]`).join(', ')} };`) as RowReader;
 }
 
 export function nodeArrayView(alias: string, joins: { profile?: boolean; pool?: string; site?: string } = {}): ArrayView<NodePageRow> {
@@ -80,17 +87,21 @@ export function nodeArrayView(alias: string, joins: { profile?: boolean; pool?: 
   const profileAt = NODE_FIELDS.length;
   const poolAt = profileAt + (withProfile ? PROFILE_FIELDS.length : 0);
   const siteAt = poolAt + (joins.pool ? POOL_FIELDS.length : 0);
+  const readNode = compileReader(NODE_FIELDS, 0);
+  const readProfile = compileReader(PROFILE_FIELDS, profileAt);
+  const readPool = compileReader(POOL_FIELDS, poolAt);
+  const readSite = compileReader(SITE_FIELDS, siteAt);
   const withPool = Boolean(joins.pool);
   const withSite = Boolean(joins.site);
   return {
     columns: columns.join(', '),
     width: columns.length,
     read(row) {
-      const node = readFields(row, NODE_FIELDS, 0);
+      const node = readNode(row);
       // An id is never null in a row that exists: a null one is the outer join finding none.
-      if (withProfile) node.hardwareProfile = row[profileAt] == null ? null : readFields(row, PROFILE_FIELDS, profileAt);
-      if (withPool && row[poolAt] != null) node.pool = readFields(row, POOL_FIELDS, poolAt);
-      if (withSite && row[siteAt] != null) node.site = readFields(row, SITE_FIELDS, siteAt);
+      if (withProfile) node.hardwareProfile = row[profileAt] == null ? null : readProfile(row);
+      if (withPool && row[poolAt] != null) node.pool = readPool(row);
+      if (withSite && row[siteAt] != null) node.site = readSite(row);
       return node as NodePageRow;
     },
   };
