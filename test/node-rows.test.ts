@@ -2,7 +2,7 @@ import { startTestApp, type TestApp } from './helpers/app';
 import { gql } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
-import { nodeViewColumns, nodeViewFrom, setClause, toNodeRow } from '../src/modules/metal/node-rows';
+import { nodeArrayView, nodeViewColumns, nodeViewFrom, setClause, toNodeRow } from '../src/modules/metal/node-rows';
 
 /**
  * The verbs and bulk read node views back with plain SQL (src/modules/metal/node-rows.ts) instead of
@@ -22,6 +22,18 @@ describe('node rows read with plain SQL', () => {
     const { rows } = await t.app.database.sql.query(`SELECT ${nodeViewColumns('n')} FROM ${nodeViewFrom('node', 'n')} WHERE n.id = $1`, [id]);
     const viaPrisma = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id }, include: { hardwareProfile: true } });
     expect(toNodeRow(rows[0]!)).toStrictEqual(viaPrisma);
+    // The same view read by position (bulk's RETURNING), and with pool and site joined (a page).
+    const view = nodeArrayView('n');
+    const [byPosition] = await t.app.database.sql.queryArrays(`SELECT ${view.columns} FROM ${nodeViewFrom('node', 'n')} WHERE n.id = $1`, [id]);
+    expect(view.read(byPosition!)).toStrictEqual(viaPrisma);
+    const joined = nodeArrayView('n', { pool: 'p', site: 's' });
+    const [withRelations] = await t.app.database.sql.queryArrays(
+      `SELECT ${joined.columns} FROM ${nodeViewFrom('node', 'n')} JOIN pool p ON p.id = n.pool_id JOIN site s ON s.id = n.site_id WHERE n.id = $1`, [id]);
+    expect(joined.read(withRelations!)).toStrictEqual(
+      await t.app.database.prisma.node.findUniqueOrThrow({ where: { id }, include: { hardwareProfile: true, pool: true, site: true } }));
+    const bare = nodeArrayView('n', { profile: false });
+    const [scalars] = await t.app.database.sql.queryArrays(`SELECT ${bare.columns} FROM node n WHERE n.id = $1`, [id]);
+    expect(bare.read(scalars!)).toStrictEqual(await t.app.database.prisma.node.findUniqueOrThrow({ where: { id } }));
   }
 
   it('equal Prisma\'s findUnique for a node with every field set, and with every optional field empty', async () => {

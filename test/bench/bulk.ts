@@ -10,8 +10,9 @@ import { generateKeyPairSync } from 'node:crypto';
 import pg from 'pg';
 import { gql, intOption, machineInfo, option, seed, startService, type Service } from './read';
 
-const TARGET_BULK_S = 1.5;
-const TARGET_RATIO = 20;
+// Issue 8: the median of three bulk calls within 1.0 s, at least 50x faster than single calls.
+const TARGET_BULK_S = 1.0;
+const TARGET_RATIO = 50;
 const TARGET_SINGLE_MS = 10;
 
 const median = (values: number[]) => {

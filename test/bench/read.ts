@@ -421,6 +421,9 @@ export function intOption(args: string[], name: string, fallback: number, min: n
 
 const TARGET_RPS = 1000;
 const TARGET_P99_MS = 50;
+/** A cache miss (RESPONSE_CACHE_TTL_MS=0, the NodesPage query): issue 8's target. */
+const TARGET_MISS_RPS = 600;
+const TARGET_MISS_CPU_MS = 1.5;
 
 interface Seed {
   tenantId: string;
@@ -723,6 +726,14 @@ async function runRead(args: string[]): Promise<number> {
     console.log(`statements/request:   ${fmt(best.statementsPerRequest, 3)} under load; single requests: ${Object.entries(single).map(([f, n]) => `first ${f}: ${n}`).join(', ')}${coldToken !== undefined ? `; cold token cache: ${coldToken}` : ''}`);
     console.log(`errors:               ${totalErrors} (non-2xx, error bodies, connection errors, timeouts over all runs)`);
     console.log(`target >= ${TARGET_RPS} req/s, p99 <= ${TARGET_P99_MS} ms: ${verdict} (${best.connections} connections)`);
+    if (process.env.RESPONSE_CACHE_TTL_MS === '0' && queryKind === 'nodes') {
+      // Every request executes: the figure is what any query a UI sends costs the first time.
+      const fastest = [...clean].sort((a, b) => b.rps - a.rps)[0];
+      const cpu = fastest?.cpuMsPerRequest.server;
+      const missPass = fastest !== undefined && fastest.rps >= TARGET_MISS_RPS && cpu !== undefined && cpu <= TARGET_MISS_CPU_MS;
+      console.log(`cache-miss target >= ${TARGET_MISS_RPS} req/s at <= ${TARGET_MISS_CPU_MS} ms server CPU/request: ${missPass ? 'PASS' : 'FAIL'}` +
+        (fastest ? ` (${fmt(fastest.rps)} req/s at ${fmt(cpu ?? NaN, 2)} ms, ${fastest.connections} connections)` : ''));
+    }
     if (service.outputLines() > 0) {
       console.log(`server log:           ${service.outputLines()} lines at LOG_LEVEL=${process.env.BENCH_LOG_LEVEL ?? 'warn'}: ${service.outputKinds().slice(0, 5).map(([k, n]) => `${n} x ${k}`).join('; ')}`);
     }

@@ -9,12 +9,16 @@ import { readPolicy } from '../tenancy/pool';
 import { clearedFailure, decideMove, isDestructive, VERBS, type ProvisionState, type Verb } from './states';
 import type { WipeMode } from './verbs';
 import { insertJobsSql } from '../../../jobs/registry';
-import { nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeRow } from './node-rows';
+import { nodeArrayView, nodeViewFrom, setClause, type NodeRow } from './node-rows';
 import { agentlessRescue } from './verbs';
 
 export const BULK_VERBS = (Object.keys(VERBS) as Verb[]).filter((v) => VERBS[v].bulk) as BulkVerb[];
 export type BulkVerb = 'manage' | 'inspect' | 'provide' | 'undeploy' | 'rescue' | 'retire';
 export const MAX_BULK = 10000;
+/** First key of the per-pool advisory lock bulk calls take (the second is the pool id's hash). */
+const BULK_POOL_LOCK = 7243916;
+/** The views the bulk statement returns, read by position. */
+const BULK_VIEW = nodeArrayView('u');
 
 export interface BulkInput {
   poolId: string;
@@ -128,10 +132,15 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   // One statement writes the batch, the compare-and-set on every node, the workflow runs, every
   // node's events and reconciler job, and returns the new views.
   const rows = await ctx.sql.transaction(async (tx) => {
-    // Lock the nodes in id order first: two bulk calls over overlapping nodes listed in different
-    // orders would otherwise lock them in join order and could deadlock.
-    await tx.query('SELECT 1 FROM node WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE', [ids]);
-    const result = await tx.query(
+    // Two bulk calls over overlapping nodes listed in different orders would lock them in join
+    // order and could deadlock. Bulk calls are the only writers that change more than one node
+    // per statement, and the nodes they change are those of their pool, so one lock per pool
+    // (transaction-level, advisory) orders them instead of 10,000 row locks taken ahead in id
+    // order: those cost a statement, a WAL record per node and a second write of every row.
+    // The same round trip lets the statement sort its 10,000 event rows in memory instead of
+    // spilling them to disk (work_mem's default is 4 MB).
+    await tx.query("SELECT pg_advisory_xact_lock($1::int, hashtext($2::text)), set_config('work_mem', '64MB', true)", [BULK_POOL_LOCK, pool.id]);
+    const rows = await tx.queryArrays(
       `WITH batch AS (
          INSERT INTO command_batch (id, tenant_id, pool_id, verb, reason, node_ids, wipe, digest, quorum, status, created_by)
          SELECT $5::text, $6::text, $4::text, $7::text, $8::text, $2::text[], $9::text, $10::text, $11::int, $12::text, $13::text
@@ -155,7 +164,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
        ), job AS (
          ${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', upd.id) || $17::jsonb`, '(SELECT * FROM upd WHERE $17::jsonb IS NOT NULL) AS upd')} RETURNING 1
        )
-       SELECT ${nodeViewColumns('u')}, (SELECT count(*) FROM job)::int AS "jobs", $18::int AS "expectedJobs" FROM ${nodeViewFrom('upd', 'u')}`,
+       SELECT ${BULK_VIEW.columns}, (SELECT count(*) FROM job)::int, $18::int FROM ${nodeViewFrom('upd', 'u')}`,
       [
         froms, ids, versions, pool.id,
         batch?.id ?? null, pool.tenantId, input.verb, reason, wipe,
@@ -170,14 +179,20 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
         ...extra.values,
       ],
     );
-    if (result.rows.length !== ids.length) {
-      throw new AppError('CONFLICT', `${ids.length - result.rows.length} of the nodes changed concurrently; nothing changed, read them again and retry`);
+    if (rows.length !== ids.length) {
+      throw new AppError('CONFLICT', `${ids.length - rows.length} of the nodes changed concurrently; nothing changed, read them again and retry`);
     }
-    if (result.rows[0]!.jobs !== result.rows[0]!.expectedJobs) throw new Error('the metal.reconcile queue is missing: the jobs were not queued');
-    return result.rows;
+    // The two columns after the view: jobs queued, jobs expected.
+    if (rows[0]![BULK_VIEW.width] !== rows[0]![BULK_VIEW.width + 1]) throw new Error('the metal.reconcile queue is missing: the jobs were not queued');
+    return rows;
   });
+  // In the order given: each view straight to its place (a sort looked the order up 260,000 times).
   const order = new Map(ids.map((id, i) => [id, i]));
-  const views = rows.map(toNodeRow).sort((a, b) => order.get(a.id)! - order.get(b.id)!);
+  const views = new Array<NodeRow>(ids.length);
+  for (const row of rows) {
+    const view = BULK_VIEW.read(row) as NodeRow;
+    views[order.get(view.id)!] = view;
+  }
   return { batchId: batch?.id ?? null, rows: views };
 }
 

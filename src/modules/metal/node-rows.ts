@@ -1,4 +1,4 @@
-import { Prisma, type HardwareProfile, type Node } from '../../generated/prisma/client';
+import { Prisma, type HardwareProfile, type Node, type Pool, type Site } from '../../generated/prisma/client';
 
 /**
  * Node rows read with plain SQL, in exactly the shape Prisma returns (camelCase fields, Dates, parsed
@@ -12,6 +12,8 @@ const snake = (field: string) => field.replace(/[A-Z]/g, (c) => `_${c.toLowerCas
 const NODE_FIELDS = Object.values(Prisma.NodeScalarFieldEnum);
 const PROFILE_FIELDS = Object.values(Prisma.HardwareProfileScalarFieldEnum);
 const PROFILE_PREFIX = 'hardwareProfile.';
+const POOL_FIELDS = Object.values(Prisma.PoolScalarFieldEnum);
+const SITE_FIELDS = Object.values(Prisma.SiteScalarFieldEnum);
 
 /**
  * The select list of a node view: `<alias>` is a node row (the table or a RETURNING CTE), `hp` the
@@ -39,6 +41,70 @@ export function toNodeRow(raw: Record<string, unknown>): NodeRow {
     row.hardwareProfile = profile;
   }
   return row as NodeRow;
+}
+
+/** A node row with the pool and site a page of nodes shows with it, as Prisma's include returns them. */
+export type NodePageRow = Node & { hardwareProfile?: HardwareProfile | null; pool?: Pool; site?: Site };
+
+/**
+ * A node view read with `rowMode: 'array'`: the columns in a fixed order and a reader that builds
+ * the Prisma-shaped row from their positions. pg then builds no object per row keyed by column
+ * name, which the reader would only copy again: on a bulk answer of 10,000 wide rows that copy
+ * was a tenth of the Node side's time. `profile` (default true), `pool` and `site` say which
+ * relations the row carries, as Prisma's include would: the hardware profile from the alias `hp`,
+ * the pool and site from the aliases given (a relation the outer join found none for is null for
+ * the optional profile and left out for the others).
+ */
+export interface ArrayView<R> {
+  /** The select list, in the order `read` expects. */
+  columns: string;
+  /** How many columns the view takes; columns a statement selects after them start here. */
+  width: number;
+  read(row: unknown[]): R;
+}
+
+type RowReader = (row: unknown[]) => Record<string, unknown>;
+
+/**
+ * `(row) => ({ field: row[at], ... })`, compiled once per view. Filling `{}` in a loop made V8
+ * switch the 29-field node objects to dictionary mode: 50-120 ms to build 10,000 of them here
+ * against 1-2 ms for the literal, and slower property reads in every resolver after. The field
+ * names are Prisma's own identifiers, checked below.
+ */
+function compileReader(fields: readonly string[], at: number): RowReader {
+  for (const f of fields) if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(f)) throw new Error(`node-rows: "${f}" is not a plain field name`);
+  return new Function('row', `return { ${fields.map((f, i) => `${f}: row[${at + i}]`).join(', ')} };`) as RowReader;
+}
+
+export function nodeArrayView(alias: string, joins: { profile?: boolean; pool?: string; site?: string } = {}): ArrayView<NodePageRow> {
+  const withProfile = joins.profile ?? true;
+  const columns = [
+    ...NODE_FIELDS.map((f) => `${alias}.${snake(f)}`),
+    ...(withProfile ? PROFILE_FIELDS.map((f) => `hp.${snake(f)}`) : []),
+    ...(joins.pool ? POOL_FIELDS.map((f) => `${joins.pool}.${snake(f)}`) : []),
+    ...(joins.site ? SITE_FIELDS.map((f) => `${joins.site}.${snake(f)}`) : []),
+  ];
+  const profileAt = NODE_FIELDS.length;
+  const poolAt = profileAt + (withProfile ? PROFILE_FIELDS.length : 0);
+  const siteAt = poolAt + (joins.pool ? POOL_FIELDS.length : 0);
+  const readNode = compileReader(NODE_FIELDS, 0);
+  const readProfile = compileReader(PROFILE_FIELDS, profileAt);
+  const readPool = compileReader(POOL_FIELDS, poolAt);
+  const readSite = compileReader(SITE_FIELDS, siteAt);
+  const withPool = Boolean(joins.pool);
+  const withSite = Boolean(joins.site);
+  return {
+    columns: columns.join(', '),
+    width: columns.length,
+    read(row) {
+      const node = readNode(row);
+      // An id is never null in a row that exists: a null one is the outer join finding none.
+      if (withProfile) node.hardwareProfile = row[profileAt] == null ? null : readProfile(row);
+      if (withPool && row[poolAt] != null) node.pool = readPool(row);
+      if (withSite && row[siteAt] != null) node.site = readSite(row);
+      return node as NodePageRow;
+    },
+  };
 }
 
 /** The columns a verb may change, with the SQL type each parameter is cast to. */

@@ -4,6 +4,7 @@ import { requirePrincipal } from '../../context';
 import { checkPageArgs } from '../../graphql/pagination';
 import { DriverBindingsRef, type DriverBindings } from '../tenancy/hardware-profile';
 import { ProvisionState as ProvisionStates } from '../../generated/prisma/enums';
+import { nodePageStatement, readNodePage, type PlannedQuery } from './node-page';
 
 export const ProvisionStateEnum = builder.enumType('ProvisionState', {
   values: Object.values(ProvisionStates),
@@ -110,6 +111,10 @@ builder.queryField('nodes', (t) =>
           f.maintenance != null ? { maintenance: f.maintenance } : {},
         ],
       };
+      // One statement with pool, site and hardware profile joined when the plan is a shape
+      // node-page.ts knows (every page the UI and the REST layer ask for); Prisma otherwise.
+      const statement = nodePageStatement(query as PlannedQuery, where);
+      if (statement) return readNodePage(ctx, statement);
       return ctx.prisma.node.findMany({ ...query, where, orderBy: { id: 'asc' } });
     },
   }),

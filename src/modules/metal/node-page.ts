@@ -1,0 +1,152 @@
+import type { Context } from '../../context';
+import { nodeArrayView, type ArrayView, type NodePageRow } from './node-rows';
+
+/**
+ * The `nodes` connection in one SQL statement: the page of nodes with the pool, site and hardware
+ * profile the selection includes, joined, in exactly the rows Prisma's `findMany` with that include
+ * returns.
+ *
+ * Through Prisma a page was three statements (nodes, then pools and sites by `IN` lists) and most
+ * of a cache miss's server CPU went to Prisma's query compiler and result mapping and to the two
+ * extra round trips (npm run bench -- read --query nodes). The connection plumbing (arguments,
+ * cursors, pageInfo) stays the prisma plugin's: it hands over its planned query (take, skip,
+ * cursor, include), and this answers it when it is a shape it knows; anything else returns null
+ * and the caller runs the query through Prisma as before.
+ */
+
+/** What the prisma plugin's connection passes to its resolver, as far as this reads it. */
+export interface PlannedQuery {
+  take?: number;
+  skip?: number;
+  cursor?: Record<string, unknown>;
+  include?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+/** The node columns a page may filter on, with the SQL type their parameters are cast to. */
+const FILTER_COLUMNS: Record<string, string> = {
+  id: 'text',
+  tenantId: 'text',
+  siteId: 'text',
+  poolId: 'text',
+  provisionState: '"ProvisionState"',
+  maintenance: 'boolean',
+};
+
+/** Relations the statement joins; an include of anything else (or of their own relations) goes to Prisma. */
+const JOINED = new Set(['pool', 'site', 'hardwareProfile']);
+
+const snake = (field: string) => field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * A Prisma where-input over node columns as SQL on alias `n`, its values appended to `values`.
+ * Only the forms the read filters and the page filter build: `{col: value}`, `{col: {in: [...]}}`,
+ * AND and OR lists. Anything else is null, so a filter this does not understand can never be
+ * read more widely than Prisma would: the caller then uses Prisma.
+ */
+export function whereSql(where: unknown, values: unknown[]): string | null {
+  if (!isPlainObject(where)) return null;
+  const parts: string[] = [];
+  for (const [key, value] of Object.entries(where)) {
+    if (value === undefined) continue;
+    if (key === 'AND' || key === 'OR') {
+      if (!Array.isArray(value)) return null;
+      const inner: string[] = [];
+      for (const item of value) {
+        const sql = whereSql(item, values);
+        if (sql === null) return null;
+        inner.push(`(${sql})`);
+      }
+      // Prisma: an empty AND is true, an empty OR matches nothing.
+      parts.push(inner.length ? inner.join(key === 'AND' ? ' AND ' : ' OR ') : key === 'AND' ? 'TRUE' : 'FALSE');
+      continue;
+    }
+    const cast = FILTER_COLUMNS[key];
+    if (!cast) return null;
+    if (typeof value === 'string' || typeof value === 'boolean') {
+      values.push(value);
+      parts.push(`n.${snake(key)} = $${values.length}::${cast}`);
+    } else if (isPlainObject(value) && Object.keys(value).length === 1 && Array.isArray(value.in) && value.in.every((v) => typeof v === 'string')) {
+      values.push(value.in);
+      parts.push(`n.${snake(key)} = ANY($${values.length}::${cast}[])`);
+    } else {
+      return null;
+    }
+  }
+  return parts.length ? parts.join(' AND ') : 'TRUE';
+}
+
+/** One view and join list per combination of included relations (eight at most, built once). */
+const VIEWS = new Map<string, { view: ArrayView<NodePageRow>; from: string }>();
+function viewFor(profile: boolean, pool: boolean, site: boolean) {
+  const key = `${+profile}${+pool}${+site}`;
+  let entry = VIEWS.get(key);
+  if (!entry) {
+    entry = {
+      view: nodeArrayView('n', { profile, pool: pool ? 'p' : undefined, site: site ? 's' : undefined }),
+      from: ['node n',
+        profile ? 'LEFT JOIN hardware_profile hp ON hp.id = n.hardware_profile_id' : '',
+        pool ? 'LEFT JOIN pool p ON p.id = n.pool_id' : '',
+        site ? 'LEFT JOIN site s ON s.id = n.site_id' : ''].filter(Boolean).join(' '),
+    };
+    VIEWS.set(key, entry);
+  }
+  return entry;
+}
+
+export interface NodePageStatement {
+  text: string;
+  values: unknown[];
+  backward: boolean;
+  view: ArrayView<NodePageRow>;
+}
+
+/**
+ * The statement for `findMany({ ...query, where, orderBy: { id: 'asc' } })`, or null when the
+ * planned query is not one it answers. Prisma's cursor semantics are kept exactly: the page starts
+ * at the cursor row's position (no rows when that row does not exist), `skip` rows are skipped
+ * (the cursor row itself when it is in the filtered set), and a negative `take` pages backwards
+ * and is returned in ascending order.
+ */
+export function nodePageStatement(query: PlannedQuery, where: unknown): NodePageStatement | null {
+  for (const key of Object.keys(query)) {
+    if (query[key] !== undefined && key !== 'take' && key !== 'skip' && key !== 'cursor' && key !== 'include') return null;
+  }
+  const included = new Set<string>();
+  if (query.include !== undefined) {
+    if (!isPlainObject(query.include)) return null;
+    for (const [relation, nested] of Object.entries(query.include)) {
+      if (nested === undefined || nested === false) continue;
+      // `true` or an empty selection: the related row's scalars, as the join reads them.
+      if (!JOINED.has(relation) || !(nested === true || (isPlainObject(nested) && Object.keys(nested).length === 0))) return null;
+      included.add(relation);
+    }
+  }
+  const take = query.take;
+  const skip = query.skip ?? 0;
+  if (typeof take !== 'number' || !Number.isInteger(take) || take === 0 || !Number.isInteger(skip) || skip < 0) return null;
+  const values: unknown[] = [];
+  const filter = whereSql(where, values);
+  if (filter === null) return null;
+  const backward = take < 0;
+  let cursor = '';
+  if (query.cursor !== undefined) {
+    const keys = isPlainObject(query.cursor) ? Object.keys(query.cursor) : [];
+    const id = isPlainObject(query.cursor) ? query.cursor.id : undefined;
+    if (keys.length !== 1 || typeof id !== 'string') return null;
+    values.push(id);
+    cursor = ` AND n.id ${backward ? '<=' : '>='} (SELECT c.id FROM node c WHERE c.id = $${values.length}::text)`;
+  }
+  values.push(Math.abs(take), skip);
+  const { view, from } = viewFor(included.has('hardwareProfile'), included.has('pool'), included.has('site'));
+  const text = `SELECT ${view.columns} FROM ${from} WHERE (${filter})${cursor}
+    ORDER BY n.id ${backward ? 'DESC' : 'ASC'} LIMIT $${values.length - 1}::int OFFSET $${values.length}::int`;
+  return { text, values, backward, view };
+}
+
+/** Runs a {@link nodePageStatement}: the rows in ascending id order, as Prisma returns them. */
+export async function readNodePage(ctx: Context, statement: NodePageStatement): Promise<NodePageRow[]> {
+  const rows = (await ctx.sql.queryArrays(statement.text, statement.values)).map((row) => statement.view.read(row));
+  return statement.backward ? rows.reverse() : rows;
+}
