@@ -359,6 +359,39 @@ describe('the event stream', () => {
     await client.dispose();
   });
 
+  it('with no subscriber the hub moves its head past new events without reading them; a live stream opened after starts there, a resume still replays them', async () => {
+    const hub = t.app.services.events!;
+    await until(() => hub.subscriberCount === 0, 5000, 'earlier tests\' streams to close');
+    const principal = await t.app.services.tokens.authenticate(tokenA);
+    const from = await headCursor();
+    const skippedBefore = hub.skipped;
+    await publishRaw(sql, a, 'node.test.unwatched', 30);
+    await waitSequenced();
+    const last = await headCursor();
+    // The sequencer's NOTIFY (or the poll) pumps the reader, which finds nobody to offer them to.
+    await until(() => hub.skipped > skippedBefore, 5000, 'a read that skipped the unwatched events');
+    const live = await hub.subscribe({ principal, token: tokenA, filter: { types: ['node.test.unwatched'] } });
+    const resumed = await hub.subscribe({ principal, token: tokenA, filter: { types: ['node.test.unwatched'] }, after: from });
+    try {
+      expect(live.cursor).toBe(BigInt(last));
+      await publishRaw(sql, a, 'node.test.unwatched', 1);
+      await waitSequenced();
+      // Live: only the event committed after it opened (a head left behind would hand it the 30).
+      const first = (await live.next()).value as any;
+      expect(first.payload).toEqual({ i: 1 });
+      expect(first.seq).toBeGreaterThan(BigInt(last));
+      // Resumed from before them: all 31, once each, in order.
+      const got: any[] = [];
+      while (got.length < 31) got.push((await resumed.next()).value);
+      expect(got.map((e) => e.payload.i)).toEqual([...Array.from({ length: 30 }, (_, i) => i + 1), 1]);
+      expect(got.map((e) => e.seq)).toEqual([...got.map((e) => e.seq)].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0)));
+      expect(got[29].seq).toBe(BigInt(last));
+    } finally {
+      await live.return();
+      await resumed.return();
+    }
+  });
+
   it('REST SSE refuses unknown channels and parameters, and a missing token', async () => {
     for (const [query, token, status, pattern] of [
       ['?channel=bogus', tokenA, 400, /query\.channel: must be one of metal, fabric, provision, all/],
