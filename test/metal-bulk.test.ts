@@ -47,6 +47,12 @@ describe('bulk', () => {
        (SELECT count(*) FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = ANY($1)) AS jobs,
        (SELECT count(*) FROM command_batch) AS batches`, [ids])).rows[0];
 
+  /** The batch as its row reads now, in the answer's shape: the answer must not differ from it. */
+  const storedBatch = async (id: string) =>
+    (await sql.query(`SELECT id, pool_id AS "poolId", verb, reason, wipe, cardinality(node_ids) AS "nodeCount", digest, quorum, approvals, status,
+                             to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS "createdAt"
+                        FROM command_batch WHERE id = $1`, [id])).rows[0];
+
   it('retires every node in one batch: state, one event and one job per node, and an audit batch with the reason', async () => {
     const ids = await nodes(50);
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'retire', nodeIds: ids, reason: 'end of lease' });
@@ -54,6 +60,7 @@ describe('bulk', () => {
     expect(response.body.nodes.map((n: any) => n.id)).toEqual(ids);
     expect(new Set(response.body.nodes.map((n: any) => n.provisionState))).toEqual(new Set(['retiring']));
     expect(response.body.batch).toMatchObject({ verb: 'retire', reason: 'end of lease', nodeCount: 50, status: 'recorded', quorum: 0 });
+    expect(response.body.batch).toEqual(await storedBatch(response.body.batch.id));
     const snap = await snapshot(ids);
     expect([Number(snap.events), Number(snap.jobs)]).toEqual([50, 50]);
     const job = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [ids[0]])).rows[0].data;
@@ -109,6 +116,7 @@ describe('bulk', () => {
     expect(response.status).toBe(200);
     const batch = response.body.batch;
     expect(batch).toMatchObject({ status: 'awaiting-approval', quorum: 2, wipe: 'crypto-erase', nodeCount: 4 });
+    expect(batch).toEqual(await storedBatch(batch.id));
     const APPROVE = 'mutation ($b: ID!, $k: String!, $s: String!) { approveCommandBatch(batchId: $b, keyId: $k, signature: $s) { status approvals } }';
     const signBy = (i: number, digest = batch.digest) => sign(null, Buffer.from(digest, 'hex'), keys[i]!.privateKey).toString('base64');
     // Another tenant learns nothing: the batch is NOT_FOUND by its own id, and no pool is named.

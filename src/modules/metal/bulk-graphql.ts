@@ -45,7 +45,7 @@ const BulkPayload = builder.objectRef<BulkResult>('MetalBulkPayload').implement(
     batch: t.prismaField({
       type: 'CommandBatch',
       nullable: true,
-      resolve: (query, p, _a, ctx) => (p.batchId ? ctx.prisma.commandBatch.findUnique({ ...query, where: { id: p.batchId } }) : null),
+      resolve: (_query, p) => p.batch,
     }),
   }),
 });
