@@ -103,8 +103,16 @@ export function prismaExecutor(tx: { $queryRawUnsafe<T = unknown>(sql: string, .
  * It is pg-boss 10's own insertJobs (src/plans.js) for a job with no per-job options: every
  * setting comes from the queue's row, then pg-boss's defaults. test/jobs-sql.test.ts checks that
  * its jobs equal boss.insert's and that pg-boss fetches and completes them.
+ *
+ * pg-boss ends it with ON CONFLICT DO NOTHING, which lets its unique indexes drop a singleton's
+ * duplicate. Those indexes all name another policy (short, singleton, stately) or a singleton_on,
+ * so a standard queue's job (singleton_on NULL, a fresh uuid) can meet none of them: there the
+ * clause only turns every row into a speculative insertion (probes of every unique index, a lock
+ * and one more WAL record per row), which was a third of 10,000 jobs' time. Without it, a row
+ * that did conflict would fail the statement instead of being dropped silently.
  */
 export function insertJobsSql(queue: QueueName, data: string, from: string): string {
+  const onConflict = QUEUES[queue].policy === 'standard' ? '' : '\n    ON CONFLICT DO NOTHING';
   return `INSERT INTO pgboss.job (id, name, data, priority, start_after, singleton_key, singleton_on, dead_letter,
                           expire_in, keep_until, retry_limit, retry_delay, retry_backoff, policy)
     SELECT gen_random_uuid(), q.name, ${data}, 0, now(), NULL, NULL, q.dead_letter,
@@ -114,6 +122,5 @@ export function insertJobsSql(queue: QueueName, data: string, from: string): str
            CASE WHEN COALESCE(q.retry_backoff, false) THEN GREATEST(COALESCE(q.retry_delay, 0), 1) ELSE COALESCE(q.retry_delay, 0) END,
            COALESCE(q.retry_backoff, false),
            q.policy
-      FROM ${from} JOIN pgboss.queue q ON q.name = '${queue}'
-    ON CONFLICT DO NOTHING`;
+      FROM ${from} JOIN pgboss.queue q ON q.name = '${queue}'${onConflict}`;
 }

@@ -45,4 +45,15 @@ describe('jobs queued with insertJobsSql', () => {
     const job = await boss.getJobById('metal.reconcile', found!.id);
     expect(job?.state).toBe('completed');
   });
+
+  it('a standard queue\'s jobs are plain inserts (no speculative insertion); a queue with another policy keeps pg-boss\'s ON CONFLICT DO NOTHING', async () => {
+    const { sql } = t.app.services;
+    const conflictOf = async (queue: 'metal.reconcile' | 'events.prune') => {
+      const sqlText = insertJobsSql(queue, `'{}'::jsonb`, `(VALUES (1)) AS v(i)`);
+      const plan = (await sql.query(`EXPLAIN (FORMAT JSON) ${sqlText}`)).rows[0]!['QUERY PLAN'][0].Plan;
+      return plan['Conflict Resolution'] ?? null;
+    };
+    expect(await conflictOf('metal.reconcile')).toBeNull();
+    expect(await conflictOf('events.prune')).toBe('NOTHING');
+  });
 });
