@@ -8,7 +8,7 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import pg from 'pg';
-import { gql, intOption, machineInfo, option, seed, startService, type Service } from './read';
+import { cpuSample, gql, intOption, machineInfo, option, seed, sleep, startService, type CpuSample, type Service } from './read';
 
 // Issue 8: the median of three bulk calls within 1.0 s, at least 50x faster than single calls.
 const TARGET_BULK_S = 1.0;
@@ -51,6 +51,31 @@ async function timedRest(service: Service, path: string, body: unknown): Promise
   return { ms: performance.now() - started, serverMs, status: response.status, json };
 }
 
+/**
+ * CPU seconds the service (Node) and its PostgreSQL spent on one bulk call: up to the answer, and
+ * with what follows the commit (the sequencer numbering 10,000 events, the hub, autovacuum) after
+ * a 2 s settle. On a shared 2-core machine these move far less with the other processes' load
+ * than the wall-clock figures do. Not measured with DATABASE_URL (the database is not a child).
+ */
+interface CallCpu { server: number; database: number; serverSettled: number; databaseSettled: number }
+const cpuDelta = (a: CpuSample, b: CpuSample) => ({ server: (b.server ?? NaN) - (a.server ?? NaN), database: (b.database ?? NaN) - (a.database ?? NaN) });
+async function measuredCall<T>(service: Service, call: () => Promise<T>): Promise<{ result: T; cpu: CallCpu }> {
+  await sleep(2000); // what the node insert set off (autovacuum, the hub) is not this call's
+  const before = await cpuSample(service);
+  const result = await call();
+  const answered = await cpuSample(service);
+  await sleep(2000);
+  const settled = await cpuSample(service);
+  const a = cpuDelta(before, answered);
+  const s = cpuDelta(before, settled);
+  return { result, cpu: { server: a.server, database: a.database, serverSettled: s.server, databaseSettled: s.database } };
+}
+const cpuText = (c: CallCpu) => `CPU to answer: service ${c.server.toFixed(2)} s, PostgreSQL ${c.database.toFixed(2)} s; with 2 s after: ${c.serverSettled.toFixed(2)} s, ${c.databaseSettled.toFixed(2)} s`;
+const cpuMedians = (cs: CallCpu[]) => cpuText({
+  server: median(cs.map((c) => c.server)), database: median(cs.map((c) => c.database)),
+  serverSettled: median(cs.map((c) => c.serverSettled)), databaseSettled: median(cs.map((c) => c.databaseSettled)),
+});
+
 async function run(args: string[]): Promise<number> {
   const nodes = intOption(args, 'nodes', 10000, 1);
   const runs = intOption(args, 'runs', 3, 1);
@@ -79,19 +104,23 @@ async function run(args: string[]): Promise<number> {
     // also carries the load generator's parse of the 7 MB answer and other processes' CPU.
     const retireServer: number[] = [];
     const undeployServer: number[] = [];
+    const retireCpu: CallCpu[] = [];
+    const undeployCpu: CallCpu[] = [];
     for (let r = 0; r < runs; r += 1) {
       const ids = await insertNodes(service, s.tenantId, s.siteId, poolA, nodes, 'ready');
-      const res = await timedRest(service, '/api/compute/metal/bulk', { poolId: poolA, verb: 'retire', nodeIds: ids, reason: 'bench' });
+      const { result: res, cpu } = await measuredCall(service, () => timedRest(service, '/api/compute/metal/bulk', { poolId: poolA, verb: 'retire', nodeIds: ids, reason: 'bench' }));
+      retireCpu.push(cpu);
       if (res.status !== 200 || res.json.nodes.length !== nodes) throw new Error(`bulk retire: HTTP ${res.status} ${JSON.stringify(res.json).slice(0, 300)}`);
       retire.push(res.ms);
       retireServer.push(res.serverMs);
-      console.log(`  bulk retire   #${r + 1}: ${(res.ms / 1000).toFixed(3)} s, server ${(res.serverMs / 1000).toFixed(3)} s (${nodes} nodes, batch ${res.json.batch.status})`);
+      console.log(`  bulk retire   #${r + 1}: ${(res.ms / 1000).toFixed(3)} s, server ${(res.serverMs / 1000).toFixed(3)} s (${nodes} nodes, batch ${res.json.batch.status}); ${cpuText(cpu)}`);
       const deployed = await insertNodes(service, s.tenantId, s.siteId, poolB, nodes, 'deployed');
-      const und = await timedRest(service, '/api/compute/metal/bulk', { poolId: poolB, verb: 'undeploy', wipe: 'secure-erase', nodeIds: deployed, reason: 'bench' });
+      const { result: und, cpu: undCpu } = await measuredCall(service, () => timedRest(service, '/api/compute/metal/bulk', { poolId: poolB, verb: 'undeploy', wipe: 'secure-erase', nodeIds: deployed, reason: 'bench' }));
+      undeployCpu.push(undCpu);
       if (und.status !== 200 || und.json.batch?.status !== 'awaiting-approval') throw new Error(`bulk undeploy: HTTP ${und.status} ${JSON.stringify(und.json).slice(0, 300)}`);
       undeploy.push(und.ms);
       undeployServer.push(und.serverMs);
-      console.log(`  bulk undeploy #${r + 1}: ${(und.ms / 1000).toFixed(3)} s, server ${(und.serverMs / 1000).toFixed(3)} s (${nodes} nodes, quorum batch ${und.json.batch.status})`);
+      console.log(`  bulk undeploy #${r + 1}: ${(und.ms / 1000).toFixed(3)} s, server ${(und.serverMs / 1000).toFixed(3)} s (${nodes} nodes, quorum batch ${und.json.batch.status}); ${cpuText(undCpu)}`);
     }
 
     const singleIds = await insertNodes(service, s.tenantId, s.siteId, poolA, singles, 'ready');
@@ -118,6 +147,8 @@ async function run(args: string[]): Promise<number> {
     console.log(`machine:                ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
     console.log(`bulk retire (${nodes}):    median ${retireMedian.toFixed(3)} s over ${runs} calls (${retire.map((m) => (m / 1000).toFixed(3)).join(', ')}); server time median ${(median(retireServer) / 1000).toFixed(3)} s`);
     console.log(`bulk undeploy (${nodes}):  median ${undeployMedian.toFixed(3)} s over ${runs} calls, quorum batch awaiting approval; server time median ${(median(undeployServer) / 1000).toFixed(3)} s`);
+    console.log(`bulk retire medians:    ${cpuMedians(retireCpu)}`);
+    console.log(`bulk undeploy medians:  ${cpuMedians(undeployCpu)}`);
     console.log(`${singles} single retires:  ${(singlesTotal / 1000).toFixed(1)} s sequential; median ${singleMedian.toFixed(2)} ms per call round trip on loopback, ${singleServerMedian.toFixed(2)} ms server time (Server-Timing)`);
     console.log(`${nodes} single calls:     ${singlesFor.toFixed(1)} s${singles === nodes ? '' : ` (extrapolated from ${singles})`}`);
     console.log(`ratio:                  ${ratio.toFixed(1)}x (${nodes} single calls / bulk retire median)`);
