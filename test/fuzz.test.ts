@@ -27,7 +27,7 @@ import { knownCases } from './helpers/fuzz/known';
  * going after a violation and FUZZ_REPORT=<file> appends every distinct finding to that file.
  */
 const SEED = Number(process.env.FUZZ_SEED ?? 20261201);
-const RUNS = Number(process.env.FUZZ_RUNS ?? 10);
+const RUNS = Number(process.env.FUZZ_RUNS ?? 8);
 const COLLECT = process.env.FUZZ_COLLECT === '1';
 const REPORT = process.env.FUZZ_REPORT;
 
@@ -61,7 +61,7 @@ beforeAll(async () => {
   for (const target of graphqlTargets(buildClientSchema(introspection.data))) graphql.set(target.name, target);
 }, 60_000);
 
-const stats = { requests: 0, fingerprintMs: 0, sendMs: 0 };
+const stats = { requests: 0, fingerprintMs: 0, sendMs: 0, outcomes: {} as Record<string, number> };
 afterAll(async () => {
   if (process.env.FUZZ_STATS) console.log(JSON.stringify(stats));
   if (REPORT) findings.write(REPORT, `fuzz run ${new Date().toISOString()} seed ${SEED} runs ${RUNS}`);
@@ -112,6 +112,8 @@ async function exercise(sent: Sent): Promise<void> {
     after,
     secrets: world.secrets,
   });
+  const outcome = `${sent.face} ${response.status} ${verdict.refused ? verdict.code ?? 'refused' : 'ok'}`;
+  stats.outcomes[outcome] = (stats.outcomes[outcome] ?? 0) + 1;
   for (const v of verdict.violations) findings.add(sent.target, sent.input, verdict, v, sent.sample, world.secrets);
   if (verdict.violations.length && !COLLECT) {
     const text = response.body.toString('utf8');
@@ -142,7 +144,7 @@ async function check<T>(name: string, arb: fc.Arbitrary<T>, run: (value: T) => P
     const error = details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance);
     throw new Error(
       `${name}: ${error}\n\ncase: ${redact(JSON.stringify(summarize(example)), world.secrets)}\n\n` +
-        `replay: FUZZ_SEED=${SEED} FUZZ_PATH=${details.counterexamplePath} npx jest test/fuzz.test.ts -t '${name}' (seed of this target ${seed})`,
+        `replay: FUZZ_SEED=${SEED} FUZZ_PATH=${details.counterexamplePath} npx jest test/fuzz.test.ts -t '${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$' (seed of this target ${seed})`,
     );
   }
   if (COLLECT) {

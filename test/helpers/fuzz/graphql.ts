@@ -1,7 +1,6 @@
 import fc from 'fast-check';
 import {
   getNamedType,
-  isEnumType,
   isInterfaceType,
   isLeafType,
   isNonNullType,
@@ -15,6 +14,7 @@ import { fromGraphqlInput, type Shape } from './shape';
 import { applyMutations, encodeJson, hostileString, mutations, Raw, validValue, type Mutation, type Val } from './values';
 import { actorArb, authHeader, type Actor, type World } from './world';
 import type { RawRequest } from './http';
+import { requestIdHeader } from './rest';
 
 /** One root field of the schema, with its arguments as one object shape (what `variables` carries). */
 export interface GraphqlTarget {
@@ -81,6 +81,7 @@ export interface GraphqlCase {
   /** an argument written into the query text as a hostile string literal (NUL, surrogate escapes) */
   literalEscape?: { arg: string; text: string };
   csrf: boolean;
+  requestId: Record<string, string>;
   input: string;
 }
 
@@ -111,9 +112,9 @@ const LITERAL_ESCAPES = ['"a\\u0000b"', '"\\ud800"', '"x\\udc00"', '"\\uD83D"', 
 export function graphqlCaseArb(target: GraphqlTarget, world: World): fc.Arbitrary<GraphqlCase> {
   const valid = validValue(target.argsShape, [], world.ids);
   const mutated = valid.chain((value) => mutations(value, target.argsShape, world.ids).map((list) => ({ value, list })));
-  const base = fc.record({ actor: actorArb, authPick: fc.nat(20), csrf: fc.oneof({ arbitrary: fc.constant(true), weight: 19 }, { arbitrary: fc.constant(false), weight: 1 }) });
+  const base = fc.record({ actor: actorArb, authPick: fc.nat(20), requestId: requestIdHeader, csrf: fc.oneof({ arbitrary: fc.constant(true), weight: 19 }, { arbitrary: fc.constant(false), weight: 1 }) });
   const stringArgs = target.args.filter((a) => a.shape.kind === 'string' || (a.shape.kind === 'anyOf' && a.shape.options.some((o) => o.kind === 'string')));
-  const modes: fc.WeightedArbitrary<Omit<GraphqlCase, 'actor' | 'authPick' | 'csrf'>>[] = [
+  const modes: fc.WeightedArbitrary<Omit<GraphqlCase, 'actor' | 'authPick' | 'csrf' | 'requestId'>>[] = [
     { arbitrary: valid.map((variables) => ({ mode: 'variables' as const, variables, mutations: [], input: 'valid-ish variables' })), weight: 20 },
     { arbitrary: mutated.map(({ value, list }) => ({ mode: 'variables' as const, variables: value, mutations: list, input: describe(list, 'variables') })), weight: 50 },
     { arbitrary: valid.map((variables) => ({ mode: 'literals' as const, variables, mutations: [], input: 'valid-ish literals' })), weight: 8 },
@@ -164,6 +165,7 @@ export function graphqlRequest(target: GraphqlTarget, c: GraphqlCase, world: Wor
       'content-type': 'application/json',
       accept: 'application/graphql-response+json, application/json',
       ...(c.csrf ? { 'x-graphql-csrf': '1' } : {}),
+      ...c.requestId,
       ...authHeader(world, c.actor, c.authPick),
     },
     body,
@@ -247,4 +249,3 @@ export function envelopeRequest(c: EnvelopeCase, world: World): RawRequest {
   };
 }
 
-export { isEnumType };

@@ -30,7 +30,7 @@ export function knownCases(world: World) {
     'POST /api/compute/metal/bulk': [rest({ body: json({ poolId: pool, verb: 'retire', nodeIds: [node], reason: '\ud800' }), input: 'issue 8: reason lone surrogate' })],
     'GET /api/compute/metal/nodes/{id}': [rest({ actor: 'none', method: 'GET', body: { kind: 'none' }, params: { id: { value: 'not-an-id' } }, input: 'issue 8: anonymous, malformed id' })],
   };
-  const gql = (variables: Val, input: string): GraphqlCase => ({ actor: 'admin', authPick: 0, mode: 'variables', variables, mutations: [], csrf: true, input });
+  const gql = (variables: Val, input: string): GraphqlCase => ({ actor: 'admin', authPick: 0, mode: 'variables', variables, mutations: [], csrf: true, requestId: {}, input });
   const graphqlCases: Record<string, GraphqlCase[]> = {
     'mutation enrollNode': [
       gql({ input: { bmc } }, 'issue 8: poolId missing, inline password'),

@@ -49,10 +49,11 @@ export class Fingerprint {
       `SELECT table_name FROM information_schema.tables
         WHERE table_schema = 'public' AND table_type = 'BASE TABLE' AND table_name <> '_prisma_migrations' ORDER BY 1`,
     );
+    // A sum of 64-bit row hashes: order-free, so no sort, and any changed, added or removed row moves it.
     const parts = rows.map(({ table_name: name }) =>
       name === 'event'
-        ? `'event', (SELECT count(*) || ':' || coalesce(max(id), 0) || ':' || md5(coalesce(string_agg(id || type || coalesce(node_id, '') || payload::text, '|' ORDER BY id), '')) FROM event)`
-        : `'${name}', (SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM "${name}" t)`,
+        ? `'event', (SELECT count(*) || ':' || coalesce(max(id), 0) || ':' || coalesce(sum(hashtextextended(id || type || coalesce(node_id, '') || payload::text, 0)::numeric), 0) FROM event)`
+        : `'${name}', (SELECT count(*) || ':' || coalesce(sum(hashtextextended(t::text, 0)::numeric), 0) FROM "${name}" t)`,
     );
     const boss = await client.query(`SELECT 1 FROM information_schema.tables WHERE table_schema = 'pgboss' AND table_name = 'job'`);
     if (boss.rowCount) parts.push(`'pgboss.job', (SELECT count(*)::text FROM pgboss.job)`);
@@ -317,8 +318,9 @@ function logCause(line: string, secrets: string[]): string {
   if (!parsed) return redact(line, secrets).slice(0, 200);
   if (!parsed.err) return '';
   const why = (parsed.err.message ?? '').split('\n').map((l) => l.trim()).filter(Boolean).pop() ?? '';
-  return redact(`${parsed.msg ?? ''}: ${parsed.err.type ?? ''}${parsed.err.code ? ` ${parsed.err.code}` : ''}: ${why}`, secrets).slice(0, 240);
+  // Where a stack overflow happens says which code walks the input recursively.
+  const frame = parsed.err.type === 'RangeError' ? /node_modules\/((?:@[^/]+\/)?[^/]+)|\/(src\/[^:)]+)/.exec((parsed.err as { stack?: string }).stack ?? '') : null;
+  const where = frame ? ` (in ${frame[1] ?? frame[2]})` : '';
+  return redact(`${parsed.msg ?? ''}: ${parsed.err.type ?? ''}${parsed.err.code ? ` ${parsed.err.code}` : ''}: ${why}${where}`, secrets).slice(0, 240);
 }
 
-export { ERROR_CODES };
-export const silentLogger = () => pino({ level: 'silent' });

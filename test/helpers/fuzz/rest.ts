@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { fromJsonSchema, type Shape } from './shape';
-import { applyMutations, encodeJson, hostileString, idPrefixFor, mutations, Raw, validValue, type IdPool, type Mutation, type Val } from './values';
+import { applyMutations, encodeJson, hostileString, idPrefixFor, mutations, validValue, type IdPool, type Mutation, type Val } from './values';
 import { actorArb, authHeader, type Actor, type World } from './world';
 import type { RawRequest } from './http';
 
@@ -94,11 +94,12 @@ function idFor(target: RestTarget): Shape {
 }
 
 function paramArb(shape: Shape, ids: IdPool): fc.Arbitrary<{ raw: string } | { value: string }> {
+  // Mostly valid, so the body behind it gets a say; the URL's own hostility a third of the time.
   return fc.oneof(
-    { arbitrary: validValue(shape, [shape.name], ids).map((v) => ({ value: String(v) })), weight: 10 },
-    { arbitrary: fc.constantFrom(...HOSTILE_SEGMENTS).map((raw) => ({ raw })), weight: 6 },
-    { arbitrary: hostileString.map((value) => ({ value })), weight: 5 },
-    { arbitrary: fc.constantFrom(2000, 8000).map((n) => ({ value: 'n'.repeat(n) })), weight: 1 },
+    { arbitrary: validValue(shape, [shape.name], ids).map((v) => ({ value: String(v) })), weight: 40 },
+    { arbitrary: fc.constantFrom(...HOSTILE_SEGMENTS).map((raw) => ({ raw })), weight: 10 },
+    { arbitrary: hostileString.map((value) => ({ value })), weight: 10 },
+    { arbitrary: fc.constantFrom(2000, 8000).map((n) => ({ value: 'n'.repeat(n) })), weight: 2 },
     { arbitrary: fc.constant({ raw: 'q'.repeat(20_000) }), weight: 1 },
   );
 }
@@ -122,6 +123,15 @@ const rawBodyArb: fc.Arbitrary<RestCase['body']> = fc.oneof(
   fc.constant({ kind: 'bytes' as const, bytes: Buffer.from(`{"a":"${'z'.repeat(1_200_000)}"}`), label: '1.2 MB body' }),
 );
 
+/**
+ * X-Request-Id is also power's idempotency key: a few fixed values, so the same id comes back
+ * with another node or another verb, next to ones the server must not take as ids at all.
+ */
+export const requestIdHeader: fc.Arbitrary<Record<string, string>> = fc.oneof(
+  { arbitrary: fc.constant({}), weight: 6 },
+  { arbitrary: fc.constantFrom('fuzz-req-1', 'fuzz-req-2', 'x'.repeat(200), '../..', 'a b', 'é').map((id) => ({ 'x-request-id': id })), weight: 1 },
+);
+
 const CONTENT_TYPES = ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/json; charset=utf-16', 'application/jsonx', 'APPLICATION/JSON', 'application/json;', ''];
 
 /** Valid-ish requests, then the same with mutated bodies, hostile parameters, raw bytes and wrong headers. */
@@ -132,7 +142,10 @@ export function restCaseArb(target: RestTarget, world: World): fc.Arbitrary<Rest
   const queryEntries = fc
     .tuple(
       fc.subarray(target.queryParams),
-      fc.array(fc.constantFrom('extra', 'first', 'a[]', '%00', 'siteId'), { maxLength: 2 }),
+      fc.oneof(
+        { arbitrary: fc.constant<string[]>([]), weight: 8 },
+        { arbitrary: fc.array(fc.constantFrom('extra', 'first', 'a[]', '%00', 'siteId'), { minLength: 1, maxLength: 2 }), weight: 2 },
+      ),
     )
     .chain(([chosen, extras]) =>
       fc.tuple(
@@ -140,30 +153,35 @@ export function restCaseArb(target: RestTarget, world: World): fc.Arbitrary<Rest
         ...extras.map((name) => paramArb({ kind: 'string', name }, ids).map((v) => [name, v] as [string, { raw: string } | { value: string }])),
       ),
     );
-  const headers = fc.subarray(target.headerParams).chain((chosen) =>
-    fc.tuple(...chosen.map((h) => fc.oneof(fc.constantFrom('0', '1', '99999999999999999999', 'abc', '-1', ''), fc.stringMatching(/^[ -~]{0,20}$/)).map((v) => [h.name, v] as const))),
-  ).map((pairs) => Object.fromEntries(pairs));
+  const headers = fc
+    .tuple(
+      fc.subarray(target.headerParams).chain((chosen) =>
+        fc.tuple(...chosen.map((h) => fc.oneof(fc.constantFrom('0', '1', '99999999999999999999', 'abc', '-1', ''), fc.stringMatching(/^[ -~]{0,20}$/)).map((v) => [h.name, v] as const))),
+      ),
+      requestIdHeader,
+    )
+    .map(([pairs, requestId]) => ({ ...Object.fromEntries(pairs), ...requestId }));
 
   let body: fc.Arbitrary<{ body: RestCase['body']; input: string; contentType?: string }>;
   if (target.body) {
     const shape = target.body;
     const valid = validValue(shape, [], ids);
     body = fc.oneof(
-      { arbitrary: valid.map((value) => ({ body: { kind: 'json' as const, value, mutations: [] }, input: 'valid-ish body' })), weight: 20 },
+      { arbitrary: valid.map((value) => ({ body: { kind: 'json' as const, value, mutations: [] }, input: 'valid-ish body' })), weight: 25 },
       {
         arbitrary: valid.chain((value) =>
           mutations(value, shape, ids).map((list) => ({ body: { kind: 'json' as const, value, mutations: list }, input: describeMutations(list) })),
         ),
         weight: 55,
       },
-      { arbitrary: rawBodyArb.map((b) => ({ body: b, input: `raw body: ${b.kind === 'bytes' ? b.label : ''}` })), weight: 15 },
+      { arbitrary: rawBodyArb.map((b) => ({ body: b, input: `raw body: ${b.kind === 'bytes' ? b.label : ''}` })), weight: 12 },
       {
         arbitrary: fc.tuple(valid, fc.constantFrom(...CONTENT_TYPES)).map(([value, contentType]) => ({
           body: { kind: 'json' as const, value, mutations: [] },
           contentType,
           input: `content-type ${contentType || '(none)'}`,
         })),
-        weight: 6,
+        weight: 5,
       },
     );
   } else {
@@ -220,4 +238,3 @@ export function anonymousOnRoute(target: RestTarget, c: RestCase): boolean {
   return !Object.values(c.params).some((p) => ('raw' in p ? /\.|%2f|^%?$/i.test(p.raw) : p.value === '' || p.value === '.' || p.value === '..' || p.value.includes('/')));
 }
 
-export { Raw };
