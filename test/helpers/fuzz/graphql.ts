@@ -130,6 +130,20 @@ export function graphqlCaseArb(target: GraphqlTarget, world: World): fc.Arbitrar
   return fc.tuple(base, fc.oneof(...modes)).map(([b, m]) => ({ ...b, ...m }));
 }
 
+/** Only valid-ish variables, as the admin or the tenant: what a race needs to get past the checks. */
+export function graphqlValidCaseArb(target: GraphqlTarget, world: World): fc.Arbitrary<GraphqlCase> {
+  return fc.record({
+    actor: fc.constantFrom<Actor>('admin', 'admin', 'tenant'),
+    authPick: fc.constant(0),
+    mode: fc.constant('variables' as const),
+    variables: validValue(target.argsShape, [], world.ids),
+    mutations: fc.constant([]),
+    csrf: fc.constant(true),
+    requestId: fc.constant({}),
+    input: fc.constant('valid-ish variables'),
+  });
+}
+
 function describe(list: Mutation[], where: string): string {
   return `${where}: ` + list.map((m) => `${m.why} at ${m.at.join('.') || '(all)'}${m.op === 'add' ? `.${m.key}` : ''}`).join(', ');
 }

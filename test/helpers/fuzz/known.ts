@@ -39,11 +39,23 @@ export function knownCases(world: World) {
       gql({ input: { poolId: pool, name: 'a\u0000b', bmc } }, 'issue 8: name with NUL, inline credentials'),
     ],
   };
+  // Valid creates whose second copy, sent at the same moment, hits the unique index after the check.
+  const site = world.ids.mine.site![0]!;
+  const tenant = world.ids.mine.ten![0]!;
+  const bindings = { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' };
+  const races: Record<string, GraphqlCase[]> = {
+    'mutation createSite': [gql({ input: { tenantId: tenant, name: 'race-site' } }, 'race: same site name')],
+    'mutation createTenant': [gql({ input: { name: 'race-tenant' } }, 'race: same tenant name')],
+    'mutation createPool': [gql({ input: { siteId: site, name: 'race-pool' } }, 'race: same pool name')],
+    'mutation registerSiteAgent': [gql({ siteId: site, name: 'race-agent' }, 'race: same agent name')],
+    'mutation createHardwareProfile': [gql({ input: { name: 'race-profile', driverBindings: bindings } }, 'race: same profile name')],
+    'mutation enrollNode': [gql({ input: { poolId: pool, bmc: { ...bmc, credentials: { ref: 'secret://fixture' } }, macs: ['52:54:00:aa:bb:01'] } }, 'race: same MAC')],
+  };
   const envelope: EnvelopeCase[] = [
     {
       actor: 'none', authPick: 0, label: 'issue 8: 10,000-deep variables, no token', method: 'POST', path: '/graphql', contentType: 'application/json',
       body: Buffer.from(`{"query":"query($f: NodeFilter) { nodes(filter: $f) { edges { cursor } } }","variables":{"f":${'{"a":'.repeat(10_000)}1${'}'.repeat(10_000)}}}`),
     },
   ];
-  return { rest: restCases, graphql: graphqlCases, envelope };
+  return { rest: restCases, graphql: graphqlCases, races, envelope };
 }
