@@ -23,8 +23,10 @@ import { knownCases } from './helpers/fuzz/known';
  * Every answer must be below 500, in the error shape with a code of the vocabulary (never
  * INTERNAL), echo no secret (response or log line), and a refusal must leave every row as it was.
  *
- * FUZZ_SEED (default fixed) and FUZZ_RUNS (cases per target) change the run; FUZZ_COLLECT=1 keeps
- * going after a violation and FUZZ_REPORT=<file> appends every distinct finding to that file.
+ * FUZZ_SEED (default fixed) and FUZZ_RUNS (cases per target) change the run; FUZZ_PATH (with -t)
+ * replays one counterexample; FUZZ_COLLECT=1 keeps going after a violation and FUZZ_REPORT=<file>
+ * appends every distinct finding to that file, grouped by cause; FUZZ_STATS=1 prints request counts
+ * and outcomes; FUZZ_LOG_LEVEL (default debug) is the level of the captured service log.
  */
 const SEED = Number(process.env.FUZZ_SEED ?? 20261201);
 const RUNS = Number(process.env.FUZZ_RUNS ?? 8);
