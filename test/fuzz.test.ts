@@ -189,6 +189,25 @@ describe('fuzz', () => {
     last = null;
   });
 
+  it('its judge refuses a 5xx, INTERNAL, a bare 4xx, an echoed secret, a changed row and an anonymous 400', () => {
+    const answer = (status: number, body: unknown, headers = {}) => ({ status, headers, body: Buffer.from(JSON.stringify(body)), streamed: false });
+    const error = (code: string) => ({ error: { code, message: 'm', requestId: 'r' } });
+    const base = { face: 'rest' as const, method: 'POST', anonymousOnRoute: false, logLines: [], before: { node: '1' }, after: { node: '1' }, secrets: ['tok-secret'] };
+    const kinds = (o: Partial<Parameters<typeof judge>[0]>) => judge({ ...base, response: answer(400, error('INVALID_INPUT')), ...o }).violations.map((v) => v.kind);
+    expect(kinds({})).toEqual([]);
+    expect(kinds({ response: answer(500, error('INTERNAL')) })).toEqual(['5xx']);
+    expect(kinds({ response: answer(400, error('INTERNAL')) })).toEqual(['INTERNAL code', 'status does not match code']);
+    expect(kinds({ response: answer(400, { message: 'no shape' }) })).toEqual(['error shape']);
+    expect(kinds({ response: answer(404, error('INVALID_INPUT')) })).toEqual(['status does not match code']);
+    expect(kinds({ response: answer(400, { error: { code: 'INVALID_INPUT', message: 'FuzzSecretAbc', requestId: 'r' } }) })).toEqual(['secret in response']);
+    expect(kinds({ logLines: ['{"msg":"Bearer tok-secret"}'] })).toEqual(['secret in log']);
+    expect(kinds({ after: { node: '2' } })).toEqual(['row changed after a refusal']);
+    expect(kinds({ anonymousOnRoute: true })).toEqual(['anonymous not 401']);
+    expect(kinds({ face: 'graphql', response: answer(200, { errors: [{ message: 'x', extensions: { code: 'INTERNAL' } }] }) })).toEqual(['INTERNAL code']);
+    expect(kinds({ face: 'graphql', response: answer(200, { errors: [{ message: 'x' }] }), after: { node: '2' } })).toEqual(['error shape', 'row changed after a refusal']);
+    expect(kinds({ face: 'graphql', response: answer(200, { data: { a: 1 } }), after: { node: '2' } })).toEqual([]);
+  });
+
   describe('REST', () => {
     it.each(REST_NAMES)('%s', async (name) => {
       const target = rest.get(name)!;
