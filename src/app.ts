@@ -83,10 +83,16 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
   try {
     let databaseUrl = config.databaseUrl;
     if (!databaseUrl) {
-      const embedded: EmbeddedDatabase = await startEmbeddedPostgres({ dataDir: config.dataDir, port: config.embeddedPgPort, log });
+      const embedded: EmbeddedDatabase = await startEmbeddedPostgres({
+        dataDir: config.dataDir,
+        port: config.embeddedPgPort,
+        systemDir: config.embeddedPgSystemDir,
+        log,
+      });
+      // First in, so last out: after HTTP, workers and every pool of ours have closed.
       cleanups.push(async () => {
         await embedded.stop();
-        log.info('embedded PostgreSQL stopped');
+        log.info({ pid: embedded.pid }, 'embedded PostgreSQL stopped');
       });
       databaseUrl = embedded.url;
     }
@@ -99,7 +105,10 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
 
     const queues = new Queues(databaseUrl, log, config.bossPollSeconds);
     await queues.start();
-    cleanups.push(() => queues.stop(config.shutdownTimeoutMs));
+    cleanups.push(async () => {
+      await queues.stop(config.shutdownTimeoutMs);
+      log.info('workers stopped');
+    });
     const secretKey = await loadSecretKey({
       secretKey: config.secretKey,
       secretKeyFile: config.secretKeyFile,
@@ -165,6 +174,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         const timer = setTimeout(() => httpServer.closeAllConnections(), config.shutdownTimeoutMs);
         await closed;
         clearTimeout(timer);
+        log.info('HTTP drained');
       });
       const ws = attachGraphqlWs(httpServer, yoga, log);
       // Runs before the HTTP drain (cleanups run in reverse): open streams end first, so the drain

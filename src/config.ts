@@ -7,6 +7,8 @@ export interface Config {
   dataDir: string;
   databaseUrl: string | undefined;
   embeddedPgPort: number;
+  /** As root, where the embedded PostgreSQL's binaries and clusters go when the postgres user cannot reach the clone or DATA_DIR. */
+  embeddedPgSystemDir: string;
   adminToken: string | undefined;
   role: 'api' | 'worker' | 'all';
   logLevel: string;
@@ -50,6 +52,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir: path.resolve(env.DATA_DIR ?? './.data'),
     databaseUrl: env.DATABASE_URL || undefined,
     embeddedPgPort: intEnv(env, 'EMBEDDED_PG_PORT', 54329, 1),
+    embeddedPgSystemDir: path.resolve(env.EMBEDDED_PG_SYSTEM_DIR || '/var/lib/metal-control-plane'),
     adminToken: env.ADMIN_TOKEN || undefined,
     role,
     logLevel: env.LOG_LEVEL ?? 'info',

@@ -4,13 +4,16 @@ import type { Logger } from 'pino';
 import type { GraphqlServer } from './graphql/yoga';
 import type { RestRouter } from './rest/router';
 import type { Metrics } from './ops/metrics';
-import { openApiDocument, docsPage } from './rest/openapi';
-import { readBody, PayloadTooLarge } from './http/body';
+import { openApiDocument } from './rest/openapi';
+import { docsAssets, docsPage, DOCS_CSP } from './rest/docs';
+import { graphiqlAssets } from './graphql/graphiql';
+import { readBody, checkJsonDepth, PayloadTooLarge } from './http/body';
 import { sendError, sendJson, serverTiming, startTiming } from './http/respond';
 import { AppError, HTTP_STATUS } from './errors';
 import type { EventHub } from './events/hub';
 import { serveEventStream } from './events/sse';
-import type { TokenStore } from './auth/tokens';
+import { bearerToken, type TokenStore } from './auth/tokens';
+import { unauthenticated } from './errors';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -28,6 +31,7 @@ export interface HttpDeps {
 /** Route label for metrics: the matched route template, never the raw path (bounded cardinality). */
 function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
   if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/api/events'].includes(pathname)) return pathname;
+  for (const assets of [docsAssets, graphiqlAssets]) if (assets.owns(pathname)) return assets.prefix;
   for (const r of deps.rest.routes) {
     if (r.method !== method) continue;
     const re = new RegExp('^' + r.path.replace(/\{\w+\}/g, '[^/]+') + '/?$');
@@ -36,9 +40,38 @@ function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
   return 'other';
 }
 
-/** Hands a request to Yoga through its fetch API, with the body already read under the size limit. */
+/**
+ * The REST caller, before anything about the request (route, path, query, body) is looked at:
+ * an anonymous or unknown caller hears 401 and nothing about its input.
+ */
+async function authenticateRest(tokens: TokenStore, req: IncomingMessage) {
+  const token = bearerToken(req.headers.authorization);
+  if (!token) throw unauthenticated();
+  return { principal: await tokens.authenticate(token), token };
+}
+
+/** A GraphQL-over-HTTP error answer, for refusals made before Yoga sees the request. */
+function sendGraphqlError(res: ServerResponse, error: AppError): void {
+  sendJson(res, HTTP_STATUS[error.code], { errors: [{ message: error.message, extensions: error.extensions }] });
+}
+
+/**
+ * Hands a request to Yoga through its fetch API, with the body already read under the size limit
+ * and its JSON nesting bounded (the same for the `variables` and `extensions` of a GET).
+ */
 async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerResponse, requestId: string): Promise<void> {
   const body = req.method === 'GET' || req.method === 'HEAD' ? undefined : await readBody(req);
+  try {
+    if (body) checkJsonDepth(body);
+    const search = new URL(req.url ?? '/', 'http://localhost').searchParams;
+    for (const name of ['variables', 'extensions']) {
+      const value = search.get(name);
+      if (value) checkJsonDepth(value, name);
+    }
+  } catch (error) {
+    if (error instanceof AppError) return sendGraphqlError(res, error);
+    throw error;
+  }
   const abort = new AbortController();
   // 'close' also fires after every complete response: only a close before the end means the client
   // left. Then the response body (a subscription's stream, over SSE) must be cancelled, or its
@@ -67,6 +100,21 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
   if (left) {
     await response.body?.cancel().catch(() => undefined);
     return;
+  }
+  // Yoga answers some transport refusals (415 for a Content-Type it does not read) with no body:
+  // give them the error shape every other refusal has.
+  if (response.status >= 400 && !response.headers.get('content-type')) {
+    const text = await response.text();
+    if (!text) {
+      const message = response.status === 415
+        ? 'body: the Content-Type must be application/json (or application/graphql-response+json)'
+        : `the request was refused (HTTP ${response.status})`;
+      const details = response.status === 415 ? { field: 'body' } : undefined;
+      res.writeHead(response.status, { 'content-type': 'application/json; charset=utf-8', ...serverTiming(res) });
+      return void res.end(JSON.stringify({ errors: [{ message, extensions: { code: 'INVALID_INPUT', ...(details ? { details } : {}) } }] }));
+    }
+    res.writeHead(response.status, { ...Object.fromEntries(response.headers), ...serverTiming(res) });
+    return void res.end(text);
   }
   const outHeaders: Record<string, string> = {};
   response.headers.forEach((value, name) => {
@@ -117,15 +165,25 @@ export function createHttpServer(deps: HttpDeps): http.Server {
         }
         case '/openapi.json':
           return sendJson(res, 200, openApiDocument(deps.rest.routes, deps.version));
-        case '/docs':
-          res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-          return void res.end(docsPage(deps.rest.routes));
+        case '/docs': {
+          const html = await docsPage();
+          res.writeHead(200, {
+            'content-type': 'text/html; charset=utf-8',
+            'content-security-policy': DOCS_CSP,
+            'x-content-type-options': 'nosniff',
+            'cache-control': 'no-cache',
+          });
+          return void res.end(html);
+        }
         case '/graphql':
           return await serveGraphql(deps, req, res, requestId);
         case '/api/events':
           return await serveEventStream(deps, req, res, requestId);
       }
-      if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res);
+      // The files of the browser pages (/docs, GraphiQL), from their npm packages: no CDN.
+      if (docsAssets.owns(url.pathname)) return await docsAssets.serve(req, res, url);
+      if (graphiqlAssets.owns(url.pathname)) return await graphiqlAssets.serve(req, res, url);
+      if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res, await authenticateRest(deps.tokens, req));
       return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);
     } catch (error) {
       if (res.destroyed || !res.socket || res.socket.destroyed) return; // the client went away: nothing to answer
@@ -137,7 +195,9 @@ export function createHttpServer(deps: HttpDeps): http.Server {
         res.setHeader('connection', 'close');
         return sendError(res, 413, 'INVALID_INPUT', error.message, requestId, { field: 'body' });
       }
-      if (error instanceof AppError) return sendError(res, HTTP_STATUS[error.code], error.code, error.message, requestId);
+      if (error instanceof AppError) {
+        return sendError(res, HTTP_STATUS[error.code], error.code, error.message, requestId, error.extensions.details as Record<string, unknown> | undefined);
+      }
       deps.log.error({ err: error, requestId }, 'unhandled error');
       return sendError(res, 500, 'INTERNAL', 'internal error', requestId);
     }

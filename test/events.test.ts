@@ -11,6 +11,33 @@ import { restStream, sseSubscribe, until, wsClient, wsSubscribe } from './helper
 const EVENTS = 'subscription ($filter: EventFilter, $after: String) { events(filter: $filter, after: $after) { cursor type tenantId nodeId subject payload } }';
 const RETIRE = 'mutation ($i: MetalNodeVerbInput!) { retireNode(input: $i) { node { id provisionState } } }';
 
+type Tree = Awaited<ReturnType<typeof makeTenantTree>>;
+const MARK = 'node.test.mark';
+let marks = 0;
+
+/**
+ * Publishes marker events of `tree`'s tenant until every stream has one of them. Streams deliver
+ * in commit order, so a stream that has a marker has everything committed before it: the way to
+ * know a stream is live before acting, and that an event it must not see would have come by now.
+ * (A stream that is not live yet misses a marker, hence more than one.)
+ */
+async function mark(db: { query(text: string, values?: unknown[]): Promise<unknown> }, tree: Tree, streams: (() => any[])[]): Promise<void> {
+  const labels = new Set<string>();
+  const heard = () => streams.every((events) => events().some((e) => labels.has(e?.payload?.mark)));
+  for (let attempt = 0; attempt < 50 && !heard(); attempt += 1) {
+    const label = `mark-${(marks += 1)}`;
+    labels.add(label);
+    await db.query(
+      `INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload) VALUES ($1, $2, $3, $4, $5, $6, jsonb_build_object('mark', $6::text))`,
+      [MARK, tree.tenant.id, tree.site.id, tree.pools[0]!.id, tree.nodes[0]!.id, label],
+    );
+    for (let i = 0; i < 10 && !heard(); i += 1) await new Promise((r) => setTimeout(r, 20));
+  }
+  await until(heard, 5000, `a marker on every stream (${[...labels].join(', ')})`);
+}
+/** What a stream received before (or without) the markers. */
+const withoutMarks = (events: any[]) => events.filter((e) => e.type !== MARK);
+
 describe('the event stream', () => {
   let t: TestApp;
   let sql: pg.Client;
@@ -60,11 +87,12 @@ describe('the event stream', () => {
 
   it('graphql-ws (the library\'s own client): a verb\'s event arrives live, with a cursor', async () => {
     const client = wsClient(t.url, tokenA);
-    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.provision.retiring'] } });
-    await new Promise((r) => setTimeout(r, 300));
+    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.provision.retiring', MARK] } });
+    await mark(sql, a, [() => got.events]);
     const nodeId = nodeOfA();
     await retire(tokenA, nodeId);
-    await until(() => got.events.length === 1, 10000, 'the retiring event');
+    await until(() => withoutMarks(got.events).length === 1, 10000, 'the retiring event');
+    got.events.splice(0, got.events.length, ...withoutMarks(got.events));
     expect(got.events[0]).toMatchObject({ type: 'node.provision.retiring', tenantId: a.tenant.id, nodeId, payload: { nodeId, verb: 'retire', to: 'retiring' } });
     expect(got.events[0].cursor).toMatch(/^\d+$/);
     got.stop();
@@ -77,19 +105,25 @@ describe('the event stream', () => {
     const overSse = sseSubscribe(t.url, tokenB, EVENTS, {});
     const overRest = restStream(t.url, tokenB, '?channel=metal');
     const aSees = restStream(t.url, tokenA, '?channel=all');
-    await new Promise((r) => setTimeout(r, 500));
+    const seenByB = [() => overWs.events, () => overSse.events, () => overRest.messages.map((m) => m.data)];
+    const seenByA = [() => aSees.messages.map((m) => m.data)];
+    // Live before anything happens, so an event that leaked would be delivered.
+    await mark(sql, b, seenByB);
+    await mark(sql, a, seenByA);
     const nodesA = [nodeOfA(), nodeOfA()];
     for (const id of nodesA) await retire(tokenA, id);
     const nodeB = nodeOfB();
     await retire(tokenB, nodeB);
-    await until(() => overWs.events.length >= 1 && overSse.events.length >= 1 && overRest.messages.length >= 1 && aSees.messages.length >= 2, 10000, 'the events');
-    await new Promise((r) => setTimeout(r, 300)); // anything A's retires would wrongly have sent is here by now
-    for (const list of [overWs.events, overSse.events, overRest.messages.map((m) => m.data)]) {
+    // Committed after every retire: each stream that has its marker has had its chance at them all.
+    await mark(sql, b, seenByB);
+    await mark(sql, a, seenByA);
+    for (const list of seenByB.map((events) => withoutMarks(events()))) {
       expect(list.map((e) => e.nodeId)).toEqual([nodeB]);
       expect(list.every((e) => e.tenantId === b.tenant.id)).toBe(true);
     }
-    expect(overRest.messages[0]).toMatchObject({ event: 'node.provision.retiring', id: overRest.messages[0]!.data.cursor });
-    expect(aSees.messages.map((m) => m.data.nodeId)).toEqual(nodesA);
+    const restB = overRest.messages.filter((m) => m.data.type !== MARK);
+    expect(restB[0]).toMatchObject({ event: 'node.provision.retiring', id: restB[0]!.data.cursor });
+    expect(withoutMarks(seenByA[0]!()).map((e) => e.nodeId)).toEqual(nodesA);
     overWs.stop();
     overSse.stop();
     overRest.stop();
@@ -116,7 +150,7 @@ describe('the event stream', () => {
       }
     })();
     const client = wsClient(t.url, tokenA);
-    const got = wsSubscribe(client, EVENTS, { after: first, filter: { types: ['node.test.before', 'node.test.away', 'node.test.during'] } });
+    const got = wsSubscribe(client, EVENTS, { after: first, filter: { types: ['node.test.before', 'node.test.away', 'node.test.during', MARK] } });
     await new Promise((r) => setTimeout(r, 400));
     writing = false;
     await writer;
@@ -126,17 +160,18 @@ describe('the event stream', () => {
       [first],
     )).rows.map((r) => r.cursor);
     expect(expected.length).toBeGreaterThan(305);
-    await until(() => got.events.length >= expected.length, 15000, `${expected.length} events`);
-    await new Promise((r) => setTimeout(r, 200));
-    expect(got.events.map((e) => e.cursor)).toEqual(expected);
+    // A duplicate or a late straggler would come before this marker.
+    await mark(sql, a, [() => got.events]);
+    expect(withoutMarks(got.events).map((e) => e.cursor)).toEqual(expected);
     got.stop();
     await client.dispose();
   });
 
   it('a lost LISTEN connection costs nothing: events committed while it was down still arrive, and the hub listens again', async () => {
     const client = wsClient(t.url, tokenA);
-    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.test.outage'] } });
-    await new Promise((r) => setTimeout(r, 300));
+    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.test.outage', MARK] } });
+    await mark(sql, a, [() => got.events]);
+    got.events.length = 0;
     // Cut the hub's LISTEN connection (and its NOTIFYs) the way a network blip or failover would.
     const killed = await sql.query(`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = 'metal-events' AND datname = current_database()`);
     expect(killed.rows.length).toBeGreaterThan(0);
@@ -175,9 +210,15 @@ describe('the event stream', () => {
     await until(() => fabric.messages.length >= 2, 10000, 'the fabric channel');
     expect(fabric.messages.map((m) => m.event)).toEqual(['fabric_switch', 'fabric_switch']);
     // Another tenant's token sees none of it.
-    const other = wsSubscribe(wsClient(t.url, tokenB), 'subscription ($j: ID!) { jobProgress(jobId: $j) { type } }', { j: jobId });
-    await new Promise((r) => setTimeout(r, 500));
-    expect(other.events).toEqual([]);
+    // It replays the job from the oldest retained event: B's own event of the job, committed after
+    // A's, arrives only once A's have been weighed.
+    const other = wsSubscribe(wsClient(t.url, tokenB), 'subscription ($j: ID!) { jobProgress(jobId: $j) { type tenantId payload } }', { j: jobId });
+    await sql.query(
+      `INSERT INTO event (type, tenant_id, site_id, subject, payload) VALUES ('fabric.apply.node', $1, $2, $3, '{"state": "b-marker"}')`,
+      [b.tenant.id, b.site.id, jobId],
+    );
+    await until(() => other.events.length >= 1, 10000, 'B\'s own event of the job');
+    expect(other.events).toEqual([{ type: 'fabric.apply.node', tenantId: b.tenant.id, payload: { state: 'b-marker' } }]);
     fabric.stop();
     got.stop();
     other.stop();
@@ -200,15 +241,15 @@ describe('the event stream', () => {
 
   it('a rolled-back transaction publishes nothing', async () => {
     const client = wsClient(t.url, tokenA);
-    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.test.rollback', 'node.test.commit'] } });
-    await new Promise((r) => setTimeout(r, 300));
+    const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.test.rollback', 'node.test.commit', MARK] } });
+    await mark(sql, a, [() => got.events]);
     await sql.query('BEGIN');
     await publishRaw(sql, a, 'node.test.rollback', 3);
     await sql.query('ROLLBACK');
+    // Committed after the rollback: anything the rolled-back rows had sent would come first.
     await publishRaw(sql, a, 'node.test.commit', 1);
-    await until(() => got.events.length >= 1, 10000, 'the committed event');
-    await new Promise((r) => setTimeout(r, 300));
-    expect(got.events.map((e) => e.type)).toEqual(['node.test.commit']);
+    await until(() => withoutMarks(got.events).length >= 1, 10000, 'the committed event');
+    expect(withoutMarks(got.events).map((e) => e.type)).toEqual(['node.test.commit']);
     got.stop();
     await client.dispose();
   });
@@ -336,7 +377,8 @@ describe('the event stream', () => {
     const client = wsClient(t.url, token);
     const got = wsSubscribe(client, EVENTS, {});
     const rest = restStream(t.url, token, '?channel=all');
-    await new Promise((r) => setTimeout(r, 300));
+    // Both streams are open and delivering before the revoke: this is mid-stream, not at the start.
+    await mark(sql, a, [() => got.events, () => rest.messages.map((m) => m.data)]);
     await sql.query(`UPDATE api_token SET revoked_at = now() WHERE id = (SELECT id FROM api_token ORDER BY created_at DESC LIMIT 1)`);
     await until(() => got.errors.length > 0 && rest.messages.some((m) => m.event === 'error'), 10000, 'the streams to end');
     expect(got.errors[0].extensions?.code).toBe('UNAUTHENTICATED');
@@ -420,8 +462,7 @@ describe('the event stream across processes', () => {
     const client = wsClient(app.url, token);
     const ws = wsSubscribe(client, EVENTS, {});
     const sse = restStream(app.url, token, '?channel=all');
-    await until(() => sse.state.status === 200, 5000, 'the REST stream');
-    await new Promise((r) => setTimeout(r, 200));
+    await mark(app.app.database.pool, tree, [() => ws.events, () => sse.messages.map((m) => m.data)]);
     const started = Date.now();
     await app.stop();
     expect(Date.now() - started).toBeLessThan(5000);
@@ -438,11 +479,11 @@ describe('the event stream across processes', () => {
       const token = await makeToken(one.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
       const client = wsClient(two.url, token);
       const got = wsSubscribe(client, EVENTS, {});
-      await new Promise((r) => setTimeout(r, 300));
+      await mark(one.app.database.pool, tree, [() => got.events]);
       const r = await gql(one.url, token, RETIRE, { i: { nodeId: tree.nodes[0]!.id } });
       expect(r.errors).toBeUndefined();
-      await until(() => got.events.length === 1, 10000, 'the event on B');
-      expect(got.events[0]).toMatchObject({ type: 'node.provision.retiring', nodeId: tree.nodes[0]!.id });
+      await until(() => withoutMarks(got.events).length === 1, 10000, 'the event on B');
+      expect(withoutMarks(got.events)[0]).toMatchObject({ type: 'node.provision.retiring', nodeId: tree.nodes[0]!.id });
       got.stop();
       await client.dispose();
     } finally {
@@ -478,15 +519,15 @@ describe('the event stream when the publishing process dies', () => {
       const token = await makeToken(receiver.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
       const client = wsClient(receiver.url, token);
       const got = wsSubscribe(client, EVENTS, {});
-      await new Promise((r) => setTimeout(r, 300));
+      await mark(receiver.app.database.pool, tree, [() => got.events]);
       // The verb commits in the publisher; it is killed the moment its answer arrives.
       const exited = new Promise((resolve) => child.once('exit', resolve));
       const answer = await gql(childUrl, token, RETIRE, { i: { nodeId: tree.nodes[0]!.id } });
       child.kill('SIGKILL');
       await exited;
       expect(answer.errors).toBeUndefined();
-      await until(() => got.events.length === 1, 15000, 'the event, numbered by the surviving process');
-      expect(got.events[0]).toMatchObject({ type: 'node.provision.retiring', nodeId: tree.nodes[0]!.id });
+      await until(() => withoutMarks(got.events).length === 1, 15000, 'the event, numbered by the surviving process');
+      expect(withoutMarks(got.events)[0]).toMatchObject({ type: 'node.provision.retiring', nodeId: tree.nodes[0]!.id });
       got.stop();
       await client.dispose();
     } finally {

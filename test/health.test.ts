@@ -27,17 +27,22 @@ describe('operations endpoints', () => {
   });
 
   it('reports the server\'s own time in Server-Timing, on REST, GraphQL and errors', async () => {
-    const responses = [
-      await fetch(`${t.url}/healthz`),
-      await fetch(`${t.url}/api/compute/sites`, { headers: { authorization: `Bearer ${t.adminToken}` } }),
-      await fetch(`${t.url}/api/compute/sites`),
-      await fetch(`${t.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: '{ __typename }' }) }),
+    const requests: [string, RequestInit][] = [
+      [`${t.url}/healthz`, {}],
+      [`${t.url}/api/compute/sites`, { headers: { authorization: `Bearer ${t.adminToken}` } }],
+      [`${t.url}/api/compute/sites`, {}],
+      [`${t.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ query: '{ __typename }' }) }],
     ];
-    for (const response of responses) {
+    for (const [url, init] of requests) {
+      // The server's own time is part of the round trip this client saw, never more.
+      const sent = performance.now();
+      const response = await fetch(url, init);
+      const roundTrip = performance.now() - sent;
       const timing = /^app;dur=(\d+\.\d{2})$/.exec(response.headers.get('server-timing') ?? '');
       expect(timing).not.toBeNull();
-      expect(Number(timing![1])).toBeGreaterThanOrEqual(0);
-      expect(Number(timing![1])).toBeLessThan(10000);
+      expect(Number(timing![1])).toBeLessThanOrEqual(roundTrip);
+      // Measured, not a constant: even /healthz takes some microseconds.
+      expect(Number(timing![1])).toBeGreaterThan(0);
     }
   });
 

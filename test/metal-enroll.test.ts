@@ -4,6 +4,7 @@ import { Writable } from 'node:stream';
 import { startTestApp, type TestApp } from './helpers/app';
 import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
+import { looksLikeCredential } from '../src/modules/metal/enroll';
 
 const PASSWORD = 'Sup3r-s3cret-BMC-pa55';
 
@@ -129,6 +130,37 @@ describe('enroll', () => {
     expect(response.body.error.message).toMatch(message);
     const after = (await sql.query('SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM event) AS events, (SELECT count(*) FROM secret) AS secrets')).rows[0];
     expect(after).toEqual(before);
+  });
+
+  /** driverOptions keys: credential-looking ones refused (normalised: case, `_` and `-` ignored), harmless ones kept. */
+  const CREDENTIAL_KEYS = [
+    'kg', 'kgKey', 'k_g', 'K-G', 'ipmiKg', 'kg_hex', 'bmcKey', 'BMC_Key', 'key', 'sshKey', 'community', 'snmpCommunity', 'snmp-community',
+    'password', 'PASSWD', 'pass', 'bmcPw', 'secret', 'clientSecret', 'authToken', 'token', 'apiKey', 'api_key', 'privateKey', 'username', 'user',
+    'login', 'credentials', 'psk',
+  ];
+  const HARMLESS_KEYS = ['keepAlive', 'timeoutMs', 'port', 'verifyTls', 'cipherSuite', 'retries', 'privilegeLevel', 'bootDevice', 'interface', 'lanplus', 'hostKeyFingerprint'];
+  it.each(CREDENTIAL_KEYS)('driverOptions key %s looks like a credential', (key) => expect(looksLikeCredential(key)).toBe(true));
+  it.each(HARMLESS_KEYS)('driverOptions key %s does not', (key) => expect(looksLikeCredential(key)).toBe(false));
+
+  const VALUE = 'k-g-0123456789abcdef-not-to-be-echoed';
+  it.each(CREDENTIAL_KEYS)('enroll refuses driverOptions.%s (REST and GraphQL, nested too), names the key, never the value, writes nothing', async (key) => {
+    const before = (await sql.query('SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM secret) AS secrets')).rows[0];
+    const viaRest = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({}, { driverOptions: { cipherSuite: 3, [key]: VALUE } }));
+    expect(viaRest.status).toBe(400);
+    expect(viaRest.body.error).toMatchObject({ code: 'INVALID_INPUT', message: expect.stringContaining(`bmc.driverOptions.${key}: looks like a credential`) });
+    const viaGraphql = await gql(t.url, token, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', {
+      i: { poolId: tree.pools[0]!.id, bmc: { address: '10.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x' }, driverOptions: { tls: { [key]: VALUE } } } },
+    });
+    expect(viaGraphql.errors?.[0]).toMatchObject({ message: expect.stringContaining(`bmc.driverOptions.tls.${key}`), extensions: { code: 'INVALID_INPUT' } });
+    expect(JSON.stringify([viaRest.body, viaGraphql])).not.toContain(VALUE);
+    expect((await sql.query('SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM secret) AS secrets')).rows[0]).toEqual(before);
+  });
+
+  it('keeps harmless driverOptions keys as given', async () => {
+    const driverOptions = Object.fromEntries(HARMLESS_KEYS.map((k, i) => [k, i]));
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({}, { driverOptions }));
+    expect(response.status).toBe(200);
+    expect(response.body.node.bmc.driverOptions).toEqual(driverOptions);
   });
 
   it('an ipmi machine known by a real productUuid alone is accepted', async () => {

@@ -2,7 +2,7 @@ import { startTestApp, type TestApp } from './helpers/app';
 import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
-import { PROVISION_STATES, type ProvisionState } from '../src/modules/metal/states';
+import { PROVISION_STATES, decidePower, type ProvisionState } from '../src/modules/metal/states';
 
 const REGISTER = 'mutation ($s: ID!, $n: String!) { registerSiteAgent(siteId: $s, name: $n) { token agent { id serving } } }';
 const HEARTBEAT = 'mutation { agentReportStatus { id serving lastHeartbeatAt } }';
@@ -57,12 +57,19 @@ describe('power and site agents', () => {
     expect(codeOf(await gql(t.url, admin, REGISTER, { s: tree.site.id, n: 'rack-1' }))).toBe('CONFLICT');
   });
 
-  it.each(PROVISION_STATES)('power from %s: refused only while a workflow controls power', async (state) => {
+  /** The seed's four workflow states, retiring (its workflow powers the machine off) and retired (terminal). */
+  const REFUSED: ProvisionState[] = ['inspecting', 'commissioning', 'deploying', 'releasing', 'retiring', 'retired'];
+  it.each(PROVISION_STATES)('power from %s: as the state table says, refused while a workflow controls power and once retired', async (state) => {
     const nodeId = await nodeIn(state);
+    const before = await t.app.database.prisma.command.count();
     const response = await powerVia(powerToken, nodeId, 'cycle');
-    if (['inspecting', 'commissioning', 'deploying', 'releasing'].includes(state)) {
+    expect(decidePower(state).legal).toBe(!REFUSED.includes(state));
+    if (REFUSED.includes(state)) {
       expect(response.status).toBe(409);
-      expect(response.body.error.code).toBe('INVALID_STATE');
+      expect(response.body.error).toMatchObject({ code: 'INVALID_STATE', message: expect.stringContaining(`is ${state}: `), details: { state } });
+      expect(await t.app.database.prisma.command.count()).toBe(before);
+      const viaGraphql = await gql(t.url, powerToken, 'mutation ($i: MetalPowerInput!) { powerNode(input: $i) { commandId } }', { i: { nodeId, action: 'off' } });
+      expect(codeOf(viaGraphql)).toBe('INVALID_STATE');
     } else {
       expect(response.status).toBe(200);
       expect(response.body.commandId).toMatch(/^cmd_/);

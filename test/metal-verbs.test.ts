@@ -92,6 +92,11 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     if (verb === 'recover') {
       expect(row).toMatchObject({ failedFrom: null, lastErrorCode: null, lastErrorMessage: null, maintenance: true });
     }
+    if (verb === 'retire') {
+      // Out of failed as out of any other state: no stale failure rides along; maintenance stays.
+      expect(row).toMatchObject({ failedFrom: null, lastErrorCode: null, lastErrorMessage: null, maintenance: failedFrom !== null });
+      expect(result.data![FIELD[verb]].node).toMatchObject({ failedFrom: null, lastError: null });
+    }
     if (verb === 'deploy') expect(row).toMatchObject({ profileId, profileVersion: 1, role: null });
     if (verb === 'rescue') {
       const run = await t.app.database.prisma.workflowRun.findUniqueOrThrow({ where: { id: row.workflowId! } });
@@ -171,6 +176,62 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       // unrescue reads that run: CONFLICT while the ramdisk boots.
       const early = await gql(t.url, token, 'mutation ($input: MetalNodeVerbInput!) { unrescueNode(input: $input) { node { id } } }', { input: { nodeId: ids[0] } });
       expect(codeOf(early)).toBe('CONFLICT');
+    });
+  });
+
+  describe('retire out of failed clears failedFrom and lastError, as recover does', () => {
+    const FAILED_FROM: ProvisionState[] = ['enrolling', 'inspecting', 'commissioning', 'deploying', 'releasing', 'rescue', 'retiring'];
+
+    it.each(FAILED_FROM)('over REST, a node that failed from %s', async (failedFrom) => {
+      const nodeId = await nodeIn('failed', failedFrom);
+      const response = await rest(t.url, token, 'POST', '/api/compute/metal/retire', { nodeId });
+      expect(response.status).toBe(200);
+      expect(response.body.node).toMatchObject({ provisionState: 'retiring', failedFrom: null, lastError: null, maintenance: true });
+    });
+
+    it('bulk retire clears them on every node, exactly as the single verb', async () => {
+      const ids = [await nodeIn('failed', 'deploying'), await nodeIn('failed', 'retiring'), await nodeIn('ready')];
+      const res = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'retire', nodeIds: ids, reason: 'decommission' });
+      expect(res.status).toBe(200);
+      expect(res.body.nodes.map((n: any) => [n.provisionState, n.failedFrom, n.lastError, n.maintenance])).toEqual([
+        ['retiring', null, null, true], ['retiring', null, null, true], ['retiring', null, null, false],
+      ]);
+      const rows = await t.app.database.prisma.node.findMany({ where: { id: { in: ids } } });
+      for (const row of rows) expect(row).toMatchObject({ provisionState: 'retiring', failedFrom: null, lastErrorCode: null, lastErrorMessage: null });
+    });
+
+    it('a failure recorded while retire waits to write is not wiped: CONFLICT, and the new failure stays', async () => {
+      const nodeId = await nodeIn('failed', 'deploying');
+      const holder = new pg.Client({ connectionString: t.app.databaseUrl });
+      await holder.connect();
+      try {
+        // retire reads the node, then stops at its write behind this lock; meanwhile the node's
+        // failure changes (a concurrent writer), so retire's compare-and-set must lose.
+        await holder.query('BEGIN');
+        await holder.query('LOCK TABLE node IN SHARE MODE');
+        const pending = rest(t.url, token, 'POST', '/api/compute/metal/retire', { nodeId });
+        for (;;) {
+          const { rows } = await holder.query('SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()');
+          if (rows[0].n > 0) break;
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        await holder.query(`UPDATE node SET failed_from = 'inspecting', last_error_message = 'newer', version = version + 1 WHERE id = $1`, [nodeId]);
+        await holder.query('COMMIT');
+        const response = await pending;
+        expect(response.status).toBe(409);
+        expect(response.body.error.code).toBe('CONFLICT');
+      } finally {
+        await holder.end();
+      }
+      const row = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } });
+      expect(row).toMatchObject({ provisionState: 'failed', failedFrom: 'inspecting', lastErrorMessage: 'newer', version: 2 });
+      expect(await eventsOf(nodeId)).toEqual([]);
+    });
+
+    it('another tenant\'s failed node is NOT_FOUND and keeps its failure', async () => {
+      const foreign = await nodeIn('failed', 'deploying', other);
+      expect((await rest(t.url, token, 'POST', '/api/compute/metal/retire', { nodeId: foreign })).status).toBe(404);
+      expect(await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: foreign } })).toMatchObject({ failedFrom: 'deploying', lastErrorCode: 'WORKFLOW_FAILED' });
     });
   });
 
@@ -264,7 +325,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       expect(event.payload.from).toBe(state);
       const decision = decideMove(event.payload.verb, state, failedFrom);
       expect(decision).toMatchObject({ legal: true, event: event.type });
-      failedFrom = event.payload.verb === 'abort' ? state : event.payload.verb === 'recover' ? null : failedFrom;
+      failedFrom = event.payload.verb === 'abort' ? state : ['recover', 'retire'].includes(event.payload.verb) ? null : failedFrom;
       state = event.payload.to;
     }
     expect((await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } })).provisionState).toBe(state);

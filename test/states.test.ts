@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { fromRoot } from '../src/paths';
-import { PROVISION_STATES, VERBS, decideMove, isDestructive, type ProvisionState, type Verb } from '../src/modules/metal/states';
+import { POWER_REFUSED, PROVISION_STATES, VERBS, clearedFailure, decideMove, decidePower, isDestructive, type ProvisionState, type Verb } from '../src/modules/metal/states';
 import { provisionStatesDoc } from '../src/modules/metal/print-diagram';
 
 /** The seed's sentences, one row per verb: legal sources, target and event, as written. */
@@ -46,6 +46,24 @@ describe('the provision state table', () => {
   it('retired is terminal and deployed cannot be retired', () => {
     for (const verb of Object.keys(SEED) as (keyof typeof SEED)[]) expect(decideMove(verb, 'retired').legal).toBe(false);
     expect(decideMove('retire', 'deployed').legal).toBe(false);
+  });
+
+  /**
+   * power: "INVALID_STATE ... while it is inspecting, commissioning, deploying or releasing (a
+   * workflow controls its power then)"; and, left implicit by the seed, while retiring (its
+   * workflow powers the machine off) and once retired ("which is terminal").
+   */
+  const POWER: [ProvisionState, boolean][] = PROVISION_STATES.map((s) => [s, !['inspecting', 'commissioning', 'deploying', 'releasing', 'retiring', 'retired'].includes(s)]);
+  it.each(POWER)('power from %s is legal: %s', (state, legal) => {
+    const decision = decidePower(state);
+    expect(decision.legal).toBe(legal);
+    if (!decision.legal) expect(decision.why).toBe(POWER_REFUSED[state]);
+  });
+
+  it('recover and retire (and only they) clear failedFrom and lastError', () => {
+    const clearing = (Object.keys(VERBS) as Verb[]).filter((v) => Object.keys(clearedFailure(v)).length > 0).sort();
+    expect(clearing).toEqual(['recover', 'retire']);
+    expect(clearedFailure('retire')).toEqual({ failedFrom: null, lastErrorCode: null, lastErrorMessage: null });
   });
 
   it('bulk runs exactly manage, inspect, provide, undeploy, rescue and retire', () => {

@@ -1,5 +1,35 @@
 import { AppError, notFound } from '../errors';
+import type { IdType } from '../ids';
 import type { Action, Grant, Principal, Resource } from './permissions';
+
+/** What each kind of object is called in a NOT_FOUND, whichever path looked it up. */
+export const KIND: Record<IdType, string> = {
+  Tenant: 'tenant',
+  Site: 'site',
+  Pool: 'pool',
+  HardwareProfile: 'hardware profile',
+  MetalNode: 'node',
+  ApiToken: 'api token',
+  ApiGrant: 'grant',
+  Secret: 'secret',
+  DeployProfile: 'deploy profile',
+  WorkflowRun: 'workflow run',
+  SiteAgent: 'site agent',
+  Command: 'command',
+  CommandBatch: 'command batch',
+};
+
+/**
+ * The one NOT_FOUND for an object looked up by id: the same bytes whether it does not exist or
+ * belongs to a tenant the caller may not know of, so the answer is no existence oracle.
+ */
+export const absent = (type: IdType, id: string) => notFound(KIND[type], id);
+
+/** The object a decision was asked about, when the resource decided on is its owner (a token's tenant). */
+export interface Subject {
+  type: IdType;
+  id: string;
+}
 
 export function isPlatformAdmin(principal: Principal): boolean {
   return principal.grants.some((g) => g.scopeType === 'platform' && g.permission === 'admin');
@@ -43,21 +73,27 @@ function grants(grant: Grant, action: Action): boolean {
 
 const DESCRIBE: Record<Resource['type'], string> = {
   platform: 'the platform',
-  tenant: 'tenant',
-  site: 'site',
-  pool: 'pool',
-  node: 'node',
+  tenant: KIND.Tenant,
+  site: KIND.Site,
+  pool: KIND.Pool,
+  node: KIND.MetalNode,
 };
+const TYPE_OF: Record<Exclude<Resource['type'], 'platform'>, IdType> = { tenant: 'Tenant', site: 'Site', pool: 'Pool', node: 'MetalNode' };
 
 /**
  * The one authorization decision. Throws NOT_FOUND for a resource of another tenant (existence
  * never leaks across tenants), PERMISSION_DENIED when the tenant is right but no grant allows it.
+ * With a `subject` (the object looked up, when the resource is its owner), the NOT_FOUND names the
+ * subject, exactly as its lookup says for a missing one, never the owner; and a platform-level
+ * subject (a platform token) is another tenant's to a tenant's caller.
  */
-export function decide(principal: Principal, action: Action, resource: Resource): void {
+export function decide(principal: Principal, action: Action, resource: Resource, subject?: Subject): void {
   if (isPlatformAdmin(principal)) return;
   const label = resource.type === 'platform' ? DESCRIBE.platform : `${DESCRIBE[resource.type]} ${resource.id}`;
-  if (resource.type !== 'platform' && resource.tenantId !== principal.tenantId) {
-    throw notFound(DESCRIBE[resource.type], resource.id);
+  const hidden = resource.type === 'platform' ? subject !== undefined && principal.tenantId !== null : resource.tenantId !== principal.tenantId;
+  if (hidden) {
+    if (subject) throw absent(subject.type, subject.id);
+    if (resource.type !== 'platform') throw absent(TYPE_OF[resource.type], resource.id);
   }
   const allowed = principal.grants.some(
     (g) => (covers(g, resource) && grants(g, action)) || (action === 'read' && isAncestorOfScope(g, resource)),

@@ -136,7 +136,7 @@ builder.subscriptionField('workflowProgress', (t) =>
       const run = await ctx.prisma.workflowRun.findUnique({ where: { id: args.runId } });
       const node = run ? await ctx.prisma.node.findUnique({ where: { id: run.nodeId }, select: { id: true, tenantId: true, siteId: true, poolId: true } }) : null;
       if (!run || !node) throw notFound('workflow run', args.runId);
-      decide(principal, 'read', nodeResource(node));
+      decide(principal, 'read', nodeResource(node), { type: 'WorkflowRun', id: args.runId });
       // A run's events are its node's: the node filter keeps the replay on the (node_id, seq) index.
       return openStream(ctx, { nodeId: node.id, workflowId: run.id }, args.after, args.after == null);
     },

@@ -3,6 +3,7 @@ import type { TokenStore } from '../auth/tokens';
 import { bearerToken } from '../auth/tokens';
 import { AppError, HTTP_STATUS, invalidInput, unauthenticated } from '../errors';
 import { sendError } from '../http/respond';
+import { LIMITS, checkString } from '../limits';
 import { isStreamEnd, type EventHub, type StreamEvent } from './hub';
 
 /**
@@ -63,10 +64,13 @@ export async function serveEventStream(
     const lastEventId = req.headers['last-event-id'];
     // A reconnecting EventSource sends Last-Event-ID: it is newer than the URL's `after`.
     const after = typeof lastEventId === 'string' && lastEventId !== '' ? lastEventId : url.searchParams.get('after');
+    const nodeId = url.searchParams.get('nodeId');
+    const badNodeId = nodeId === null ? null : checkString('query.nodeId', nodeId, LIMITS.id);
+    if (badNodeId) throw badNodeId;
     const sub = await deps.events.subscribe({
       principal,
       token,
-      filter: { typePrefixes: channel.prefixes, nodeId: url.searchParams.get('nodeId') },
+      filter: { typePrefixes: channel.prefixes, nodeId },
       after,
     });
     if (res.destroyed) {

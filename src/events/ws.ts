@@ -4,7 +4,9 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { CloseCode, handleProtocols, makeServer, type ServerOptions } from 'graphql-ws';
 import { GraphQLError, type ExecutionArgs } from 'graphql';
 import type { Logger } from 'pino';
-import type { GraphqlServer } from '../graphql/yoga';
+import { isIntrospectionOnly, type GraphqlServer } from '../graphql/yoga';
+import { unauthenticated } from '../errors';
+import { checkDocumentNesting } from '../graphql/input-check';
 import type { Context } from '../context';
 
 const KEEPALIVE_MS = 12000;
@@ -53,24 +55,45 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
     wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
   });
 
+  const authorizationOf = (connectionParams: Record<string, unknown> | undefined, request: IncomingMessage): string | undefined => {
+    const given = connectionParams?.authorization ?? connectionParams?.Authorization;
+    return typeof given === 'string' ? given : request.headers.authorization;
+  };
+
   const options: ServerOptions<Record<string, unknown> | undefined, Extra> = {
+    // A token is checked at connection_init: one that is malformed, unknown, revoked or expired
+    // refuses the connection (4403 Forbidden) before any operation. Without a token the
+    // connection opens, as GraphQL over HTTP does, and every operation but introspection is
+    // UNAUTHENTICATED. Each operation authenticates again (a token revoked later ends its streams).
+    onConnect: async (ctx) => {
+      const authorization = authorizationOf(ctx.connectionParams, ctx.extra.request);
+      if (!authorization) return true;
+      const request = new Request('http://internal/graphql', { headers: { authorization } });
+      try {
+        const enveloped = yoga.getEnveloped({ request, requestId: randomUUID(), params: { query: '{ __typename }' } } as never);
+        const context = (await enveloped.contextFactory()) as unknown as Context;
+        return context.principal !== null;
+      } catch (error) {
+        if (error instanceof GraphQLError) return false;
+        throw error;
+      }
+    },
     execute: (args) => (args.rootValue as EnvelopedRoot).execute(args) as never,
     subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
     onSubscribe: async (ctx, _id, payload) => {
-      const given = ctx.connectionParams?.authorization ?? ctx.connectionParams?.Authorization;
-      const authorization = typeof given === 'string' ? given : ctx.extra.request.headers.authorization;
-      const request = new Request('http://internal/graphql', { headers: authorization ? { authorization } : {} });
+      const authorization = authorizationOf(ctx.connectionParams, ctx.extra.request);
+      // Yoga's response cache keys a result by what it saw of the HTTP request, which a socket
+      // operation never went through (queries over the socket failed with 4500): the request it
+      // sees is a conditional one, which the cache is configured to leave alone.
+      // POST: Yoga refuses mutations it believes came by GET.
+      const request = new Request('http://internal/graphql', {
+        method: 'POST',
+        headers: { ...(authorization ? { authorization } : {}), 'if-none-match': '*' },
+      });
       const requestId = randomUUID();
       const enveloped = yoga.getEnveloped({ request, requestId, params: payload } as never);
-      let document;
-      try {
-        document = enveloped.parse(payload.query);
-      } catch (error) {
-        if (error instanceof GraphQLError) return [error];
-        throw error;
-      }
-      const errors = enveloped.validate(enveloped.schema, document);
-      if (errors.length) return errors;
+      // Who the caller is comes first, as over HTTP (see authFirst in src/graphql/yoga.ts): an
+      // anonymous caller hears UNAUTHENTICATED, not what is wrong with its document or variables.
       let contextValue: Context;
       try {
         contextValue = (await enveloped.contextFactory()) as unknown as Context;
@@ -78,6 +101,19 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
         if (error instanceof GraphQLError) return [error];
         throw error;
       }
+      const tooDeep = checkDocumentNesting(payload.query);
+      if (tooDeep) return [contextValue.principal ? tooDeep : unauthenticated()];
+      let document;
+      try {
+        document = enveloped.parse(payload.query);
+      } catch (error) {
+        if (!contextValue.principal) return [unauthenticated()];
+        if (error instanceof GraphQLError) return [error];
+        throw error;
+      }
+      if (!contextValue.principal && !isIntrospectionOnly(document)) return [unauthenticated()];
+      const errors = enveloped.validate(enveloped.schema, document);
+      if (errors.length) return errors;
       const socket = ctx.extra.socket;
       contextValue.transport = { backlog: () => socket.bufferedAmount };
       return {

@@ -63,7 +63,8 @@ builder.scalarType('DateTime', {
   serialize: (value) => (value instanceof Date ? value.toISOString() : String(value)),
   parseValue: (value) => {
     const date = new Date(String(value));
-    if (Number.isNaN(date.getTime())) throw new AppError('INVALID_INPUT', `"${String(value)}" is not an ISO 8601 date-time`);
+    // No echo of the value: input errors never repeat what was sent.
+    if (typeof value !== 'string' || Number.isNaN(date.getTime())) throw new AppError('INVALID_INPUT', 'is not an ISO 8601 date-time');
     return date;
   },
 });

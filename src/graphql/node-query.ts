@@ -1,7 +1,7 @@
 import { requirePrincipal, type Context } from '../context';
-import { decide } from '../auth/decide';
+import { absent, decide } from '../auth/decide';
 import { notFound } from '../errors';
-import { typeOfId } from '../ids';
+import { typeOfId, type IdType } from '../ids';
 import type { Resource } from '../auth/permissions';
 
 /**
@@ -25,11 +25,12 @@ function resourceOf(typename: string, row: Record<string, unknown>): Resource | 
   }
 }
 
-const NODE_TYPES = new Set(['Tenant', 'Site', 'Pool', 'MetalNode', 'HardwareProfile', 'ApiToken', 'DeployProfile', 'SiteAgent', 'Command', 'CommandBatch']);
+const NODE_TYPES = new Set<IdType>(['Tenant', 'Site', 'Pool', 'MetalNode', 'HardwareProfile', 'ApiToken', 'DeployProfile', 'SiteAgent', 'Command', 'CommandBatch']);
 
 /**
  * Relay's `node(id)`: the relay plugin loads the object (batched, planned by the prisma plugin),
- * then this decides whether the caller may read it. Another tenant's object is NOT_FOUND.
+ * then this decides whether the caller may read it. Another tenant's object is NOT_FOUND in the
+ * very words of a missing one: the decision names the object, never its owner.
  */
 export async function resolveNodeQuery(
     _root: unknown,
@@ -43,14 +44,15 @@ export async function resolveNodeQuery(
     const graphqlType = typeOfId(raw);
     if (!graphqlType || !NODE_TYPES.has(graphqlType)) throw notFound('object', raw);
     const row = (await resolveNode({ id: raw, typename: graphqlType })) as Record<string, unknown> | null;
-    if (!row) throw notFound(graphqlType, raw);
+    if (!row) throw absent(graphqlType, raw);
+    const subject = { type: graphqlType, id: raw };
     const resource = resourceOf(graphqlType, row);
     if (resource === 'public') return row;
     if (resource === 'admin') {
       const tokenTenant = (row.tenantId as string | null) ?? null;
-      decide(principal, 'admin', tokenTenant ? { type: 'tenant', id: tokenTenant, tenantId: tokenTenant } : { type: 'platform' });
+      decide(principal, 'admin', tokenTenant ? { type: 'tenant', id: tokenTenant, tenantId: tokenTenant } : { type: 'platform' }, subject);
       return row;
     }
-    decide(principal, 'read', resource);
+    decide(principal, 'read', resource, subject);
     return row;
 }

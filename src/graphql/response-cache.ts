@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { ExecutionResult } from 'graphql';
@@ -5,28 +6,17 @@ import { createInMemoryCache, useResponseCache, type Cache } from '@graphql-yoga
 import type { Plugin } from 'graphql-yoga';
 import type { Context } from '../context';
 import { bearerToken, type TokenStore } from '../auth/tokens';
-
-/** Which GraphQL types each table's rows appear as. */
-const TYPES_BY_TABLE: Record<string, string[]> = {
-  tenant: ['Tenant'],
-  site: ['Site'],
-  pool: ['Pool', 'PoolPolicy'],
-  hardware_profile: ['HardwareProfile'],
-  node: ['MetalNode'],
-  api_token: ['ApiToken', 'Viewer'],
-  api_grant: ['ApiToken', 'Viewer', 'Grant'],
-  deploy_profile: ['DeployProfile'],
-  deploy_profile_version: ['DeployProfile', 'DeployProfileVersion'],
-  site_agent: ['SiteAgent'],
-  command: ['Command'],
-  command_batch: ['CommandBatch'],
-  sighting: ['DiscoveredMachine'],
-};
+import { getSchema } from './schema';
+import { cacheDependencies, NEVER_CACHED_FIELDS, selectedTypes } from './cache-dependencies';
 
 /**
  * A read cache for GraphQL query results, per token, that is never knowingly stale:
- * - a trigger on every table it serves NOTIFYs "metal_cache" on commit, whoever wrote; every
- *   process LISTENs and drops the cached results that hold that type;
+ * - a trigger on every table a cached query reads NOTIFYs "metal_cache" with the table's name on
+ *   commit, whoever wrote; every process LISTENs and drops the cached results that hold a type
+ *   computed from that table (the mapping is derived in cache-dependencies.ts, and a test checks
+ *   it against the triggers in the database);
+ * - each stored result is tagged with every type its document selects, not only the objects with
+ *   an id that the plugin records;
  * - a result computed while an invalidation arrived is not stored (it may have read old rows);
  * - when the LISTEN connection drops, everything is dropped and nothing is cached until it is back.
  * The only staleness left is the notification's flight time after a commit (milliseconds).
@@ -36,9 +26,13 @@ export class ResponseCache implements Cache {
   private store = createInMemoryCache({ max: 5000 });
   private generation = 0;
   private started = new Map<string, number>();
+  /** The types each pending request's document selects, by cache key (set when the key is built). */
+  private selected = new Map<string, string[] | null>();
+  private selectedByDocument = new Map<string, string[] | null>();
   private listener: pg.Client | null = null;
   private listening = false;
   private stopped = false;
+  private readonly typesByTable = cacheDependencies(getSchema()).typesByTable;
 
   constructor(private databaseUrl: string, private log: Logger, readonly ttlMs: number) {}
 
@@ -64,17 +58,21 @@ export class ResponseCache implements Cache {
   private goDeaf(): void {
     this.listening = false;
     this.generation += 1;
-    void this.store.invalidate(Object.values(TYPES_BY_TABLE).flat().map((typename) => ({ typename })));
+    // Every stored result holds its root type, so this drops them all.
+    void this.store.invalidate([{ typename: 'Query' }]);
   }
 
   private onTableChanged(table: string): void {
-    const types = TYPES_BY_TABLE[table];
+    const types = this.typesByTable.get(table);
+    // A table no cached type is computed from must not refuse to store results computed meanwhile.
+    if (!types) return;
     this.generation += 1;
-    if (types) void this.store.invalidate(types.map((typename) => ({ typename })));
+    void this.store.invalidate(types.map((typename) => ({ typename })));
   }
 
   async get(key: string): Promise<ExecutionResult | undefined> {
     const hit = await this.store.get(key);
+    if (hit) this.selected.delete(key);
     if (!hit && !this.started.has(key)) {
       if (this.started.size > 10000) this.started.clear(); // results that were never stored (errors)
       this.started.set(key, this.generation);
@@ -84,14 +82,34 @@ export class ResponseCache implements Cache {
 
   set(key: string, result: ExecutionResult, entities: Iterable<{ typename: string; id?: string | number }>, ttl: number): void | Promise<void> {
     const startedAt = this.started.get(key);
+    const types = this.selected.get(key);
     this.started.delete(key);
-    if (!this.listening || startedAt === undefined || startedAt !== this.generation) return;
-    return this.store.set(key, result, entities, ttl);
+    this.selected.delete(key);
+    if (!this.listening || startedAt === undefined || startedAt !== this.generation || !types) return;
+    return this.store.set(key, result, [...entities, ...types.map((typename) => ({ typename }))], ttl);
   }
 
   invalidate(entities: Iterable<{ typename: string; id?: string | number }>): void | Promise<void> {
     this.generation += 1;
     return this.store.invalidate(entities);
+  }
+
+  /** The plugin's own key (document, operation, variables, session), remembering what it selects. */
+  private key(documentString: string, operationName: string | null | undefined, variables: unknown, session: string | null | undefined): string {
+    let types = this.selectedByDocument.get(documentString);
+    if (types === undefined) {
+      try {
+        types = selectedTypes(getSchema(), documentString);
+      } catch {
+        types = null; // not a valid document: it fails before anything could be stored
+      }
+      if (this.selectedByDocument.size > 1000) this.selectedByDocument.clear();
+      this.selectedByDocument.set(documentString, types);
+    }
+    const key = createHash('sha256').update(JSON.stringify([documentString, operationName ?? '', variables ?? {}, session ?? ''])).digest('hex');
+    if (this.selected.size > 10000) this.selected.clear(); // keys of requests that stored nothing
+    this.selected.set(key, types);
+    return key;
   }
 
   /**
@@ -103,6 +121,7 @@ export class ResponseCache implements Cache {
     return useResponseCache<Context>({
       cache: this,
       ttl: this.ttlMs,
+      ttlPerSchemaCoordinate: Object.fromEntries(Object.keys(NEVER_CACHED_FIELDS).map((coordinate) => [coordinate, 0])),
       session: async (request) => {
         try {
           const token = bearerToken(request.headers.get('authorization'));
@@ -111,6 +130,7 @@ export class ResponseCache implements Cache {
           return null;
         }
       },
+      buildResponseCacheKey: ({ documentString, operationName, variableValues, sessionId }) => this.key(documentString, operationName, variableValues, sessionId),
       // Conditional requests (If-None-Match) are answered before any of this: never from the cache.
       enabled: (request) => !request.headers.has('if-none-match'),
       // Mutations answer from the database; their results also invalidate what they touched.

@@ -1,13 +1,17 @@
 import { createYoga, type Plugin } from 'graphql-yoga';
-import { GraphQLError, Kind, visit, type ASTNode, type ASTVisitor, type ValidationContext, type DefinitionNode, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
+import { GraphQLError, Kind, parse, specifiedRules, visit, type DocumentNode, type FragmentDefinitionNode, type GraphQLSchema, type SelectionSetNode, type ASTNode, type ASTVisitor, type ValidationContext, type DefinitionNode, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { getSchema } from './schema';
 import type { Context, Services } from '../context';
-import { bearerToken } from '../auth/tokens';
-import { AppError, isErrorCode } from '../errors';
+import { bearerToken, type TokenStore } from '../auth/tokens';
+import type { Principal } from '../auth/permissions';
+import { AppError, isErrorCode, unauthenticated } from '../errors';
+import { uniqueViolation } from '../db/unique';
+import { checkDocumentNesting, checkVariables, operationOf, withLiteralInputRule } from './input-check';
 import type { Metrics } from '../ops/metrics';
 import type { ResponseCache } from './response-cache';
+import { renderOfflineGraphiQL } from './graphiql';
 
 export const CSRF_HEADER = 'x-graphql-csrf';
 
@@ -19,6 +23,159 @@ export interface ServerContext {
    * errors masked) is handed over here instead of being serialized to JSON and parsed back.
    */
   capture?: { result?: ExecutionResult };
+  /**
+   * Who the caller is, decided before anything else looks at the request (see {@link authFirst};
+   * the REST layer sets it from its own check).
+   */
+  auth?: { principal: Principal | null; token: string | null };
+}
+
+/**
+ * GraphQL-js's variable coercion messages print the value they refuse (`Variable "$i" got invalid
+ * value { ... password: ... }`). The input checks below answer first; should one still get
+ * through, only the variable's name is kept.
+ */
+function withoutValues(error: GraphQLError): GraphQLError {
+  const coercion = /^Variable "\$(\w+)" got invalid value /.exec(error.message);
+  if (!coercion) return error;
+  const field = `$${coercion[1]}`;
+  return new GraphQLError(`${field}: is invalid`, { nodes: error.nodes, positions: error.positions, extensions: { code: 'INVALID_INPUT', details: { field } } });
+}
+
+/** Operations made of `__schema`, `__type` and `__typename` only: open without a token. */
+export function isIntrospectionOnly(document: DocumentNode): boolean {
+  const fragments = new Map<string, FragmentDefinitionNode>();
+  for (const d of document.definitions) if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d);
+  const seen = new Set<string>();
+  const rootOnlyMeta = (set: SelectionSetNode): boolean =>
+    set.selections.every((s) => {
+      if (s.kind === Kind.FIELD) return s.name.value.startsWith('__');
+      if (s.kind === Kind.INLINE_FRAGMENT) return rootOnlyMeta(s.selectionSet);
+      if (seen.has(s.name.value)) return true;
+      seen.add(s.name.value);
+      const fragment = fragments.get(s.name.value);
+      return fragment !== undefined && rootOnlyMeta(fragment.selectionSet);
+    });
+  const operations = document.definitions.filter((d): d is OperationDefinitionNode => d.kind === Kind.OPERATION_DEFINITION);
+  return operations.length > 0 && operations.every((o) => o.operation === 'query' && rootOnlyMeta(o.selectionSet));
+}
+
+/**
+ * Authentication before anything else: a caller without a valid token learns nothing about
+ * inputs, so the token is checked before parsing, validation and variable coercion. A token that
+ * is given but unknown, revoked or expired is UNAUTHENTICATED; no token at all is allowed only for
+ * pure introspection (the schema is public: it is committed as schema/schema.graphql).
+ */
+function authFirst(tokens: TokenStore): Plugin<{}, ServerContext> {
+  return {
+    async onParams({ params, request, context, setResult }) {
+      const refuse = (error: AppError) => setResult({ errors: [error] });
+      // The parser is recursive: a document nested 10,000 deep must not reach it (nor the one below).
+      const tooDeep = typeof params.query === 'string' ? checkDocumentNesting(params.query) : null;
+      if (context.auth) return tooDeep ? refuse(tooDeep) : undefined; // decided by the REST layer, with the same rule
+      let token: string | undefined;
+      try {
+        token = bearerToken(request.headers.get('authorization'));
+      } catch (error) {
+        return refuse(error as AppError);
+      }
+      if (token) {
+        try {
+          context.auth = { principal: await tokens.authenticate(token), token };
+        } catch (error) {
+          if (error instanceof AppError) return refuse(error);
+          throw error;
+        }
+        return tooDeep ? refuse(tooDeep) : undefined;
+      }
+      let document: DocumentNode | null = null;
+      try {
+        document = typeof params.query === 'string' && !tooDeep ? parse(params.query, { maxTokens: 5000 }) : null;
+      } catch {
+        document = null;
+      }
+      if (!document || !isIntrospectionOnly(document)) return refuse(unauthenticated());
+      context.auth = { principal: null, token: null };
+    },
+  };
+}
+
+/**
+ * Input checks of src/graphql/input-check.ts: literals during validation (in place of
+ * ValuesOfCorrectTypeRule), variables just before execution, both naming the field and never
+ * repeating a value.
+ */
+function inputChecks(): Plugin {
+  const beforeRun = ({ args, setResultAndStopExecution }: {
+    args: { schema: GraphQLSchema; document: DocumentNode; operationName?: string | null; variableValues?: unknown };
+    setResultAndStopExecution: (result: ExecutionResult) => void;
+  }) => {
+    const operation = operationOf(args.document, args.operationName);
+    if (!operation) return;
+    const errors = checkVariables(args.schema, operation, args.variableValues as Record<string, unknown> | undefined);
+    if (errors.length) setResultAndStopExecution({ errors });
+  };
+  return {
+    onValidate({ setValidationFn, validateFn }) {
+      setValidationFn((schema, document, rules, typeInfo, options) =>
+        validateFn(schema, document, withLiteralInputRule(rules ?? specifiedRules), typeInfo, options));
+    },
+    onExecute: beforeRun as never,
+    onSubscribe: beforeRun as never,
+  };
+}
+
+/** The error behind each INTERNAL that maskError made: the response says "internal error", the log says what. */
+const internalCauses = new WeakMap<GraphQLError, unknown>();
+const maskedInternals = new WeakSet<GraphQLError>();
+/** Longer than any HTTP result takes from masking to errorLog, however busy the machine. */
+const UNLOGGED_AFTER_MS = 5000;
+
+/**
+ * errorLog logs a masked INTERNAL with its request id. A WebSocket operation's result never passes
+ * errorLog (graphql-ws sends it itself): such an error is logged here, once, when errorLog has not.
+ */
+function rememberInternal(log: Services['log'], masked: GraphQLError, cause: unknown): void {
+  maskedInternals.add(masked);
+  internalCauses.set(masked, cause);
+  setTimeout(() => {
+    if (internalCauses.delete(masked)) log.error({ err: cause, code: 'INTERNAL' }, 'internal error in a GraphQL operation');
+  }, UNLOGGED_AFTER_MS).unref();
+}
+
+/** Yoga's own lines, minus any error object: the message of a refusal may quote input. */
+function yogaLogFields(args: unknown[]): Record<string, unknown> {
+  return { args: args.map((a) => (typeof a === 'string' ? a : a instanceof Error ? a.name : typeof a)) };
+}
+
+/**
+ * One line per error, after codes are fixed: a client's refusal (4xx codes) at info with its code
+ * and path, never its message (it may quote input); an INTERNAL at error with the request id and
+ * what caused it.
+ */
+function errorLog(log: Services['log']): Plugin<{}, ServerContext> {
+  const report = (result: ExecutionResult, requestId: string) => {
+    for (const error of result.errors ?? []) {
+      const code = error.extensions?.code;
+      const path = error.path?.join('.');
+      if (code !== 'INTERNAL') {
+        log.info({ requestId, code, path }, 'GraphQL request refused');
+        continue;
+      }
+      const masked = error as GraphQLError;
+      const cause = internalCauses.get(masked);
+      // Made by maskError: logged here unless its fallback already did; made elsewhere: logged here.
+      if (maskedInternals.has(masked) && !internalCauses.delete(masked)) continue;
+      log.error({ err: cause ?? error, requestId, path, code }, 'internal error in a GraphQL operation');
+    }
+  };
+  return {
+    onResultProcess({ result, serverContext }) {
+      const requestId = serverContext?.requestId ?? 'unknown';
+      if (Array.isArray(result)) for (const r of result) report(r as ExecutionResult, requestId);
+      else if (result && typeof result === 'object' && 'errors' in result) report(result as ExecutionResult, requestId);
+    },
+  };
 }
 
 /** Hands the result to an in-process caller (see ServerContext.capture); must be the last plugin. */
@@ -39,8 +196,9 @@ function captureResult(): Plugin<{}, ServerContext> {
  */
 function withCode(error: GraphQLError, requestId: string): GraphQLError {
   const code = error.extensions?.code;
-  if (isErrorCode(code)) return error;
+  if (isErrorCode(code)) return withoutValues(error);
   if (!error.path && !error.originalError) {
+    if (/^Variable "\$\w+" got invalid value /.test(error.message)) return withoutValues(error);
     return new GraphQLError(error.message, { nodes: error.nodes, source: error.source, positions: error.positions, extensions: { code: 'INVALID_INPUT' } });
   }
   return new GraphQLError('internal error', { path: error.path, extensions: { code: 'INTERNAL', requestId } });
@@ -139,23 +297,35 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
     graphqlEndpoint: '/graphql',
     landingPage: false,
     graphiql: { title: 'Metal control plane', headers: JSON.stringify({ [CSRF_HEADER]: '1', Authorization: 'Bearer <token>' }) },
+    // GraphiQL's scripts and styles come from this service (src/graphql/graphiql.ts), not a CDN.
+    renderGraphiQL: renderOfflineGraphiQL,
+    // Yoga calls error() for every error it masks, client refusals included: each is logged once,
+    // by errorLog, at its level (INTERNAL with its cause); here only a debug line.
     logging: {
-      debug: (...args) => log.debug({ args }, 'yoga'),
-      info: (...args) => log.info({ args }, 'yoga'),
-      warn: (...args) => log.warn({ args }, 'yoga'),
-      error: (...args) => log.error({ args }, 'yoga'),
+      debug: (...args) => log.debug(yogaLogFields(args), 'yoga'),
+      info: (...args) => log.info(yogaLogFields(args), 'yoga'),
+      warn: (...args) => log.warn(yogaLogFields(args), 'yoga'),
+      error: (...args) => log.debug(yogaLogFields(args), 'yoga'),
     },
     cors: config.corsOrigins.length
       ? { origin: config.corsOrigins, credentials: false, allowedHeaders: ['authorization', 'content-type', 'x-request-id', CSRF_HEADER] }
       : false,
     maskedErrors: {
       maskError(error, message) {
+        if (error instanceof GraphQLError && /^Variable "\$\w+" got invalid value /.test(error.message)) return withoutValues(error);
         const original = (error instanceof GraphQLError ? error.originalError : error) as Error | undefined;
         if (original instanceof AppError) return original;
+        const conflict = uniqueViolation(error);
+        if (conflict) return new GraphQLError(conflict.message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: conflict.extensions });
         // Pothos checks connection arguments (cursors, negative sizes) before the resolver runs.
         if (original?.name === 'PothosValidationError') {
-          const message = /cursor/i.test(original.message) ? `after: ${original.message}` : original.message;
-          return new GraphQLError(message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: { code: 'INVALID_INPUT' } });
+          // Its cursor message repeats the cursor sent: name the argument instead.
+          const cursor = /cursor/i.test(original.message);
+          const message = cursor ? 'after: is not a cursor of this list' : original.message;
+          return new GraphQLError(message, {
+            path: error instanceof GraphQLError ? error.path : undefined,
+            extensions: { code: 'INVALID_INPUT', ...(cursor ? { details: { field: 'after' } } : {}) },
+          });
         }
         if (error instanceof GraphQLError) {
           if (isErrorCode(error.extensions?.code)) return error;
@@ -169,11 +339,13 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
             return new GraphQLError(error.message, { nodes: error.nodes, positions: error.positions, path: error.path, extensions: { code: 'INVALID_INPUT' } });
           }
         }
-        log.error({ err: original ?? error }, 'unexpected error in a resolver');
-        return new GraphQLError(message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: { code: 'INTERNAL' } });
+        const masked = new GraphQLError(message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: { code: 'INTERNAL' } });
+        rememberInternal(log, masked, original ?? error);
+        return masked;
       },
     },
-    context: async ({ request, requestId }): Promise<Context> => {
+    context: async ({ request, requestId, auth }): Promise<Context> => {
+      if (auth) return { ...services, requestId, principal: auth.principal, token: auth.token };
       // Subscriptions over WebSocket build their context elsewhere: this one always has a request.
       const token = bearerToken(request.headers.get('authorization'));
       const principal = token ? await services.tokens.authenticate(token) : null;
@@ -181,11 +353,14 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
     },
     plugins: [
       useCSRFPrevention({ requestHeaders: [CSRF_HEADER, 'x-request-id'] }),
+      authFirst(services.tokens),
+      inputChecks(),
       pageSizePlugin(config.maxPageSize),
       EnvelopArmorPlugin(armorConfig(config)),
       ...(cache ? [cache.plugin(services.tokens)] : []),
       timing(metrics),
       codeErrors(metrics),
+      errorLog(log),
       captureResult(),
     ],
   });

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import { AppError } from '../errors';
+import { LIMITS } from '../limits';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -28,4 +29,28 @@ export async function readBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Pr
     chunks.push(chunk as Buffer);
   }
   return Buffer.concat(chunks);
+}
+
+/**
+ * Refuses a JSON text nested deeper than `maxDepth` before it is parsed: JSON.parse copes, but
+ * everything after it (GraphQL coercion, ajv, Prisma) walks values recursively and would overflow
+ * the stack. One pass over the bytes, counting `[` and `{` outside strings, no recursion.
+ */
+export function checkJsonDepth(raw: Buffer | string, field = 'body', maxDepth: number = LIMITS.jsonDepth): void {
+  const bytes = typeof raw === 'string' ? Buffer.from(raw, 'utf8') : raw;
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i += 1) {
+    const c = bytes[i]!;
+    if (inString) {
+      if (c === 0x5c) i += 1; // backslash: skip the escaped byte (a quote or another backslash)
+      else if (c === 0x22) inString = false;
+      continue;
+    }
+    if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      depth += 1;
+      if (depth > maxDepth) throw new AppError('INVALID_INPUT', `${field}: JSON nested deeper than ${maxDepth} levels`, { field, maxDepth });
+    } else if (c === 0x5d || c === 0x7d) depth -= 1;
+  }
 }

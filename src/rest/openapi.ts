@@ -1,40 +1,152 @@
 import type { Route } from './routes';
-import { components } from './schemas';
+import { components, type JsonSchema } from './schemas';
+import { EXAMPLE_IDS as ID } from './examples';
+import { HTTP_STATUS, type ErrorCode } from '../errors';
+import { MAX_BODY_BYTES } from '../http/body';
 
-const ERROR_RESPONSES: Record<string, string> = {
-  '400': 'INVALID_INPUT: malformed JSON, unknown field, wrong type (the message names the field)',
-  '401': 'UNAUTHENTICATED: missing, unknown, revoked or expired bearer token',
-  '403': 'PERMISSION_DENIED: the token lacks the permission on this scope',
-  '404': 'NOT_FOUND: no such resource for this tenant',
-  '409': 'CONFLICT or INVALID_STATE',
-  '413': 'body over 1 MiB',
-  '422': 'INVALID_CONFIG, UNSUPPORTED or UNVERIFIED_WIPE',
-  '500': 'INTERNAL (quote the requestId)',
+/** What each code means, for the response descriptions (README: code and HTTP). */
+const CODE_MEANING: Record<ErrorCode, string> = {
+  INVALID_INPUT: 'malformed JSON, an unknown field, a wrong type or value; the message names the field first',
+  UNAUTHENTICATED: 'a missing, unknown, revoked or expired bearer token (checked before anything else)',
+  PERMISSION_DENIED: 'the token has no grant for this on the object\'s scope',
+  NOT_FOUND: 'no such object for this tenant (another tenant\'s object is NOT_FOUND too)',
+  CONFLICT: 'a concurrent change won, or the name or MAC is taken: read again, then retry',
+  INVALID_STATE: 'the object\'s state does not allow this (details.state, details.legalFrom)',
+  INVALID_CONFIG: 'this service is not configured for the request (the message says what is missing)',
+  UNSUPPORTED: 'the machine or its pool cannot do this',
+  UNVERIFIED_WIPE: 'the wipe could not be attested',
+  ABORTED: 'the stream or workflow was stopped',
+  INTERNAL: 'a fault of the service: quote the requestId',
 };
+
+/** Every route may answer these, whatever it does. */
+const ALWAYS: ErrorCode[] = ['INVALID_INPUT', 'UNAUTHENTICATED', 'INTERNAL'];
+
+const EXAMPLE_REQUEST_ID = '6f1c2e0a-9b7d-4c1e-8a55-3d2f7e9b1a40';
+
+/** What a route acts on, for the wording of its error examples. */
+function subjectOf(route: Route): { what: string; id: string } {
+  const body = (route.body?.properties ?? {}) as Record<string, unknown>;
+  if (route.path.includes('/tokens/')) return { what: 'api token', id: ID.token };
+  if ('nodeId' in body || route.path.includes('/nodes')) return { what: 'node', id: ID.node };
+  if ('poolId' in body || route.path.startsWith('/api/compute/pools/')) return { what: 'pool', id: ID.pool };
+  if ('siteId' in body || route.path.startsWith('/api/compute/sites/')) return { what: 'site', id: ID.site };
+  return { what: 'tenant', id: ID.tenant };
+}
+
+/** The permission the route decides on, for its PERMISSION_DENIED example. */
+function permissionOf(route: Route): string {
+  if (route.operation === 'Power') return 'compute:nodes:power';
+  if (route.operation === 'Discovered') return 'compute:sites:read';
+  if (route.method === 'GET') return 'read';
+  return route.tag === 'metal' ? 'compute:nodes:provision' : 'admin';
+}
+
+const INVALID_CONFIG_EXAMPLE: Record<string, string> = {
+  Enroll: 'no secret broker is configured: pass bmc.credentials as a secret:// reference',
+  Unrescue: 'unrescue needs the provision module, which is not registered (MODULES)',
+};
+
+/** A realistic error body for one code on one route. */
+function errorExample(route: Route, code: ErrorCode, tooLarge = false): Record<string, unknown> {
+  const { what, id } = subjectOf(route);
+  const required = (route.body?.required ?? []) as string[];
+  let message: string;
+  let details: Record<string, unknown> | undefined;
+  switch (code) {
+    case 'INVALID_INPUT':
+      if (tooLarge) {
+        message = `body: larger than ${MAX_BODY_BYTES} bytes`;
+        details = { field: 'body', limit: MAX_BODY_BYTES };
+      } else if (required.length) {
+        message = `body.${required[0]}: is required`;
+        details = { field: `body.${required[0]}` };
+      } else {
+        message = 'query.limit: is not a known field';
+        details = { field: 'query.limit' };
+      }
+      break;
+    case 'UNAUTHENTICATED':
+      message = 'a valid bearer token is required';
+      break;
+    case 'PERMISSION_DENIED': {
+      const permission = permissionOf(route);
+      message = `missing permission ${permission} on ${what} ${id}`;
+      details = { permission, resource: what };
+      break;
+    }
+    case 'NOT_FOUND':
+      message = `${what} ${id} not found`;
+      break;
+    case 'CONFLICT':
+      message = `${what} ${id} changed concurrently; read it again and retry`;
+      break;
+    case 'INVALID_STATE':
+      message = `${route.operation.toLowerCase()} is not legal for node ${ID.node} in state deploying; legal from: ready`;
+      details = { state: 'deploying', legalFrom: ['ready'] };
+      break;
+    case 'INVALID_CONFIG':
+      message = INVALID_CONFIG_EXAMPLE[route.operation] ?? 'this process is not configured for this request';
+      break;
+    case 'INTERNAL':
+      message = 'internal error';
+      break;
+    default:
+      message = CODE_MEANING[code];
+  }
+  return { error: { code, message, requestId: EXAMPLE_REQUEST_ID, ...(details ? { details } : {}) } };
+}
+
+const errorContent = (examples: Record<string, unknown>) => ({
+  'application/json': {
+    schema: { $ref: '#/components/schemas/Error' },
+    examples: Object.fromEntries(Object.entries(examples).map(([code, value]) => [code, { summary: code, value }])),
+  },
+});
+
+/** Every status the route can answer with an error, each with its codes, their meaning and an example of each. */
+function errorResponses(route: Route): Record<string, unknown> {
+  const codes = [...new Set([...ALWAYS, ...(route.refusals ?? Object.keys(CODE_MEANING) as ErrorCode[])])];
+  const byStatus = new Map<number, ErrorCode[]>();
+  for (const code of codes) byStatus.set(HTTP_STATUS[code], [...(byStatus.get(HTTP_STATUS[code]) ?? []), code]);
+  const responses: [number, unknown][] = [...byStatus].map(([status, list]) => [
+    status,
+    {
+      description: list.map((code) => `${code}: ${CODE_MEANING[code]}`).join('. '),
+      content: errorContent(Object.fromEntries(list.map((code) => [code, errorExample(route, code)]))),
+    },
+  ]);
+  if (route.body) {
+    responses.push([413, {
+      description: `INVALID_INPUT: the body is over ${MAX_BODY_BYTES} bytes`,
+      content: errorContent({ INVALID_INPUT: errorExample(route, 'INVALID_INPUT', true) }),
+    }]);
+  }
+  return Object.fromEntries(responses.sort(([a], [b]) => a - b).map(([status, response]) => [String(status), response]));
+}
+
+const withExample = (schema: JsonSchema, example: unknown) => (example === undefined ? { schema } : { schema, example });
 
 /** The OpenAPI 3.1 document, generated from the same route table the router serves. */
 export function openApiDocument(routes: Route[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const route of routes) {
+    const example = route.example;
     const parameters = [
-      ...Object.entries(route.params ?? {}).map(([name, schema]) => ({ name, in: 'path', required: true, schema })),
-      ...Object.entries(route.query?.properties ?? {}).map(([name, schema]) => ({ name, in: 'query', required: false, schema })),
+      ...Object.entries(route.params ?? {}).map(([name, schema]) => ({ name, in: 'path', required: true, ...withExample(schema, example?.params?.[name]) })),
+      ...Object.entries(route.query?.properties ?? {}).map(([name, schema]) => ({ name, in: 'query', required: false, ...withExample(schema, example?.query?.[name]) })),
     ];
-    const errors = Object.fromEntries(
-      Object.entries(ERROR_RESPONSES)
-        .filter(([status]) => status !== '413' || route.body)
-        .map(([status, description]) => [status, { description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }]),
-    );
+    const success = route.successStatus ?? 200;
     (paths[route.path] ??= {})[route.method.toLowerCase()] = {
       operationId: route.operation,
       summary: route.summary,
       ...(route.description ? { description: route.description } : {}),
       tags: [route.tag],
       ...(parameters.length ? { parameters } : {}),
-      ...(route.body ? { requestBody: { required: true, content: { 'application/json': { schema: route.body } } } } : {}),
+      ...(route.body ? { requestBody: { required: true, content: { 'application/json': withExample(route.body, example?.body) } } } : {}),
       responses: {
-        [String(route.successStatus ?? 200)]: { description: 'OK', content: { 'application/json': { schema: route.response } } },
-        ...errors,
+        [String(success)]: { description: success === 201 ? 'Created' : 'OK', content: { 'application/json': withExample(route.response, example?.response) } },
+        ...errorResponses(route),
       },
       'x-graphql-operation': route.operation,
     };
@@ -45,7 +157,15 @@ export function openApiDocument(routes: Route[], version: string): Record<string
     info: {
       title: 'Metal control plane REST API',
       version,
-      description: 'REST compatibility routes. Each executes a GraphQL operation of the same service (see x-graphql-operation); /graphql is the full API.',
+      description: [
+        'REST compatibility routes. Each executes a GraphQL operation of the same service (`x-graphql-operation`); [/graphql](/graphql) is the full API (GraphiQL in a browser).',
+        '',
+        'Every route needs `Authorization: Bearer <token>` (the Authorize button sets it for Try it out). Errors are `{"error": {"code", "message", "requestId"}}`, with `details` for some codes:',
+        '',
+        '| code | HTTP |',
+        '| --- | --- |',
+        ...[...new Set(Object.values(HTTP_STATUS))].sort().map((status) => `| ${(Object.keys(HTTP_STATUS) as ErrorCode[]).filter((c) => HTTP_STATUS[c] === status).join(', ')} | ${status}${status === 400 ? ' (413 for a body over 1 MiB)' : ''} |`),
+      ].join('\n'),
     },
     servers: [{ url: '/' }],
     security: [{ bearer: [] }],
@@ -58,36 +178,23 @@ export function openApiDocument(routes: Route[], version: string): Record<string
   };
 }
 
-const escape = (text: string) => text.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]!);
-
-/** A plain, self-contained docs page (no CDN: this service often runs where the internet is not). */
-export function docsPage(routes: Route[]): string {
-  const rows = routes.map((r) => {
-    const params = [
-      ...Object.keys(r.params ?? {}).map((p) => `<code>${escape(p)}</code> (path)`),
-      ...Object.keys(r.query?.properties ?? {}).map((p) => `<code>${escape(p)}</code> (query)`),
-    ].join(', ');
-    const body = r.body ? `<details><summary>body</summary><pre>${escape(JSON.stringify(r.body, null, 2))}</pre></details>` : '';
-    return `<section><h3><span class="m">${r.method}</span> <code>${escape(r.path)}</code></h3>
-<p>${escape(r.summary)}${r.description ? ` — ${escape(r.description)}` : ''}</p>
-${params ? `<p>Parameters: ${params}</p>` : ''}${body}
-<p class="op">GraphQL operation: <code>${escape(r.operation)}</code></p></section>`;
-  });
-  return `<!doctype html><html><head><meta charset="utf-8"><title>Metal control plane REST API</title>
-<style>body{font:15px/1.5 system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}
-section{border-top:1px solid #ddd;padding:.5em 0}.m{background:#234;color:#fff;padding:0 .4em;border-radius:3px;font-size:.85em}
-pre{background:#f6f6f6;padding:.5em;overflow:auto}.op{color:#666;font-size:.9em}</style></head><body>
-<h1>Metal control plane REST API</h1>
-<p>Authenticate with <code>Authorization: Bearer &lt;token&gt;</code>. Errors are
-<code>{"error": {"code", "message", "requestId"}}</code>. Machine-readable: <a href="/openapi.json">/openapi.json</a> (OpenAPI 3.1).
-The full API is GraphQL at <a href="/graphql">/graphql</a>.</p>
-${rows.join('\n')}
-</body></html>`;
-}
-
 /** The REST event stream (src/events/sse.ts): not a GraphQL-backed route, so described here. */
 function eventStreamOperation(): Record<string, unknown> {
-  const error = (description: string) => ({ description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } });
+  const error = (description: string, code: ErrorCode, message: string, details?: Record<string, unknown>) => ({
+    description,
+    content: errorContent({ [code]: { error: { code, message, requestId: EXAMPLE_REQUEST_ID, ...(details ? { details } : {}) } } }),
+  });
+  const event = {
+    cursor: '48213',
+    type: 'node.provision.deploying',
+    tenantId: ID.tenant,
+    siteId: ID.site,
+    poolId: ID.pool,
+    nodeId: ID.node,
+    subject: ID.node,
+    payload: { nodeId: ID.node, verb: 'deploy', from: 'ready', to: 'deploying', requestId: EXAMPLE_REQUEST_ID },
+    createdAt: '2026-11-30T09:20:03.118Z',
+  };
   return {
     operationId: 'EventStream',
     summary: 'Server-Sent Events: the events the token may read, replayed after a cursor, then live',
@@ -98,15 +205,26 @@ function eventStreamOperation(): Record<string, unknown> {
       '(data: code, message, details.lastCursor): ABORTED when the reader fell too far behind, UNAUTHENTICATED when the token was revoked.',
     tags: ['events'],
     parameters: [
-      { name: 'channel', in: 'query', required: false, schema: { type: 'string', enum: ['metal', 'fabric', 'provision', 'all'], default: 'metal' } },
-      { name: 'after', in: 'query', required: false, schema: { type: 'string', pattern: '^[0-9]{1,19}$' }, description: 'Replay the events after this cursor first.' },
-      { name: 'nodeId', in: 'query', required: false, schema: { type: 'string' }, description: 'Only the events of this node.' },
-      { name: 'Last-Event-ID', in: 'header', required: false, schema: { type: 'string' }, description: 'Wins over after: the cursor of the last event received.' },
+      { name: 'channel', in: 'query', required: false, schema: { type: 'string', enum: ['metal', 'fabric', 'provision', 'all'], default: 'metal' }, example: 'metal' },
+      { name: 'after', in: 'query', required: false, schema: { type: 'string', pattern: '^[0-9]{1,19}$' }, description: 'Replay the events after this cursor first.', example: '48212' },
+      { name: 'nodeId', in: 'query', required: false, schema: { type: 'string' }, description: 'Only the events of this node.', example: ID.node },
+      { name: 'Last-Event-ID', in: 'header', required: false, schema: { type: 'string' }, description: 'Wins over after: the cursor of the last event received.', example: '48212' },
     ],
     responses: {
-      '200': { description: 'An event stream', content: { 'text/event-stream': { schema: { type: 'string' } } } },
-      '400': error('INVALID_INPUT: an unknown channel or parameter, a malformed cursor, or one older than the retention'),
-      '401': error('UNAUTHENTICATED'),
+      '200': {
+        description: 'An event stream',
+        content: {
+          'text/event-stream': {
+            schema: { type: 'string' },
+            example: `: metal event stream\nretry: 2000\n\nid: ${event.cursor}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`,
+          },
+        },
+      },
+      '400': error('INVALID_INPUT: an unknown channel or parameter, a malformed cursor, or one older than the retention', 'INVALID_INPUT',
+        'query.channel: must be one of metal, fabric, provision, all', { field: 'query.channel' }),
+      '401': error(`UNAUTHENTICATED: ${CODE_MEANING.UNAUTHENTICATED}`, 'UNAUTHENTICATED', 'a valid bearer token is required'),
+      '422': error('INVALID_CONFIG: this process serves no event streams', 'INVALID_CONFIG', 'this process serves no event streams (ROLE=worker)'),
+      '500': error(`INTERNAL: ${CODE_MEANING.INTERNAL}`, 'INTERNAL', 'internal error'),
     },
   };
 }

@@ -6,8 +6,66 @@ import { AppError, HTTP_STATUS, isErrorCode, type ErrorCode } from '../errors';
 import { routes as defaultRoutes, type Route, type RouteInput } from './routes';
 import { loadOperations } from './operations';
 import { CSRF_HEADER, type GraphqlServer, type ServerContext } from '../graphql/yoga';
-import { PayloadTooLarge, readBody } from '../http/body';
+import { PayloadTooLarge, checkJsonDepth, readBody } from '../http/body';
 import { sendJson, sendError } from '../http/respond';
+import { checkJsonStrings, isIdFieldName, maxLengthOf } from '../limits';
+import type { JsonSchema } from './schemas';
+
+type Auth = NonNullable<ServerContext['auth']>;
+
+/**
+ * The string limits of src/limits.ts written into a route's JSON Schema (a copy), by property
+ * name: ajv enforces them with REST field names, and /openapi.json shows them as maxLength.
+ * Enums, patterns with their own bounds and formats (date-time) keep their own rules.
+ */
+export function withStringLimits(schema: JsonSchema, name?: string): JsonSchema {
+  const out: JsonSchema = { ...schema };
+  if (out.type === 'string' && out.enum === undefined && out.format === undefined && out.maxLength === undefined) {
+    out.maxLength = maxLengthOf(name, name !== undefined && isIdFieldName(name));
+  }
+  if (out.properties && typeof out.properties === 'object') {
+    out.properties = Object.fromEntries(
+      Object.entries(out.properties as Record<string, JsonSchema>).map(([key, inner]) => [key, withStringLimits(inner, key)]),
+    );
+  }
+  if (out.items && typeof out.items === 'object' && !Array.isArray(out.items)) out.items = withStringLimits(out.items as JsonSchema, name);
+  for (const key of ['anyOf', 'oneOf', 'allOf'] as const) {
+    if (Array.isArray(out[key])) out[key] = (out[key] as JsonSchema[]).map((inner) => withStringLimits(inner, name));
+  }
+  return out;
+}
+
+export function limitRoute(route: Route): Route {
+  return {
+    ...route,
+    ...(route.params ? { params: Object.fromEntries(Object.entries(route.params).map(([key, s]) => [key, withStringLimits(s, key)])) } : {}),
+    ...(route.query ? { query: withStringLimits(route.query) as Route['query'] } : {}),
+    ...(route.body ? { body: withStringLimits(route.body) } : {}),
+  };
+}
+
+/**
+ * A GraphQL error's field (`input.policy.quorum`, `nodeIds[3]`, `$input.name`) as the REST
+ * caller wrote it (`body.policy.quorum`, `path.id`): the route's variables carry the body's
+ * fields under the same names, and path parameters are found by their value.
+ */
+function restField(field: string, input: RouteInput, variables: Record<string, unknown>): string | null {
+  const bare = field.replace(/^\$/, '');
+  const segments = bare.split(/[.[]/);
+  let rest = bare;
+  let holder: unknown = variables;
+  // Strip the argument (`input.`) when the variables hold the fields under it.
+  if (segments.length > 1 && variables[segments[0]!] && typeof variables[segments[0]!] === 'object') {
+    holder = variables[segments[0]!];
+    rest = bare.slice(segments[0]!.length + 1);
+  }
+  const top = rest.split(/[.[]/)[0]!;
+  if (input.body && Object.hasOwn(input.body, top)) return `body.${rest}`;
+  const value = (holder as Record<string, unknown> | null)?.[top] ?? variables[top];
+  for (const [param, given] of Object.entries(input.params)) if (given === value && rest === top) return `path.${param}`;
+  if (Object.hasOwn(input.query, top)) return `query.${rest}`;
+  return null;
+}
 
 interface CompiledRoute {
   route: Route;
@@ -20,7 +78,11 @@ interface CompiledRoute {
 /** `/instancePath` + ajv's keyword params -> `body.bmc.address` style field paths. */
 function fieldOf(where: string, error: ErrorObject): string {
   const parts = error.instancePath.split('/').filter(Boolean);
-  if (error.keyword === 'additionalProperties') parts.push(String(error.params.additionalProperty));
+  // An unknown key is named, but only a short clean one (the key itself is the caller's input).
+  if (error.keyword === 'additionalProperties') {
+    const key = String(error.params.additionalProperty);
+    parts.push(/^[A-Za-z_][A-Za-z0-9_-]{0,63}$/.test(key) ? key : '(an unknown key)');
+  }
   if (error.keyword === 'required') parts.push(String(error.params.missingProperty));
   return [where, ...parts].join('.').replace(/\.(\d+)(?=\.|$)/g, '[$1]');
 }
@@ -40,10 +102,16 @@ function explain(where: string, error: ErrorObject): AppError {
  * Yoga with the caller's own headers, so every rule (auth included) is the GraphQL one.
  */
 export class RestRouter {
-  private router = Router<HTTPVersion.V1>({ ignoreTrailingSlash: true, caseSensitive: true });
+  // Long path parameters reach the route, whose schema names them (find-my-way's default of 100
+  // would answer 404 for a 101-character id).
+  private router = Router<HTTPVersion.V1>({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: 16 * 1024 });
   readonly routes: Route[];
 
+  /** Who each request is, decided by the server before routing (see {@link lookup}). */
+  private auth = new WeakMap<IncomingMessage, Auth>();
+
   constructor(private yoga: GraphqlServer, routeTable: Route[] = defaultRoutes) {
+    routeTable = routeTable.map(limitRoute);
     this.routes = routeTable;
     const operations = loadOperations();
     const ajvBody = new Ajv({ allErrors: false, strict: false });
@@ -74,7 +142,9 @@ export class RestRouter {
     return pathname.startsWith('/api/') || pathname.startsWith('/controlnode/');
   }
 
-  lookup(req: IncomingMessage, res: ServerResponse): void | Promise<void> {
+  /** `auth`: the caller, authenticated before anything about the request is looked at. */
+  lookup(req: IncomingMessage, res: ServerResponse, auth?: Auth): void | Promise<void> {
+    if (auth) this.auth.set(req, auth);
     const requestId = String(res.getHeader('x-request-id'));
     const url = req.url ?? '/';
     const found = this.router.find(req.method as never, url.split('?')[0]!);
@@ -92,6 +162,7 @@ export class RestRouter {
     const requestId = String(res.getHeader('x-request-id'));
     try {
       const input = await this.parse(compiled, req, params);
+      const variables = compiled.route.variables(input);
       const capture: NonNullable<ServerContext['capture']> = {};
       const response = await this.yoga.fetch('http://internal/graphql', {
         method: 'POST',
@@ -102,8 +173,8 @@ export class RestRouter {
           'x-request-id': requestId,
           ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
         },
-        body: JSON.stringify({ query: compiled.document, operationName: compiled.route.operation, variables: compiled.route.variables(input) }),
-      }, { requestId, capture });
+        body: JSON.stringify({ query: compiled.document, operationName: compiled.route.operation, variables }),
+      }, { requestId, capture, ...(this.auth.has(req) ? { auth: this.auth.get(req) } : {}) });
       // The result object itself when Yoga got as far as a result (see captureResult); its JSON otherwise.
       const result = (capture.result ?? (await response.json())) as {
         data?: Record<string, unknown> | null;
@@ -112,8 +183,25 @@ export class RestRouter {
       if (result.errors?.length) {
         const first = result.errors[0]!;
         const code: ErrorCode = isErrorCode(first.extensions?.code) ? first.extensions.code : 'INTERNAL';
-        const details = first.extensions?.details as Record<string, unknown> | undefined;
-        return sendError(res, HTTP_STATUS[code], code, first.message, requestId, details);
+        let details = first.extensions?.details as Record<string, unknown> | undefined;
+        let message = first.message;
+        const field = typeof details?.field === 'string' ? details.field : null;
+        const renamed = field ? restField(field, input, variables) : null;
+        if (field && renamed && renamed !== field) {
+          details = { ...details, field: renamed };
+          message = message.split(field).join(renamed);
+        }
+        // Other GraphQL paths the message mentions (`the same node is input.nodeIds[1]`)
+        message = message.replace(/\$?\binput\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+|\[\d+\])*/g, (path) => restField(path, input, variables) ?? path);
+        // bulk names each refused node's element too
+        if (Array.isArray(details?.refused)) {
+          details = {
+            ...details,
+            refused: (details.refused as Record<string, unknown>[]).map((r) =>
+              typeof r.field === 'string' ? { ...r, field: restField(r.field, input, variables) ?? r.field } : r),
+          };
+        }
+        return sendError(res, HTTP_STATUS[code], code, message, requestId, details);
       }
       return sendJson(res, compiled.route.successStatus ?? 200, compiled.route.respond(result.data ?? {}, input));
     } catch (error) {
@@ -134,7 +222,11 @@ export class RestRouter {
     }
     const pathParams = { ...params };
     if (compiled.params && !compiled.params(pathParams)) throw explain('path', compiled.params.errors![0]!);
+    const badParam = checkJsonStrings(pathParams, 'path');
+    if (badParam) throw badParam;
     if (compiled.query && !compiled.query(query)) throw explain('query', compiled.query.errors![0]!);
+    const badQuery = checkJsonStrings(query, 'query');
+    if (badQuery) throw badQuery;
     let body: Record<string, unknown> | undefined;
     if (compiled.body) {
       const raw = await readBody(req);
@@ -142,6 +234,7 @@ export class RestRouter {
       if (!/^application\/json\b/i.test(contentType)) {
         throw new AppError('INVALID_INPUT', 'body: the Content-Type must be application/json', { field: 'body' });
       }
+      checkJsonDepth(raw);
       let parsed: unknown;
       try {
         parsed = JSON.parse(raw.toString('utf8') || 'null');
@@ -152,6 +245,8 @@ export class RestRouter {
         throw new AppError('INVALID_INPUT', 'body: must be a JSON object', { field: 'body' });
       }
       if (!compiled.body(parsed)) throw explain('body', compiled.body.errors![0]!);
+      const badBody = checkJsonStrings(parsed, 'body');
+      if (badBody) throw badBody;
       body = parsed as Record<string, unknown>;
     } else {
       // Routes without a body still refuse oversized or stray bodies rather than ignore them silently.

@@ -1,6 +1,10 @@
-import { notFound } from '../errors';
+import { notFound, type ErrorCode } from '../errors';
 import { PERMISSIONS, SCOPE_TYPES } from '../auth/permissions';
 import { PROVISION_STATES, ref, schemaTypes, type JsonSchema } from './schemas';
+import {
+  EXAMPLE_IDS as ID, exampleBatch, exampleDiscoveredMachine, exampleGrant, exampleHardwareProfile, exampleMetalNode,
+  examplePageInfo, examplePool, exampleSite, exampleViewer,
+} from './examples';
 
 const { str, int, bool } = schemaTypes;
 
@@ -32,7 +36,28 @@ export interface Route {
   respond(data: Record<string, unknown>, input: RouteInput): unknown;
   response: JsonSchema;
   successStatus?: number;
+  /**
+   * The codes this route may answer besides those every route may (INVALID_INPUT, UNAUTHENTICATED,
+   * INTERNAL): /openapi.json lists each status the route can answer with them.
+   */
+  refusals?: ErrorCode[];
+  /** What /openapi.json and /docs show; test/openapi.test.ts checks each part against its schema. */
+  example?: RouteExample;
 }
+
+export interface RouteExample {
+  params?: Record<string, string>;
+  query?: Record<string, unknown>;
+  body?: Record<string, unknown>;
+  response: unknown;
+}
+
+/** Reading one object by id: another tenant's is NOT_FOUND, one outside the token's grants PERMISSION_DENIED. */
+const READ_ONE: ErrorCode[] = ['PERMISSION_DENIED', 'NOT_FOUND'];
+/** Creating or changing tenancy objects: admin on the parent, the parent must exist, names are unique. */
+const ADMIN_WRITE: ErrorCode[] = ['PERMISSION_DENIED', 'NOT_FOUND', 'CONFLICT'];
+/** A metal verb on a node: permission on it, the node exists, the state table allows it, no concurrent change. */
+const NODE_VERB: ErrorCode[] = ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_STATE', 'CONFLICT'];
 
 /** `node(id)` with a type condition gives `{}` for an id of another type: that is NOT_FOUND too. */
 function one(value: unknown, what: string, id: string): unknown {
@@ -57,6 +82,9 @@ const POOL_POLICY_INPUT: JsonSchema = {
 
 const idParam = { id: { ...str, description: 'The entity id (the same string GraphQL uses)' } };
 
+/** A success body: each of its keys is always there. */
+const envelope = (properties: Record<string, JsonSchema>): JsonSchema => ({ type: 'object', required: Object.keys(properties), properties });
+
 const edgesToList = (connection: { edges: { node: unknown }[]; pageInfo: unknown }) => ({
   list: connection.edges.map((e) => e.node),
   pageInfo: connection.pageInfo,
@@ -73,7 +101,9 @@ export const routes: Route[] = [
     params: idParam,
     variables: ({ params }) => ({ id: params.id }),
     respond: (data, { params }) => ({ node: one(data.node, 'node', params.id!) }),
-    response: { type: 'object', properties: { node: ref('MetalNode') } },
+    response: envelope({ node: ref('MetalNode') }),
+    refusals: READ_ONE,
+    example: { params: { id: ID.node }, response: { node: exampleMetalNode() } },
   },
   {
     method: 'GET',
@@ -86,12 +116,12 @@ export const routes: Route[] = [
       type: 'object',
       additionalProperties: false,
       properties: {
-        siteId: str,
-        poolId: str,
+        siteId: { ...str, description: 'Only the nodes of this site' },
+        poolId: { ...str, description: 'Only the nodes of this pool' },
         provisionState: { type: 'string', enum: PROVISION_STATES },
         maintenance: bool,
-        first: { ...int, minimum: 1 },
-        after: str,
+        first: { ...int, minimum: 1, description: 'Page size (default 50, at most MAX_PAGE_SIZE)' },
+        after: { ...str, description: 'pageInfo.endCursor of the previous page' },
       },
     },
     variables: ({ query }) => ({
@@ -108,7 +138,12 @@ export const routes: Route[] = [
       const { list, pageInfo } = edgesToList(data.nodes as never);
       return { nodes: list, pageInfo };
     },
-    response: { type: 'object', properties: { nodes: { type: 'array', items: ref('MetalNode') }, pageInfo: ref('PageInfo') } },
+    response: envelope({ nodes: { type: 'array', items: ref('MetalNode') }, pageInfo: ref('PageInfo') }),
+    refusals: [],
+    example: {
+      query: { poolId: ID.pool, provisionState: 'ready', first: 20 },
+      response: { nodes: [exampleMetalNode()], pageInfo: examplePageInfo },
+    },
   },
   {
     method: 'GET',
@@ -118,7 +153,9 @@ export const routes: Route[] = [
     summary: 'List sites',
     variables: () => ({}),
     respond: (data) => ({ sites: data.sites }),
-    response: { type: 'object', properties: { sites: { type: 'array', items: ref('Site') } } },
+    response: envelope({ sites: { type: 'array', items: ref('Site') } }),
+    refusals: [],
+    example: { response: { sites: [exampleSite] } },
   },
   {
     method: 'GET',
@@ -129,7 +166,9 @@ export const routes: Route[] = [
     params: idParam,
     variables: ({ params }) => ({ id: params.id }),
     respond: (data, { params }) => ({ site: one(data.node, 'site', params.id!) }),
-    response: { type: 'object', properties: { site: ref('Site') } },
+    response: envelope({ site: ref('Site') }),
+    refusals: READ_ONE,
+    example: { params: { id: ID.site }, response: { site: exampleSite } },
   },
   {
     method: 'GET',
@@ -137,10 +176,12 @@ export const routes: Route[] = [
     operation: 'Pools',
     tag: 'tenancy',
     summary: 'List pools',
-    query: { type: 'object', additionalProperties: false, properties: { siteId: str } },
+    query: { type: 'object', additionalProperties: false, properties: { siteId: { ...str, description: 'Only the pools of this site' } } },
     variables: ({ query }) => ({ siteId: query.siteId }),
     respond: (data) => ({ pools: data.pools }),
-    response: { type: 'object', properties: { pools: { type: 'array', items: ref('Pool') } } },
+    response: envelope({ pools: { type: 'array', items: ref('Pool') } }),
+    refusals: [],
+    example: { query: { siteId: ID.site }, response: { pools: [examplePool()] } },
   },
   {
     method: 'GET',
@@ -151,7 +192,9 @@ export const routes: Route[] = [
     params: idParam,
     variables: ({ params }) => ({ id: params.id }),
     respond: (data, { params }) => ({ pool: one(data.node, 'pool', params.id!) }),
-    response: { type: 'object', properties: { pool: ref('Pool') } },
+    response: envelope({ pool: ref('Pool') }),
+    refusals: READ_ONE,
+    example: { params: { id: ID.pool }, response: { pool: examplePool() } },
   },
   {
     method: 'GET',
@@ -161,7 +204,9 @@ export const routes: Route[] = [
     summary: 'List hardware profiles',
     variables: () => ({}),
     respond: (data) => ({ hardwareProfiles: data.hardwareProfiles }),
-    response: { type: 'object', properties: { hardwareProfiles: { type: 'array', items: ref('HardwareProfile') } } },
+    response: envelope({ hardwareProfiles: { type: 'array', items: ref('HardwareProfile') } }),
+    refusals: [],
+    example: { response: { hardwareProfiles: [exampleHardwareProfile] } },
   },
   {
     method: 'GET',
@@ -171,7 +216,9 @@ export const routes: Route[] = [
     summary: 'Who the bearer token says the caller is',
     variables: () => ({}),
     respond: (data) => ({ viewer: data.viewer }),
-    response: { type: 'object', properties: { viewer: ref('Viewer') } },
+    response: envelope({ viewer: ref('Viewer') }),
+    refusals: [],
+    example: { response: { viewer: exampleViewer } },
   },
   {
     method: 'POST',
@@ -183,8 +230,10 @@ export const routes: Route[] = [
     body: { type: 'object', additionalProperties: false, required: ['name'], properties: { tenantId: str, name: str } },
     variables: ({ body }) => ({ input: body }),
     respond: (data) => ({ site: data.createSite }),
-    response: { type: 'object', properties: { site: ref('Site') } },
+    response: envelope({ site: ref('Site') }),
     successStatus: 201,
+    refusals: ADMIN_WRITE,
+    example: { body: { name: 'fra1' }, response: { site: exampleSite } },
   },
   {
     method: 'POST',
@@ -201,8 +250,18 @@ export const routes: Route[] = [
     },
     variables: ({ body }) => ({ input: body }),
     respond: (data) => ({ pool: data.createPool }),
-    response: { type: 'object', properties: { pool: ref('Pool') } },
+    response: envelope({ pool: ref('Pool') }),
     successStatus: 201,
+    refusals: ADMIN_WRITE,
+    example: {
+      body: { siteId: ID.site, name: 'gpu-a', policy: { hardwareProfile: 'r650', agent: 'bcd' } },
+      response: {
+        pool: examplePool({
+          version: 1,
+          policy: { hardwareProfile: 'r650', agent: 'bcd', trustProvisioningNetwork: false, approverKeys: [], quorum: null },
+        }),
+      },
+    },
   },
   {
     method: 'PATCH',
@@ -220,7 +279,13 @@ export const routes: Route[] = [
     },
     variables: ({ params, body }) => ({ input: { poolId: params.id, ...body } }),
     respond: (data) => ({ pool: data.updatePoolPolicy }),
-    response: { type: 'object', properties: { pool: ref('Pool') } },
+    response: envelope({ pool: ref('Pool') }),
+    refusals: ADMIN_WRITE,
+    example: {
+      params: { id: ID.pool },
+      body: { policy: { approverKeys: [{ id: 'ops-1', publicKey: 'YzD6wnOqopXG+xR9jo0L+bhvxwyi3aXO3RJNQOW0x5M=' }], quorum: 1 }, expectedVersion: 1 },
+      response: { pool: examplePool() },
+    },
   },
   {
     method: 'POST',
@@ -256,11 +321,16 @@ export const routes: Route[] = [
     },
     variables: ({ body }) => ({ input: body }),
     respond: (data) => data.createApiToken,
-    response: {
-      type: 'object',
-      properties: { token: str, apiToken: { type: 'object', properties: { id: str, name: str, tenantId: { anyOf: [str, { type: 'null' }] } } } },
-    },
+    response: envelope({ token: { ...str, description: 'The bearer token: shown this once' }, apiToken: ref('ApiToken') }),
     successStatus: 201,
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND'],
+    example: {
+      body: { name: 'ci-deployer', tenantId: ID.tenant, expiresAt: '2027-06-01T00:00:00Z', grants: [exampleGrant] },
+      response: {
+        token: 'mcp_7Qm1c0m3vJ3kq3c5pZ9yXwq2fE8bH4nT6uR0sD1aLkY',
+        apiToken: { id: ID.token, name: 'ci-deployer', tenantId: ID.tenant, grants: [exampleGrant], createdAt: '2026-11-30T09:12:44.301Z', expiresAt: '2027-06-01T00:00:00.000Z' },
+      },
+    },
   },
   {
     method: 'DELETE',
@@ -271,7 +341,9 @@ export const routes: Route[] = [
     params: idParam,
     variables: ({ params }) => ({ id: params.id }),
     respond: (data) => ({ apiToken: data.revokeApiToken }),
-    response: { type: 'object', properties: { apiToken: { type: 'object', properties: { id: str, revokedAt: str } } } },
+    response: envelope({ apiToken: { type: 'object', required: ['id', 'revokedAt'], properties: { id: str, revokedAt: { type: 'string', format: 'date-time' } } } }),
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND'],
+    example: { params: { id: ID.token }, response: { apiToken: { id: ID.token, revokedAt: '2026-11-30T10:02:17.554Z' } } },
   },
   ...metalVerbRoutes(),
 ];
@@ -279,14 +351,44 @@ export const routes: Route[] = [
 /** POST /api/compute/metal/<verb>: the seed's metal group, each running its GraphQL mutation. */
 function metalVerbRoutes(): Route[] {
   const nodeId = { ...str, description: 'The metal node' };
-  const verbs: { verb: string; operation: string; field: string; summary: string; extra?: Record<string, JsonSchema>; required?: string[]; map?: (body: Record<string, unknown>) => Record<string, unknown> }[] = [
-    { verb: 'manage', operation: 'Manage', field: 'manageNode', summary: 'Move a ready node back to enrolling to re-verify BMC access' },
-    { verb: 'inspect', operation: 'Inspect', field: 'inspectNode', summary: 'Move a ready node to inspecting' },
-    { verb: 'provide', operation: 'Provide', field: 'provideNode', summary: 'Move a ready node to commissioning' },
-    { verb: 'recover', operation: 'Recover', field: 'recoverNode', summary: 'Move a failed node to the last stable point for the state it failed in' },
-    { verb: 'rescue', operation: 'Rescue', field: 'rescueNode', summary: 'Move a deployed node to rescue (boots the rescue ramdisk)' },
-    { verb: 'unrescue', operation: 'Unrescue', field: 'unrescueNode', summary: 'Boot a rescued node back into its installed OS (metal-unrescue workflow)' },
-    { verb: 'retire', operation: 'Retire', field: 'retireNode', summary: 'Move a node to retiring' },
+  const verbs: {
+    verb: string;
+    operation: string;
+    field: string;
+    summary: string;
+    extra?: Record<string, JsonSchema>;
+    required?: string[];
+    map?: (body: Record<string, unknown>) => Record<string, unknown>;
+    /** The node as the verb leaves it, for the example (and the body beyond nodeId). */
+    example: { body?: Record<string, unknown>; node: Record<string, unknown> };
+    refusals?: ErrorCode[];
+  }[] = [
+    { verb: 'manage', operation: 'Manage', field: 'manageNode', summary: 'Move a ready node back to enrolling to re-verify BMC access', example: { node: { provisionState: 'enrolling', version: 5 } } },
+    { verb: 'inspect', operation: 'Inspect', field: 'inspectNode', summary: 'Move a ready node to inspecting', example: { node: { provisionState: 'inspecting', version: 5 } } },
+    { verb: 'provide', operation: 'Provide', field: 'provideNode', summary: 'Move a ready node to commissioning', example: { node: { provisionState: 'commissioning', version: 5 } } },
+    {
+      verb: 'recover',
+      operation: 'Recover',
+      field: 'recoverNode',
+      summary: 'Move a failed node to the last stable point for the state it failed in',
+      example: { node: { provisionState: 'releasing', version: 7 } },
+    },
+    {
+      verb: 'rescue',
+      operation: 'Rescue',
+      field: 'rescueNode',
+      summary: 'Move a deployed node to rescue (boots the rescue ramdisk)',
+      example: { node: { provisionState: 'rescue', role: 'gpu-worker', profileId: ID.deployProfile, profileVersion: 3, workflowId: ID.workflow, version: 9 } },
+    },
+    {
+      verb: 'unrescue',
+      operation: 'Unrescue',
+      field: 'unrescueNode',
+      summary: 'Boot a rescued node back into its installed OS (metal-unrescue workflow)',
+      example: { node: { provisionState: 'rescue', role: 'gpu-worker', profileId: ID.deployProfile, profileVersion: 3, workflowId: ID.workflow, version: 10 } },
+      refusals: [...NODE_VERB, 'INVALID_CONFIG'],
+    },
+    { verb: 'retire', operation: 'Retire', field: 'retireNode', summary: 'Move a node to retiring', example: { node: { provisionState: 'retiring', version: 5 } } },
     {
       verb: 'deploy',
       operation: 'Deploy',
@@ -294,8 +396,25 @@ function metalVerbRoutes(): Route[] {
       summary: 'Move a ready node to deploying with the given profile version recorded on it',
       extra: { profileId: str, profileVersion: { ...int, minimum: 1 } },
       required: ['profileId', 'profileVersion'],
+      example: {
+        body: { profileId: ID.deployProfile, profileVersion: 3 },
+        node: { provisionState: 'deploying', profileId: ID.deployProfile, profileVersion: 3, workflowId: ID.workflow, version: 5 },
+      },
     },
-    { verb: 'abort', operation: 'Abort', field: 'abortNode', summary: 'Stop the node\'s workflow and move it to failed', extra: { reason: str } },
+    {
+      verb: 'abort',
+      operation: 'Abort',
+      field: 'abortNode',
+      summary: 'Stop the node\'s workflow and move it to failed',
+      extra: { reason: str },
+      example: {
+        body: { reason: 'wrong profile' },
+        node: {
+          provisionState: 'failed', failedFrom: 'deploying', maintenance: true,
+          lastError: { code: 'ABORTED', message: 'aborted: wrong profile' }, profileId: ID.deployProfile, profileVersion: 3, version: 6,
+        },
+      },
+    },
     {
       verb: 'undeploy',
       operation: 'Undeploy',
@@ -304,6 +423,7 @@ function metalVerbRoutes(): Route[] {
       extra: { wipe: { type: 'string', enum: ['none', 'quick', 'secure-erase', 'crypto-erase'] } },
       // GraphQL enum values cannot hold "-": secure-erase is secure_erase there.
       map: (body) => ({ ...body, ...(typeof body.wipe === 'string' ? { wipe: body.wipe.replace('-', '_') } : {}) }),
+      example: { body: { wipe: 'secure-erase' }, node: { provisionState: 'releasing', workflowId: ID.workflow, version: 11 } },
     },
   ];
   const enrollRoute: Route = {
@@ -349,7 +469,19 @@ function metalVerbRoutes(): Route[] {
       return { input: { ...body, bmc: { ...bmc, credentials } } };
     },
     respond: (data) => ({ node: (data.enrollNode as { node: unknown }).node }),
-    response: { type: 'object', properties: { node: ref('MetalNode') } },
+    response: envelope({ node: ref('MetalNode') }),
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'CONFLICT', 'INVALID_CONFIG'],
+    example: {
+      body: {
+        poolId: ID.pool,
+        name: 'rack1-u12',
+        bmc: { address: '10.0.0.5', driver: 'redfish', credentials: 'secret://bmc/rack1-u12' },
+        macs: ['52:54:00:12:34:56'],
+      },
+      response: {
+        node: exampleMetalNode({ provisionState: 'enrolling', addresses: [], productUuid: null, version: 1, updatedAt: '2026-11-30T09:12:44.301Z' }),
+      },
+    },
   };
   const powerRoute: Route = {
     method: 'POST',
@@ -369,7 +501,9 @@ function metalVerbRoutes(): Route[] {
       const payload = data.powerNode as { node: unknown; commandId: string };
       return { node: payload.node, commandId: payload.commandId };
     },
-    response: { type: 'object', properties: { node: ref('MetalNode'), commandId: str } },
+    response: envelope({ node: ref('MetalNode'), commandId: { ...str, description: 'The queued bmc.power command' } }),
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_STATE', 'CONFLICT'],
+    example: { body: { nodeId: ID.node, action: 'cycle' }, response: { node: exampleMetalNode(), commandId: ID.command } },
   };
   const bulkRoute: Route = {
     method: 'POST',
@@ -395,7 +529,21 @@ function metalVerbRoutes(): Route[] {
       const payload = data.bulkNodes as { nodes: unknown[]; batch: unknown };
       return { nodes: payload.nodes, batch: payload.batch };
     },
-    response: { type: 'object', properties: { nodes: { type: 'array', items: ref('MetalNode') }, batch: { anyOf: [{ type: 'object' }, { type: 'null' }] } } },
+    response: envelope({
+      nodes: { type: 'array', items: ref('MetalNode') },
+      batch: { anyOf: [ref('CommandBatch'), { type: 'null' }], description: 'null for verbs that send nothing destructive' },
+    }),
+    refusals: NODE_VERB,
+    example: {
+      body: { poolId: ID.pool, verb: 'retire', nodeIds: [ID.node, ID.otherNode], reason: 'decommission rack 1' },
+      response: {
+        nodes: [
+          exampleMetalNode({ provisionState: 'retiring', version: 5 }),
+          exampleMetalNode({ id: ID.otherNode, name: 'rack1-u13', macs: ['52:54:00:12:34:57'], productUuid: null, provisionState: 'retiring', version: 3 }),
+        ],
+        batch: exampleBatch,
+      },
+    },
   };
   const discoveredRoute: Route = {
     method: 'POST',
@@ -407,7 +555,9 @@ function metalVerbRoutes(): Route[] {
     body: { type: 'object', additionalProperties: false, required: ['siteId'], properties: { siteId: str } },
     variables: ({ body }) => ({ siteId: body!.siteId }),
     respond: (data) => ({ machines: data.discovered }),
-    response: { type: 'object', properties: { machines: { type: 'array', items: { type: 'object' } } } },
+    response: envelope({ machines: { type: 'array', items: ref('DiscoveredMachine') } }),
+    refusals: READ_ONE,
+    example: { body: { siteId: ID.site }, response: { machines: [exampleDiscoveredMachine] } },
   };
   const confirmRoute: Route = {
     method: 'POST',
@@ -419,9 +569,14 @@ function metalVerbRoutes(): Route[] {
     body: { type: 'object', additionalProperties: false, required: ['nodeId', 'mac'], properties: { nodeId, mac: str } },
     variables: ({ body }) => ({ input: body }),
     respond: (data) => ({ node: (data.confirmMac as { node: unknown }).node }),
-    response: { type: 'object', properties: { node: ref('MetalNode') } },
+    response: envelope({ node: ref('MetalNode') }),
+    refusals: NODE_VERB,
+    example: {
+      body: { nodeId: ID.node, mac: '52:54:00:ab:cd:ef' },
+      response: { node: exampleMetalNode({ provisionState: 'enrolling', macs: ['52:54:00:ab:cd:ef'], version: 2 }) },
+    },
   };
-  return [enrollRoute, powerRoute, bulkRoute, discoveredRoute, confirmRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map }): Route => ({
+  return [enrollRoute, powerRoute, bulkRoute, discoveredRoute, confirmRoute, ...verbs.map(({ verb, operation, field, summary, extra, required, map, example, refusals }): Route => ({
     method: 'POST',
     path: `/api/compute/metal/${verb}`,
     operation,
@@ -431,6 +586,8 @@ function metalVerbRoutes(): Route[] {
     body: { type: 'object', additionalProperties: false, required: ['nodeId', ...(required ?? [])], properties: { nodeId, ...extra } },
     variables: ({ body }) => ({ input: map ? map(body!) : body }),
     respond: (data) => ({ node: (data[field] as { node: unknown }).node }),
-    response: { type: 'object', properties: { node: ref('MetalNode') } },
+    response: envelope({ node: ref('MetalNode') }),
+    refusals: refusals ?? NODE_VERB,
+    example: { body: { nodeId: ID.node, ...example.body }, response: { node: exampleMetalNode(example.node) } },
   }))];
 }

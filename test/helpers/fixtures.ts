@@ -2,6 +2,7 @@ import type { PrismaClient } from '../../src/generated/prisma/client';
 import { newId } from '../../src/ids';
 import { generateToken, hashToken } from '../../src/auth/tokens';
 import type { Permission, ScopeType } from '../../src/auth/permissions';
+import { resolveGrant } from '../../src/modules/tenancy/token';
 
 /**
  * Rows written straight to the real database for a test's starting point (nodes cannot be
@@ -35,12 +36,24 @@ export async function makeTenantTree(prisma: PrismaClient, name: string, opts: {
   return { tenant, site, pools, nodes };
 }
 
-/** A token with the given grants, written directly (the API path is tested on its own). */
+/**
+ * A token with the given grants, each resolved by the same function createApiToken uses, so it
+ * carries the lineage (siteId, poolId of its scope) every real token has. A lineage given by the
+ * caller must agree with it.
+ */
 export async function makeToken(
   prisma: PrismaClient,
   tenantId: string | null,
   grants: { permission: Permission; scopeType: ScopeType; scopeId: string | null; siteId?: string | null; poolId?: string | null }[],
 ): Promise<string> {
+  const resolved = [];
+  for (const [i, g] of grants.entries()) {
+    const grant = await resolveGrant({ prisma }, tenantId, { permission: g.permission, scopeType: g.scopeType, scopeId: g.scopeId }, `grants[${i}]`);
+    for (const key of ['siteId', 'poolId'] as const) {
+      if (g[key] !== undefined && g[key] !== grant[key]) throw new Error(`makeToken: grants[${i}].${key} is ${g[key]}, but its scope's lineage says ${grant[key]}`);
+    }
+    resolved.push(grant);
+  }
   const token = generateToken();
   await prisma.apiToken.create({
     data: {
@@ -48,7 +61,7 @@ export async function makeToken(
       name: 'fixture',
       tenantId,
       hash: hashToken(token),
-      grants: { create: grants.map((g) => ({ id: newId('ApiGrant'), siteId: null, poolId: null, ...g })) },
+      grants: { create: resolved.map((g) => ({ id: newId('ApiGrant'), ...g })) },
     },
   });
   return token;

@@ -6,6 +6,7 @@ import PgBoss from 'pg-boss';
 import pino from 'pino';
 import { startEmbeddedPostgres } from '../../src/db/embedded';
 import { migrate } from '../../src/db/migrate';
+import { loadConfig } from '../../src/config';
 
 export const TEMPLATE_DB = 'metal_template';
 
@@ -20,7 +21,10 @@ export default async function globalSetup(): Promise<void> {
   if (!adminUrl) {
     const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'metal-test-pg-'));
     const port = 55000 + Math.floor(Math.random() * 5000);
-    const db = await startEmbeddedPostgres({ dataDir: dir, port, database: 'postgres', persistent: false, log });
+    // As root in a clone the postgres user cannot reach, the binaries are copied where it can,
+    // exactly as `npm start` does (src/db/embedded.ts).
+    const systemDir = loadConfig().embeddedPgSystemDir;
+    const db = await startEmbeddedPostgres({ dataDir: dir, port, database: 'postgres', persistent: false, systemDir, log });
     adminUrl = db.url;
     (globalThis as Record<string, unknown>).__METAL_TEST_PG__ = { stop: db.stop, dir };
   }

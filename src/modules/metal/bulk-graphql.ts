@@ -1,5 +1,6 @@
 import { builder } from '../../graphql/builder';
-import { approveBatch, bulk, BULK_VERBS, type BulkResult, type BulkVerb } from './bulk';
+import { AppError, invalidInput } from '../../errors';
+import { approveBatch, bulk, BULK_VERBS, type BulkResult, type BulkVerb, type Refusal } from './bulk';
 import { WIPE_MODES, type WipeMode } from './verbs';
 
 builder.prismaNode('CommandBatch', {
@@ -54,7 +55,14 @@ builder.mutationField('bulkNodes', (t) =>
     type: BulkPayload,
     description: 'Runs one lifecycle verb on 1 to 10,000 nodes of a pool as one batch, all or nothing. Decided as compute:nodes:provision on the pool, then per node.',
     args: { input: t.arg({ type: BulkInput, required: true }) },
-    resolve: (_root, { input }, ctx) => bulk(ctx, { ...input, verb: input.verb as BulkVerb }),
+    resolve: async (_root, { input }, ctx) => {
+      namedDuplicate(input.nodeIds);
+      try {
+        return await bulk(ctx, { ...input, verb: input.verb as BulkVerb });
+      } catch (error) {
+        throw namedRefusals(error, input.nodeIds);
+      }
+    },
   }),
 );
 
@@ -69,3 +77,29 @@ builder.mutationField('approveCommandBatch', (t) =>
     },
   }),
 );
+
+/** A node listed twice, named by the element that repeats it (`input.nodeIds[3]`). */
+function namedDuplicate(ids: readonly string[]): void {
+  const first = new Map<string, number>();
+  ids.forEach((id, i) => {
+    const earlier = first.get(id);
+    if (earlier !== undefined) throw invalidInput(`input.nodeIds[${i}]`, `each node may be listed once; the same node is input.nodeIds[${earlier}]`);
+    first.set(id, i);
+  });
+}
+
+/**
+ * Per-node refusals, each named by its element: `details.refused[k].field` is `input.nodeIds[i]`,
+ * `details.field` and the message name the first.
+ */
+function namedRefusals(error: unknown, ids: readonly string[]): unknown {
+  if (!(error instanceof AppError)) return error;
+  const details = error.extensions.details as { refused?: Refusal[] } | undefined;
+  if (!details?.refused?.length) return error;
+  const index = new Map<string, number>();
+  ids.forEach((id, i) => index.has(id) || index.set(id, i));
+  const refused = details.refused.map((r) => ({ ...r, field: `input.nodeIds[${index.get(r.nodeId) ?? 0}]` }));
+  const first = refused[0]!;
+  const message = error.message.replace(/\(first: [^]*\)$/, `(first: ${first.field} ${first.nodeId}: ${first.message})`);
+  return new AppError(error.code, message, { ...details, refused, field: first.field });
+}

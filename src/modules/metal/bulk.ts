@@ -6,7 +6,7 @@ import { AppError, invalidInput, notFound, type ErrorCode } from '../../errors';
 import { newId } from '../../ids';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
-import { decideMove, isDestructive, VERBS, type ProvisionState, type Verb } from './states';
+import { clearedFailure, decideMove, isDestructive, VERBS, type ProvisionState, type Verb } from './states';
 import type { WipeMode } from './verbs';
 import { insertJobsSql } from '../../../jobs/registry';
 import { nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeRow } from './node-rows';
@@ -123,7 +123,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
       ]
     : [{ type: VERBS[input.verb].event, payload: { ...common, to } }];
   const job = unsupported ? null : { reason: input.verb, ...(wipe ? { wipe } : {}), ...(batch ? { batchId: batch.id } : {}) };
-  const extra = setClause(unsupported ? unsupported.data : { provisionState: to }, 19);
+  const extra = setClause(unsupported ? unsupported.data : { provisionState: to, ...clearedFailure(input.verb) }, 19);
 
   // One statement writes the batch, the compare-and-set on every node, the workflow runs, every
   // node's events and reconciler job, and returns the new views.

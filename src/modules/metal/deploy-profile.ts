@@ -1,8 +1,8 @@
 import { builder } from '../../graphql/builder';
 import { newId } from '../../ids';
-import { decide } from '../../auth/decide';
+import { absent, decide } from '../../auth/decide';
 import { requirePrincipal } from '../../context';
-import { AppError, invalidInput, notFound } from '../../errors';
+import { AppError, invalidInput } from '../../errors';
 import { checkName } from '../tenancy/validate';
 
 /** What a deploy workflow can do, step by step. */
@@ -86,9 +86,9 @@ builder.mutationField('saveDeployProfileVersion', (t) =>
       let tenantId: string;
       if (profileId) {
         const profile = await ctx.prisma.deployProfile.findUnique({ where: { id: profileId } });
-        if (!profile) throw notFound('deploy profile', profileId);
+        if (!profile) throw absent('DeployProfile', profileId);
         tenantId = profile.tenantId;
-        decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId });
+        decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId }, { type: 'DeployProfile', id: profileId });
       } else {
         if (!input.name) throw invalidInput('input.name', 'is required to create a profile');
         const name = checkName('input.name', input.name);
@@ -128,8 +128,8 @@ builder.queryField('validateProfile', (t) =>
     resolve: async (_root, args, ctx) => {
       const principal = requirePrincipal(ctx);
       const profile = await ctx.prisma.deployProfile.findUnique({ where: { id: args.profileId } });
-      if (!profile) throw notFound('deploy profile', args.profileId);
-      decide(principal, 'read', { type: 'tenant', id: profile.tenantId, tenantId: profile.tenantId });
+      if (!profile) throw absent('DeployProfile', args.profileId);
+      decide(principal, 'read', { type: 'tenant', id: profile.tenantId, tenantId: profile.tenantId }, { type: 'DeployProfile', id: args.profileId });
       const version = await ctx.prisma.deployProfileVersion.findUnique({ where: { profileId_version: { profileId: profile.id, version: args.profileVersion } } });
       if (!version) return { valid: false, problems: [`profileVersion: profile ${profile.id} has no version ${args.profileVersion}`] };
       const problems = profileProblems(version.role, version.steps);

@@ -1,12 +1,12 @@
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { decide } from '../../auth/decide';
-import { AppError, invalidInput, notFound } from '../../errors';
+import { absent, decide } from '../../auth/decide';
+import { AppError, invalidInput } from '../../errors';
 import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
 import { nodeResource, siteResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
-import { normalizeMac } from './enroll';
+import { lockSiteMacs, machineMac, normalizeMac, notAMachineMac, refuseTakenMacs } from './mac';
 
 export const MAX_SIGHTINGS_PER_AGENT = 256;
 const WINDOW_MS = 10 * 60 * 1000;
@@ -57,13 +57,20 @@ export function checkSightings(machines: SightingInput[]): SightingInput[] {
  */
 export async function proposeCandidates(tx: Tx, siteId: string, requestId: string): Promise<void> {
   const now = Date.now();
+  // Every MAC binding of the site (enroll, confirmMac, this) runs under the site's MAC lock, taken
+  // before the waiting machines are read so a concurrent confirmMac cannot be overwritten.
+  await lockSiteMacs(tx, siteId);
   const waiting = await tx.node.findMany({
     where: { siteId, macs: { isEmpty: true }, productUuid: { not: null }, pxeCycledAt: { not: null }, provisionState: { not: 'retired' } },
   });
   if (waiting.length === 0) return;
-  const sightings = await tx.sighting.findMany({ where: { siteId, lastSeen: { gte: new Date(now - DAY_MS) } } });
-  const siteNodes = await tx.node.findMany({ where: { siteId }, select: { id: true, macs: true, productUuid: true } });
-  const enrolledMacs = new Set(siteNodes.flatMap((n) => n.macs));
+  // Any host can claim any MAC on the wire: a sighting from a MAC no NIC has (broadcast, zero,
+  // multicast) is listed by discovered but never proposed, since confirmMac would refuse it.
+  const sightings = (await tx.sighting.findMany({ where: { siteId, lastSeen: { gte: new Date(now - DAY_MS) } } }))
+    .filter((s) => notAMachineMac(s.mac) === null);
+  const siteNodes = await tx.node.findMany({ where: { siteId }, select: { id: true, macs: true, productUuid: true, provisionState: true } });
+  // The same rule as refuseTakenMacs: a retired machine's MACs are free again.
+  const enrolledMacs = new Set(siteNodes.filter((n) => n.provisionState !== 'retired').flatMap((n) => n.macs));
   for (const node of waiting) {
     const uuids = bothOrders(node.productUuid!);
     const cycled = node.pxeCycledAt!.getTime();
@@ -108,10 +115,12 @@ export interface DiscoveredMachine {
 export async function discovered(ctx: Context, siteId: string): Promise<DiscoveredMachine[]> {
   const principal = requirePrincipal(ctx);
   const site = await ctx.prisma.site.findUnique({ where: { id: siteId } });
-  if (!site) throw notFound('site', siteId);
+  if (!site) throw absent('Site', siteId);
   decide(principal, 'compute:sites:read', siteResource(site));
   const sightings = await ctx.prisma.sighting.findMany({ where: { siteId, lastSeen: { gte: new Date(Date.now() - DAY_MS) } } });
-  const nodes = await ctx.prisma.node.findMany({ where: { siteId }, select: { id: true, macs: true, discoveredMac: true } });
+  // Live machines first: a retired machine's MAC may have been enrolled again.
+  const nodes = await ctx.prisma.node.findMany({ where: { siteId }, select: { id: true, macs: true, discoveredMac: true, provisionState: true } });
+  nodes.sort((a, b) => Number(a.provisionState === 'retired') - Number(b.provisionState === 'retired'));
   const byMac = new Map<string, DiscoveredMachine>();
   for (const s of sightings) {
     const m = byMac.get(s.mac);
@@ -144,14 +153,14 @@ export async function discovered(ctx: Context, siteId: string): Promise<Discover
 export async function confirmMac(ctx: Context, nodeId: string, rawMac: string): Promise<string> {
   const principal = requirePrincipal(ctx);
   const node = await ctx.prisma.node.findUnique({ where: { id: nodeId } });
-  if (!node) throw notFound('node', nodeId);
+  if (!node) throw absent('MetalNode', nodeId);
   decide(principal, 'compute:nodes:provision', nodeResource(node));
-  const mac = normalizeMac(rawMac, 'mac');
+  const mac = machineMac(rawMac, 'mac');
   if (node.provisionState === 'retired') throw new AppError('INVALID_STATE', `node ${node.id} is retired`, { state: node.provisionState });
   if (node.macs.length) throw new AppError('INVALID_STATE', `node ${node.id} already has MACs (${node.macs.join(', ')})`, { state: node.provisionState });
-  const clash = await ctx.prisma.node.findFirst({ where: { siteId: node.siteId, id: { not: node.id }, macs: { has: mac } }, select: { id: true } });
-  if (clash) throw new AppError('CONFLICT', `${mac} belongs to node ${clash.id} of the same site`);
   await ctx.prisma.$transaction(async (tx) => {
+    await lockSiteMacs(tx, node.siteId);
+    await refuseTakenMacs(tx, node.siteId, [mac], node.id);
     const updated = await tx.node.updateMany({ where: { id: node.id, version: node.version }, data: { macs: [mac], version: { increment: 1 } } });
     if (updated.count !== 1) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
     await publish(tx, {

@@ -1,8 +1,8 @@
 import { isIP } from 'node:net';
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { decide } from '../../auth/decide';
-import { AppError, invalidInput, notFound } from '../../errors';
+import { absent, decide } from '../../auth/decide';
+import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
 import { publish } from '../../events/outbox';
 import { prismaExecutor } from '../../../jobs/registry';
@@ -11,6 +11,7 @@ import { poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
 import { BMC_DRIVERS, type DriverBindings } from '../tenancy/hardware-profile';
 import { VERBS } from './states';
+import { lockSiteMacs, machineMac, refuseTakenMacs } from './mac';
 
 export interface EnrollInput {
   poolId: string;
@@ -36,16 +37,22 @@ const PLACEHOLDER_UUIDS = new Set([
   'ffffffff-ffff-ffff-ffff-ffffffffffff',
   '03000200-0400-0500-0006-000700080009',
 ]);
-const CREDENTIAL_KEY = /pass(word|wd|phrase)?|pwd|secret|token|user(name)?|login|cred|api[-_]?key|private[-_]?key|auth/i;
-const MAC = /^([0-9a-f]{2})([:-]?)([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})$/i;
+/**
+ * Credential-looking driverOptions keys, matched on the key lowercased with `_` and `-` removed, so
+ * `BMC_Key`, `snmp-community` and `ipmiKg` are caught as `bmcKey`, `snmpCommunity` and `kg` are.
+ * Words anywhere in the key, then endings (`...key`, `...kg`: the IPMI K_g key), then beginnings.
+ */
+const CREDENTIAL_WORDS = ['pass', 'pwd', 'secret', 'token', 'cred', 'auth', 'login', 'user', 'community', 'psk', 'privatekey', 'privkey', 'apikey'];
+const CREDENTIAL_ENDINGS = ['key', 'kg', 'pw'];
+const CREDENTIAL_BEGINNINGS = ['kg', 'key'];
+export function looksLikeCredential(key: string): boolean {
+  const k = key.toLowerCase().replace(/[_-]/g, '');
+  return CREDENTIAL_WORDS.some((w) => k.includes(w)) ||
+    CREDENTIAL_ENDINGS.some((e) => k.endsWith(e)) ||
+    CREDENTIAL_BEGINNINGS.some((b) => k.startsWith(b));
+}
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const HOST = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
-
-export function normalizeMac(mac: string, field: string): string {
-  const m = MAC.exec(mac.trim());
-  if (!m) throw invalidInput(field, `"${mac}" is not a MAC address`);
-  return [m[1], m[3], m[4], m[5], m[6], m[7]].join(':').toLowerCase();
-}
 
 /** host, IPv4, [IPv6], optionally with :port, or an https:// URL of the BMC. */
 function checkBmcAddress(address: string): string {
@@ -72,7 +79,7 @@ function checkDriverOptions(options: unknown): Record<string, unknown> {
   const walk = (value: unknown, path: string): void => {
     if (!value || typeof value !== 'object') return;
     for (const [key, inner] of Object.entries(value)) {
-      if (CREDENTIAL_KEY.test(key)) {
+      if (looksLikeCredential(key)) {
         throw invalidInput(`${path}.${key}`, 'looks like a credential: credentials travel only as bmc.credentials');
       }
       walk(inner, `${path}.${key}`);
@@ -96,7 +103,7 @@ function bindingsFor(driver: string, profile: DriverBindings | null): DriverBind
 export async function enroll(ctx: Context, input: EnrollInput): Promise<string> {
   const principal = requirePrincipal(ctx);
   const pool = await ctx.prisma.pool.findUnique({ where: { id: input.poolId } });
-  if (!pool) throw notFound('pool', input.poolId);
+  if (!pool) throw absent('Pool', input.poolId);
   decide(principal, 'compute:nodes:provision', poolResource(pool));
   if (input.siteId && input.siteId !== pool.siteId) throw invalidInput('siteId', `pool ${pool.id} is not in site ${input.siteId}`);
 
@@ -110,7 +117,7 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
   addresses.forEach((a, i) => {
     if (!isIP(a)) throw invalidInput(`addresses[${i}]`, `"${a}" is not an IP literal`);
   });
-  const macs = [...new Set((input.macs ?? []).map((m, i) => normalizeMac(m, `macs[${i}]`)))];
+  const macs = [...new Set((input.macs ?? []).map((m, i) => machineMac(m, `macs[${i}]`)))];
   let productUuid: string | null = null;
   if (input.productUuid) {
     if (!UUID.test(input.productUuid)) throw invalidInput('productUuid', 'must be a UUID');
@@ -131,6 +138,10 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
     profile = { id: row.id, driverBindings: row.driverBindings as unknown as DriverBindings };
   }
 
+  // Checked before the broker is written (a refusal has no side effect), and again under the site's
+  // MAC lock in the transaction, where a concurrent enroll or confirmMac of the same MAC shows.
+  await refuseTakenMacs(ctx.prisma, pool.siteId, macs);
+
   // Credentials: a reference as given, or inline ones to the broker before anything else is written.
   let credentialsRef: string;
   const credentials = input.bmc.credentials;
@@ -147,6 +158,10 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
   const id = newId('MetalNode');
   const writeNode = () =>
     ctx.prisma.$transaction(async (tx) => {
+      if (macs.length) {
+        await lockSiteMacs(tx, owner.siteId);
+        await refuseTakenMacs(tx, owner.siteId, macs);
+      }
       await tx.node.create({
         data: {
           id,

@@ -37,7 +37,7 @@ const SIMPLE: [MoveVerb, string, string][] = [
   ['provide', 'provideNode', 'Moves a ready node to commissioning. Publishes node.provision.commissioning.'],
   ['recover', 'recoverNode', 'Moves a failed node to the last stable point for the state it failed in; clears failedFrom and lastError, leaves maintenance on.'],
   ['rescue', 'rescueNode', 'Moves a deployed node to rescue, whose workflow boots the rescue ramdisk. Publishes node.provision.rescue. On a pool with agent: none the node fails with UNSUPPORTED at once (failedFrom rescue, node.provision.failed), since such a machine cannot boot the ramdisk.'],
-  ['retire', 'retireNode', 'Moves a node to retiring (legal from adopting, adopted, enrolling, ready and failed). Publishes node.provision.retiring.'],
+  ['retire', 'retireNode', 'Moves a node to retiring (legal from adopting, adopted, enrolling, ready and failed); from failed it clears failedFrom and lastError, as recover does. Publishes node.provision.retiring.'],
 ];
 
 for (const [verb, field, description] of SIMPLE) {

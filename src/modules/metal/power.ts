@@ -1,12 +1,14 @@
 import { createHash } from 'node:crypto';
 import { builder } from '../../graphql/builder';
 import { requirePrincipal, type Context } from '../../context';
-import { decide } from '../../auth/decide';
-import { AppError, notFound } from '../../errors';
+import { absent, decide } from '../../auth/decide';
+import { AppError } from '../../errors';
 import { newId } from '../../ids';
 import { nodeResource } from '../tenancy/resources';
 import { siteIsServed } from '../sites/agent';
-import { WORKFLOW_POWER_STATES, type ProvisionState } from './states';
+import { decidePower, POWER_REFUSED, PROVISION_STATES, type ProvisionState } from './states';
+
+const POWER_REFUSED_STATES = PROVISION_STATES.filter((s) => POWER_REFUSED[s] !== null);
 
 export const POWER_ACTIONS = ['on', 'off', 'graceful-off', 'reset', 'graceful-restart', 'cycle', 'nmi'] as const;
 export type PowerAction = (typeof POWER_ACTIONS)[number];
@@ -21,14 +23,15 @@ export const COMMAND_TTL_MS = 5 * 60 * 1000;
 export async function power(ctx: Context, nodeId: string, action: PowerAction): Promise<{ nodeId: string; commandId: string }> {
   const principal = requirePrincipal(ctx);
   const node = await ctx.prisma.node.findUnique({ where: { id: nodeId } });
-  if (!node) throw notFound('node', nodeId);
+  if (!node) throw absent('MetalNode', nodeId);
   decide(principal, 'compute:nodes:power', nodeResource(node));
   const key = createHash('sha256').update(`${principal.tokenId}\u0000${ctx.requestId}`).digest('hex');
   const existing = await ctx.prisma.command.findUnique({ where: { idempotencyKey: key } });
   if (existing) return sameCommand(existing, nodeId, action);
   if (!node.bmcCredentialsRef) throw new AppError('INVALID_STATE', `node ${node.id} has no BMC credentials`, { state: node.provisionState });
-  if (WORKFLOW_POWER_STATES.includes(node.provisionState as ProvisionState)) {
-    throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: its workflow controls its power`, { state: node.provisionState });
+  const allowed = decidePower(node.provisionState as ProvisionState);
+  if (!allowed.legal) {
+    throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: ${allowed.why}`, { state: node.provisionState });
   }
   if (!(await siteIsServed(ctx, node.siteId))) {
     throw new AppError('INVALID_STATE', `no site agent serves site ${node.siteId} (no heartbeat within ${ctx.config.agentHeartbeatMs / 1000} s)`, { state: node.provisionState });
@@ -74,7 +77,7 @@ const PowerInput = builder.inputType('MetalPowerInput', {
 builder.mutationField('powerNode', (t) =>
   t.field({
     type: PowerPayload,
-    description: 'Queues a bmc.power command to the site agent of the node\'s site (expires in 5 minutes); a retry with the same X-Request-Id returns the same command.',
+    description: `Queues a bmc.power command to the site agent of the node's site (expires in 5 minutes); a retry with the same X-Request-Id returns the same command. INVALID_STATE in ${POWER_REFUSED_STATES.join(', ')}, without BMC credentials, or when no site agent serves the site.`,
     args: { input: t.arg({ type: PowerInput, required: true }) },
     resolve: (_root, { input }, ctx) => power(ctx, input.nodeId, input.action),
   }),

@@ -1,10 +1,10 @@
 import fs from 'node:fs';
 import { fromRoot } from '../../paths';
-import { PROVISION_STATES, STATE_DOCS, mermaidDiagram } from './states';
+import { POWER_REFUSED, PROVISION_STATES, STATE_DOCS, mermaidDiagram } from './states';
 
 /** docs/provision-states.md, generated from the state table (a test fails when it is stale). */
 export function provisionStatesDoc(): string {
-  const states = PROVISION_STATES.map((s) => `| \`${s}\` | ${STATE_DOCS[s]} |`).join('\n');
+  const states = PROVISION_STATES.map((s) => `| \`${s}\` | ${STATE_DOCS[s]} | ${POWER_REFUSED[s] === null ? 'accepted' : `INVALID_STATE: ${POWER_REFUSED[s]}`} |`).join('\n');
   return `# Provision states
 
 Generated from \`src/modules/metal/states.ts\` by \`npm run docs:states\`; do not edit by hand.
@@ -12,8 +12,8 @@ Generated from \`src/modules/metal/states.ts\` by \`npm run docs:states\`; do no
 \`\`\`mermaid
 ${mermaidDiagram()}\`\`\`
 
-| state | meaning |
-| --- | --- |
+| state | meaning | power |
+| --- | --- | --- |
 ${states}
 `;
 }

@@ -37,8 +37,26 @@ export const STATE_DOCS: Record<ProvisionState, string> = {
   retired: 'terminal',
 };
 
-/** States in which a workflow controls the machine's power (power is refused then). */
-export const WORKFLOW_POWER_STATES: readonly ProvisionState[] = ['inspecting', 'commissioning', 'deploying', 'releasing'];
+/**
+ * power, from every state: null where it is accepted, else why it is refused (INVALID_STATE). The
+ * seed names the four workflow states; retiring's workflow powers the machine off itself, and
+ * retired is terminal, so a power command there would fight or outlive the node's management.
+ */
+export const POWER_REFUSED: Record<ProvisionState, string | null> = {
+  adopting: null,
+  adopted: null,
+  enrolling: null,
+  inspecting: 'its workflow controls its power',
+  ready: null,
+  commissioning: 'its workflow controls its power',
+  deploying: 'its workflow controls its power',
+  deployed: null,
+  releasing: 'its workflow controls its power',
+  rescue: null,
+  failed: null,
+  retiring: 'its retire workflow powers it off',
+  retired: 'retired is terminal',
+};
 
 export interface VerbRule {
   /** Legal source states. Empty for enroll, which creates the node. */
@@ -51,6 +69,8 @@ export interface VerbRule {
   steps: readonly { name: string; destructive: boolean }[];
   /** Whether `bulk` may run this verb. */
   bulk: boolean;
+  /** Whether the move clears failedFrom and lastError (a node leaving failed carries no stale failure). */
+  clearsFailure?: boolean;
 }
 
 export const VERBS = {
@@ -133,6 +153,7 @@ export const VERBS = {
     event: 'node.provision.<stable point>',
     steps: [],
     bulk: false,
+    clearsFailure: true,
   },
   retire: {
     from: ['adopting', 'adopted', 'enrolling', 'ready', 'failed'],
@@ -144,6 +165,9 @@ export const VERBS = {
       { name: 'revoke-identity', destructive: false },
     ],
     bulk: true,
+    // Not in the seed's words: a node retired out of failed would otherwise keep the failure it
+    // left behind, and a later failure of its retire workflow would look like the old one.
+    clearsFailure: true,
   },
 } as const satisfies Record<string, VerbRule>;
 export type Verb = keyof typeof VERBS;
@@ -188,6 +212,18 @@ export function decideMove(verb: Exclude<Verb, 'enroll'>, state: ProvisionState,
     return { legal: true, to, event: `node.provision.${to}` };
   }
   return { legal: true, to: rule.to === 'unchanged' ? null : rule.to, event: rule.event };
+}
+
+/** The columns a verb's move clears on the node, as its single and bulk forms both write them. */
+export function clearedFailure(verb: Verb): { failedFrom: null; lastErrorCode: null; lastErrorMessage: null } | Record<string, never> {
+  const rule: VerbRule = VERBS[verb];
+  return rule.clearsFailure ? { failedFrom: null, lastErrorCode: null, lastErrorMessage: null } : {};
+}
+
+/** power on a node in `state`: legal, or refused with why. */
+export function decidePower(state: ProvisionState): { legal: true } | { legal: false; why: string } {
+  const why = POWER_REFUSED[state];
+  return why === null ? { legal: true } : { legal: false, why };
 }
 
 /** Whether any step of the verb sends a destructive command (bulk then creates a command batch). */

@@ -1,11 +1,11 @@
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { decide } from '../../auth/decide';
-import { AppError, invalidInput, notFound } from '../../errors';
+import { absent, decide } from '../../auth/decide';
+import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
 import { isModuleRegistered } from '../../config';
 import { nodeResource } from '../tenancy/resources';
-import { decideMove, RECOVER_TO, type ProvisionState, type Verb } from './states';
+import { clearedFailure, decideMove, RECOVER_TO, type ProvisionState, type Verb } from './states';
 import { insertJobsSql } from '../../../jobs/registry';
 import { readPolicy } from '../tenancy/pool';
 import { nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
@@ -43,7 +43,7 @@ export interface VerbResult {
 async function loadForVerb(ctx: Context, verb: Exclude<Verb, 'enroll'>, nodeId: string) {
   const principal = requirePrincipal(ctx);
   const { rows } = await ctx.sql.query(`SELECT ${nodeViewColumns('n')} FROM ${nodeViewFrom('node', 'n')} WHERE n.id = $1`, [nodeId]);
-  if (!rows[0]) throw notFound('node', nodeId);
+  if (!rows[0]) throw absent('MetalNode', nodeId);
   const node = toNodeRow(rows[0]);
   decide(principal, 'compute:nodes:provision', nodeResource(node));
   const decision = decideMove(verb, node.provisionState as ProvisionState, node.failedFrom as ProvisionState | null);
@@ -132,17 +132,12 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
   }
   const from = node.provisionState as ProvisionState;
   const to = decision.to ?? from;
-  const data: NodeChange = { provisionState: to };
+  const data: NodeChange = { provisionState: to, ...clearedFailure(verb) };
   if (verb === 'abort') {
     data.failedFrom = from;
     data.lastErrorCode = 'ABORTED';
     data.lastErrorMessage = opts.reason?.trim() ? `aborted: ${opts.reason.trim()}` : 'aborted';
     data.maintenance = true;
-  }
-  if (verb === 'recover') {
-    data.failedFrom = null;
-    data.lastErrorCode = null;
-    data.lastErrorMessage = null;
   }
   if (verb === 'deploy' && opts.profile) {
     data.profileId = opts.profile.profileId;

@@ -1,10 +1,10 @@
 import { builder } from '../../graphql/builder';
 import { newId } from '../../ids';
 import { checkEd25519PublicKey, checkName } from './validate';
-import { decide, readFilter } from '../../auth/decide';
+import { absent, decide, readFilter } from '../../auth/decide';
 import { requirePrincipal, type Context } from '../../context';
 import { poolResource, siteResource } from './resources';
-import { AppError, invalidInput, notFound } from '../../errors';
+import { AppError, invalidInput } from '../../errors';
 
 /** What a pool's policy holds (stored as JSON on the pool). */
 export interface PoolPolicy {
@@ -137,7 +137,7 @@ builder.mutationField('createPool', (t) =>
     resolve: async (query, _root, { input }, ctx) => {
       const principal = requirePrincipal(ctx);
       const site = await ctx.prisma.site.findUnique({ where: { id: input.siteId } });
-      if (!site) throw notFound('site', input.siteId);
+      if (!site) throw absent('Site', input.siteId);
       decide(principal, 'admin', siteResource(site));
       const name = checkName('input.name', input.name);
       const policy = await checkPolicy(ctx, DEFAULT_POLICY, input.policy, 'input.policy');
@@ -167,7 +167,7 @@ builder.mutationField('updatePoolPolicy', (t) =>
     resolve: async (query, _root, { input }, ctx) => {
       const principal = requirePrincipal(ctx);
       const pool = await ctx.prisma.pool.findUnique({ where: { id: input.poolId } });
-      if (!pool) throw notFound('pool', input.poolId);
+      if (!pool) throw absent('Pool', input.poolId);
       decide(principal, 'admin', poolResource(pool));
       if (input.expectedVersion != null && input.expectedVersion !== pool.version) {
         throw new AppError('CONFLICT', `pool ${pool.id} is at version ${pool.version}, not ${input.expectedVersion}`);

@@ -1,10 +1,10 @@
 import { builder } from '../../graphql/builder';
 import { newId } from '../../ids';
 import { checkName } from './validate';
-import { decide, readFilter } from '../../auth/decide';
+import { absent, decide, readFilter } from '../../auth/decide';
 import { requirePrincipal } from '../../context';
 import { siteResource, tenantResource } from './resources';
-import { AppError, invalidInput, notFound } from '../../errors';
+import { AppError, invalidInput } from '../../errors';
 
 builder.prismaNode('Site', {
   id: { field: 'id' },
@@ -44,7 +44,7 @@ builder.mutationField('createSite', (t) =>
       const tenantId = input.tenantId ?? principal.tenantId;
       if (!tenantId) throw invalidInput('input.tenantId', 'is required for a platform token');
       const tenant = await ctx.prisma.tenant.findUnique({ where: { id: tenantId } });
-      if (!tenant) throw notFound('tenant', tenantId);
+      if (!tenant) throw absent('Tenant', tenantId);
       decide(principal, 'admin', tenantResource(tenant));
       const name = checkName('input.name', input.name);
       const clash = await ctx.prisma.site.findUnique({ where: { tenantId_name: { tenantId, name } } });

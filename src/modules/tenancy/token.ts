@@ -1,11 +1,11 @@
 import { builder } from '../../graphql/builder';
 import { newId } from '../../ids';
 import { checkName } from './validate';
-import { decide, isPlatformAdmin } from '../../auth/decide';
+import { absent, decide, isPlatformAdmin } from '../../auth/decide';
 import { requirePrincipal, type Context } from '../../context';
 import { generateToken, hashToken } from '../../auth/tokens';
 import { PERMISSIONS, SCOPE_TYPES, type Grant, type Principal } from '../../auth/permissions';
-import { AppError, invalidInput, notFound } from '../../errors';
+import { AppError, invalidInput } from '../../errors';
 
 const ScopeTypeEnum = builder.enumType('ScopeType', { values: SCOPE_TYPES });
 
@@ -78,7 +78,7 @@ const CreatedApiToken = builder.objectRef<{ token: string; id: string }>('Create
 type GrantIn = typeof GrantInput.$inferInput;
 
 /** Resolves a grant's scope and its lineage; the scope must belong to the token's tenant. */
-async function resolveGrant(ctx: Context, tenantId: string | null, grant: GrantIn, field: string): Promise<Omit<Grant, 'permission'> & { permission: string }> {
+export async function resolveGrant(ctx: Pick<Context, 'prisma'>, tenantId: string | null, grant: GrantIn, field: string): Promise<Omit<Grant, 'permission'> & { permission: string }> {
   if (!(PERMISSIONS as readonly string[]).includes(grant.permission)) {
     throw invalidInput(`${field}.permission`, `must be one of ${PERMISSIONS.join(', ')}`);
   }
@@ -127,7 +127,7 @@ builder.mutationField('createApiToken', (t) =>
         decide(principal, 'admin', { type: 'platform' });
       } else {
         const tenant = await ctx.prisma.tenant.findUnique({ where: { id: tenantId } });
-        if (!tenant) throw notFound('tenant', tenantId);
+        if (!tenant) throw absent('Tenant', tenantId);
         decide(principal, 'admin', { type: 'tenant', id: tenant.id, tenantId: tenant.id });
       }
       if (input.grants.length === 0 || input.grants.length > 100) throw invalidInput('input.grants', 'must hold 1 to 100 grants');
@@ -161,9 +161,11 @@ builder.mutationField('revokeApiToken', (t) =>
     resolve: async (query, _root, { id }, ctx) => {
       const principal = requirePrincipal(ctx);
       const token = await ctx.prisma.apiToken.findUnique({ where: { id } });
-      if (!token) throw notFound('api token', id);
-      if (token.tenantId === null) decide(principal, 'admin', { type: 'platform' });
-      else decide(principal, 'admin', { type: 'tenant', id: token.tenantId, tenantId: token.tenantId });
+      if (!token) throw absent('ApiToken', id);
+      // Decided on the token's tenant, but refused in the token's name: never the owner's.
+      const subject = { type: 'ApiToken' as const, id };
+      if (token.tenantId === null) decide(principal, 'admin', { type: 'platform' }, subject);
+      else decide(principal, 'admin', { type: 'tenant', id: token.tenantId, tenantId: token.tenantId }, subject);
       if (token.id === principal.tokenId) throw new AppError('INVALID_INPUT', 'id: a token cannot revoke itself', { field: 'id' });
       await ctx.prisma.apiToken.updateMany({ where: { id, revokedAt: null }, data: { revokedAt: new Date() } });
       ctx.tokens.forget(id);

@@ -1,0 +1,68 @@
+import { AppError, invalidInput } from '../../errors';
+import type { Tx } from '../../db/client';
+
+/**
+ * The one MAC rule of a machine's identity: enroll's `macs`, confirmMac's `mac` and the candidates
+ * PXE discovery binds on a trusted network all go through here, so the three can never disagree.
+ */
+
+const MAC = /^([0-9a-f]{2})([:-]?)([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})$/i;
+
+/** aa:bb:cc:dd:ee:ff from colon, dash or bare hex notation, any case. Syntax only. */
+export function normalizeMac(mac: string, field: string): string {
+  const m = MAC.exec(mac.trim());
+  if (!m) throw invalidInput(field, `"${mac}" is not a MAC address`);
+  return [m[1], m[3], m[4], m[5], m[6], m[7]].join(':').toLowerCase();
+}
+
+/**
+ * Why a well-formed MAC cannot be one machine's NIC, or null when it can. Broadcast and all-zero
+ * address no NIC, and a multicast address (low bit of the first octet set) is a group: a DHCP
+ * request never comes from one, so a boot entry keyed on it would match nothing or everything.
+ */
+export function notAMachineMac(mac: string): string | null {
+  if (mac === 'ff:ff:ff:ff:ff:ff') return 'is the broadcast address, which no NIC has';
+  if (mac === '00:00:00:00:00:00') return 'is all zeros, which no NIC has';
+  if (parseInt(mac.slice(0, 2), 16) & 1) return 'is a multicast address (low bit of the first octet set), which no NIC boots from';
+  return null;
+}
+
+/** A MAC a machine can have: normalised, and unicast (INVALID_INPUT naming the field otherwise). */
+export function machineMac(raw: string, field: string): string {
+  const mac = normalizeMac(raw, field);
+  const why = notAMachineMac(mac);
+  if (why) throw invalidInput(field, `${mac} ${why}`);
+  return mac;
+}
+
+/** The advisory lock class of site MAC bindings (the other locks of the service use the one-key form). */
+export const SITE_MAC_LOCK_CLASS = 72439161;
+
+/**
+ * Serialises every MAC binding of one site, for the rest of the transaction: without it two enrolls
+ * (or an enroll and a confirmMac) of the same MAC would both pass the check below and both commit.
+ */
+export async function lockSiteMacs(tx: Tx, siteId: string): Promise<void> {
+  await tx.$executeRaw`SELECT pg_advisory_xact_lock(${SITE_MAC_LOCK_CLASS}::int, hashtext(${siteId}))`;
+}
+
+/**
+ * The MACs already bound to another machine of the site: CONFLICT naming the first. A retired
+ * machine no longer counts: retire revokes its identity, so its hardware may be enrolled again.
+ */
+export async function refuseTakenMacs(db: Pick<Tx, 'node'>, siteId: string, macs: readonly string[], exceptNodeId: string | null = null): Promise<void> {
+  if (macs.length === 0) return;
+  const clash = await db.node.findFirst({
+    where: {
+      siteId,
+      provisionState: { not: 'retired' },
+      macs: { hasSome: [...macs] },
+      ...(exceptNodeId ? { id: { not: exceptNodeId } } : {}),
+    },
+    select: { id: true, macs: true },
+    orderBy: { id: 'asc' },
+  });
+  if (!clash) return;
+  const mac = macs.find((m) => clash.macs.includes(m))!;
+  throw new AppError('CONFLICT', `${mac} belongs to node ${clash.id} of the same site`, { mac });
+}
