@@ -13,7 +13,7 @@ import { isRunning, postmasterPid, processesMentioning, randomPort, spawnService
 describe('a second start on the same DATA_DIR', () => {
   const dataDir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'metal-second-')));
   const clusterDir = path.join(dataDir, 'pg');
-  const first = { port: randomPort(41000), pgPort: randomPort(42000) };
+  const first = { port: randomPort(21000), pgPort: randomPort(22000) };
   const started: Service[] = [];
 
   function start(ports: { port: number; pgPort: number }): Service {
@@ -48,7 +48,7 @@ describe('a second start on the same DATA_DIR', () => {
     const postmaster = postmasterPid(clusterDir)!;
 
     // Other ports, same DATA_DIR: refused by the lock before anything else happens.
-    const b = start({ port: randomPort(41000), pgPort: randomPort(42000) });
+    const b = start({ port: randomPort(21000), pgPort: randomPort(22000) });
     const refused = await b.exited;
     expect(refused.code).toBe(1);
     const out = b.output().trim().split('\n');

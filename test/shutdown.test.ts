@@ -17,8 +17,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 describe('a signal to the whole process group of `npm start`', () => {
   const dataDir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'metal-shutdown-')));
   const clusterDir = path.join(dataDir, 'pg');
-  const port = randomPort(43000);
-  const pgPort = randomPort(44000);
+  const port = randomPort(23000);
+  const pgPort = randomPort(24000);
   const url = `http://127.0.0.1:${port}`;
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, PORT: String(port), EMBEDDED_PG_PORT: String(pgPort), LOG_LEVEL: 'debug', SHUTDOWN_TIMEOUT_MS: '60000' };
   delete env.DATABASE_URL;

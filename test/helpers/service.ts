@@ -148,4 +148,8 @@ export function postmasterPid(clusterDir: string): number | null {
   }
 }
 
+/**
+ * A port in [base, base + 1000). Each suite has a base of its own below Linux's ephemeral range
+ * (32768 and up), where outgoing connections take their local ports: a random port there collided.
+ */
 export const randomPort = (base: number) => base + Math.floor(Math.random() * 1000);
