@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fromRoot } from '../src/paths';
 import { gql } from './helpers/client';
-import { isRunning, postmasterPid, processGroupMembers, processesMentioning, randomPort, spawnService, waitReady, type LogLine, type Service } from './helpers/service';
+import { cleanUpServices, isRunning, postmasterPid, processGroupMembers, processesMentioning, randomPort, spawnService, waitReady, type LogLine, type Service } from './helpers/service';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -43,18 +43,7 @@ describe('a signal to the whole process group of `npm start`', () => {
 
   const at = (lines: LogLine[], test: (l: LogLine) => boolean) => lines.findIndex(test);
 
-  afterAll(async () => {
-    for (const s of started) {
-      if (s.proc.exitCode === null && s.proc.signalCode === null) {
-        s.signalGroup('SIGKILL');
-        await s.exited;
-      }
-    }
-    // A postmaster a failed test left behind: it runs detached, so the group kill above missed it.
-    const pid = postmasterPid(clusterDir);
-    if (pid && isRunning(pid)) process.kill(pid, 'SIGQUIT');
-    fs.rmSync(dataDir, { recursive: true, force: true });
-  });
+  afterAll(() => cleanUpServices(started, clusterDir, dataDir));
 
   it.each(['SIGINT', 'SIGTERM'] as const)('%s: HTTP drains, workers stop, then PostgreSQL, with no connection of ours cut; nothing is left', async (signal) => {
     const service = await startNpm();
