@@ -12,8 +12,8 @@ import { gql } from './helpers/client';
  */
 describe('npm start on an embedded PostgreSQL', () => {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'metal-e2e-'));
-  const port = 46000 + Math.floor(Math.random() * 1000);
-  const pgPort = 47000 + Math.floor(Math.random() * 1000);
+  const port = 28000 + Math.floor(Math.random() * 1000);
+  const pgPort = 29000 + Math.floor(Math.random() * 1000);
   const url = `http://127.0.0.1:${port}`;
   let child: ChildProcess | undefined;
   let output = '';

@@ -529,7 +529,7 @@ describe('the event stream when the publishing process dies', () => {
   it('killing the publishing process right after commit loses nothing', async () => {
     const databaseUrl = await createTestDatabase();
     // The publisher is the built service in its own process, with its own sequencer.
-    const port = 48000 + Math.floor(Math.random() * 1000);
+    const port = 27000 + Math.floor(Math.random() * 1000); // below the ephemeral range (32768+), apart from the other suites
     const adminToken = `kill-admin-${Date.now()}`;
     const child = spawn(process.execPath, [fromRoot('dist', 'src', 'main.js')], {
       env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), ADMIN_TOKEN: adminToken, LOG_LEVEL: 'warn', ROLE: 'api', SECRET_KEY: Buffer.alloc(32, 7).toString('base64') },

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fromRoot } from '../src/paths';
 import { gql } from './helpers/client';
-import { isRunning, postmasterPid, processesMentioning, randomPort, spawnService, waitReady, type Service } from './helpers/service';
+import { cleanUpServices, isRunning, postmasterPid, processesMentioning, randomPort, spawnService, waitReady, type Service } from './helpers/service';
 
 /**
  * One service per DATA_DIR. A second start while the first lives refuses at once, naming the
@@ -13,7 +13,7 @@ import { isRunning, postmasterPid, processesMentioning, randomPort, spawnService
 describe('a second start on the same DATA_DIR', () => {
   const dataDir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'metal-second-')));
   const clusterDir = path.join(dataDir, 'pg');
-  const first = { port: randomPort(41000), pgPort: randomPort(42000) };
+  const first = { port: randomPort(21000), pgPort: randomPort(22000) };
   const started: Service[] = [];
 
   function start(ports: { port: number; pgPort: number }): Service {
@@ -26,17 +26,7 @@ describe('a second start on the same DATA_DIR', () => {
     return service;
   }
 
-  afterAll(async () => {
-    for (const s of started) {
-      if (s.proc.exitCode === null && s.proc.signalCode === null) {
-        s.signalGroup('SIGKILL');
-        await s.exited;
-      }
-    }
-    const pid = postmasterPid(clusterDir);
-    if (pid && isRunning(pid)) process.kill(pid, 'SIGQUIT');
-    fs.rmSync(dataDir, { recursive: true, force: true });
-  });
+  afterAll(() => cleanUpServices(started, clusterDir, dataDir));
 
   it('refuses at once while the first serves on, and recovers from an orphaned postmaster', async () => {
     const url = `http://127.0.0.1:${first.port}`;
@@ -48,7 +38,7 @@ describe('a second start on the same DATA_DIR', () => {
     const postmaster = postmasterPid(clusterDir)!;
 
     // Other ports, same DATA_DIR: refused by the lock before anything else happens.
-    const b = start({ port: randomPort(41000), pgPort: randomPort(42000) });
+    const b = start({ port: randomPort(21000), pgPort: randomPort(22000) });
     const refused = await b.exited;
     expect(refused.code).toBe(1);
     const out = b.output().trim().split('\n');

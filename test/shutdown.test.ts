@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fromRoot } from '../src/paths';
 import { gql } from './helpers/client';
-import { isRunning, postmasterPid, processGroupMembers, processesMentioning, randomPort, spawnService, waitReady, type LogLine, type Service } from './helpers/service';
+import { cleanUpServices, isRunning, postmasterPid, processGroupMembers, processesMentioning, randomPort, spawnService, waitReady, type LogLine, type Service } from './helpers/service';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -17,8 +17,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 describe('a signal to the whole process group of `npm start`', () => {
   const dataDir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'metal-shutdown-')));
   const clusterDir = path.join(dataDir, 'pg');
-  const port = randomPort(43000);
-  const pgPort = randomPort(44000);
+  const port = randomPort(23000);
+  const pgPort = randomPort(24000);
   const url = `http://127.0.0.1:${port}`;
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, PORT: String(port), EMBEDDED_PG_PORT: String(pgPort), LOG_LEVEL: 'debug', SHUTDOWN_TIMEOUT_MS: '60000' };
   delete env.DATABASE_URL;
@@ -43,18 +43,7 @@ describe('a signal to the whole process group of `npm start`', () => {
 
   const at = (lines: LogLine[], test: (l: LogLine) => boolean) => lines.findIndex(test);
 
-  afterAll(async () => {
-    for (const s of started) {
-      if (s.proc.exitCode === null && s.proc.signalCode === null) {
-        s.signalGroup('SIGKILL');
-        await s.exited;
-      }
-    }
-    // A postmaster a failed test left behind: it runs detached, so the group kill above missed it.
-    const pid = postmasterPid(clusterDir);
-    if (pid && isRunning(pid)) process.kill(pid, 'SIGQUIT');
-    fs.rmSync(dataDir, { recursive: true, force: true });
-  });
+  afterAll(() => cleanUpServices(started, clusterDir, dataDir));
 
   it.each(['SIGINT', 'SIGTERM'] as const)('%s: HTTP drains, workers stop, then PostgreSQL, with no connection of ours cut; nothing is left', async (signal) => {
     const service = await startNpm();

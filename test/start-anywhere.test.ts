@@ -21,8 +21,8 @@ describe('a clone in a 0700 folder', () => {
   const sysParent = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'metal-anywhere-sys-')));
   fs.chmodSync(sysParent, 0o755);
   const systemDir = path.join(sysParent, 'sys');
-  const port = randomPort(48000);
-  const pgPort = randomPort(49000);
+  const port = randomPort(25000);
+  const pgPort = randomPort(26000);
   const url = `http://127.0.0.1:${port}`;
   const started: Service[] = [];
 

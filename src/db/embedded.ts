@@ -34,6 +34,38 @@ async function within(promise: Promise<unknown>, ms: number): Promise<void> {
 }
 const errno = (error: unknown) => (error as NodeJS.ErrnoException).code;
 
+/** A client backend's process title: `postgres: <user> <database> <host>(<port>) <state>`. */
+const CLIENT_BACKEND = /^postgres: \S+ \S+ \S+\(\d+\)/;
+
+/**
+ * How many client backends the postmaster still has. A pool's `end()` resolves when its sockets
+ * close, but each backend exits a moment later: a fast shutdown sent in between makes PostgreSQL
+ * log "terminating connection due to administrator command" for a session nobody uses any more.
+ * Read from /proc (Linux); elsewhere 0, and the stop just goes ahead.
+ */
+function clientBackends(pid: number): number {
+  try {
+    const children = fsSync.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+    let count = 0;
+    for (const child of children) {
+      try {
+        if (CLIENT_BACKEND.test(fsSync.readFileSync(`/proc/${child}/cmdline`, 'utf8').replace(/\0/g, ' '))) count += 1;
+      } catch {
+        // exited meanwhile
+      }
+    }
+    return count;
+  } catch {
+    return 0;
+  }
+}
+
+/** Waits (at most `ms`) for the sessions whose clients have already closed to leave. */
+async function sessionsGone(pid: number, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (clientBackends(pid) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+}
+
 interface Binaries {
   /** The package's `native` folder (bin, lib, share), or a copy of it. */
   dir: string;
@@ -452,7 +484,7 @@ function spawnPostgres(bin: Binaries, cluster: Cluster, who: RunAs | null, port:
 
 interface Running {
   /** Stops the postmaster: fast shutdown, then immediate, then a kill, each after its wait. */
-  halt(waitMs: number): Promise<void>;
+  halt(waitMs: number, opts?: { letSessionsEnd?: boolean }): Promise<void>;
 }
 
 /** Every postmaster this process started and has not stopped yet (for {@link stopEmbeddedPostgresNow}). */
@@ -524,7 +556,8 @@ export async function startEmbeddedPostgres(opts: {
     // Each call escalates on its own: a fast stop asked for during a graceful one does not wait
     // for the graceful one's longer steps. A repeated SIGINT is harmless to a postmaster.
     const entry: Running = {
-      halt: async (waitMs) => {
+      halt: async (waitMs, haltOpts) => {
+        if (haltOpts?.letSessionsEnd && !gone()) await sessionsGone(pid, 3000);
         for (const signal of ['SIGINT', 'SIGQUIT', 'SIGKILL'] as const) {
           if (gone()) break;
           child.kill(signal);
@@ -558,7 +591,7 @@ export async function startEmbeddedPostgres(opts: {
       clusterDir: cluster.dir,
       pid,
       stop: async () => {
-        await entry.halt(30000);
+        await entry.halt(30000, { letSessionsEnd: true });
         if (opts.persistent === false) {
           await fs.rm(cluster.relocated ?? cluster.dir, { recursive: true, force: true });
           if (cluster.relocated) await fs.rm(path.join(dataDir, 'pg'), { force: true });

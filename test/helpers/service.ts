@@ -148,4 +148,24 @@ export function postmasterPid(clusterDir: string): number | null {
   }
 }
 
+/**
+ * A port in [base, base + 1000). Each suite has a base of its own below Linux's ephemeral range
+ * (32768 and up), where outgoing connections take their local ports: a random port there collided.
+ */
 export const randomPort = (base: number) => base + Math.floor(Math.random() * 1000);
+
+/**
+ * After a suite of spawned services: kills what is still running (its group), then a postmaster a
+ * failed test left behind (it runs detached, so the group kill misses it), then removes the folder.
+ */
+export async function cleanUpServices(started: Service[], clusterDir: string, dataDir: string): Promise<void> {
+  for (const s of started) {
+    if (s.proc.exitCode === null && s.proc.signalCode === null) {
+      s.signalGroup('SIGKILL');
+      await s.exited;
+    }
+  }
+  const pid = postmasterPid(clusterDir);
+  if (pid && isRunning(pid)) process.kill(pid, 'SIGQUIT');
+  fs.rmSync(dataDir, { recursive: true, force: true });
+}

@@ -20,7 +20,7 @@ export default async function globalSetup(): Promise<void> {
   let adminUrl = process.env.TEST_DATABASE_URL;
   if (!adminUrl) {
     const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'metal-test-pg-'));
-    const port = 55000 + Math.floor(Math.random() * 5000);
+    const port = 30000 + Math.floor(Math.random() * 2000); // below the ephemeral range (see test/helpers/service.ts randomPort)
     // As root in a clone the postgres user cannot reach, the binaries are copied where it can,
     // exactly as `npm start` does (src/db/embedded.ts).
     const systemDir = loadConfig().embeddedPgSystemDir;
