@@ -295,6 +295,11 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
   return createYoga<ServerContext, Context>({
     schema: getSchema(),
     graphqlEndpoint: '/graphql',
+    // Every body reaching Yoga is bounded already: src/server.ts reads it with readBody's limit
+    // (MAX_BODY_BYTES, 413 naming the field) and the REST layer builds its own from input read the
+    // same way. Yoga's limit would turn that string back into a stream piped through a
+    // TransformStream on every request.
+    maxRequestBodySize: false,
     landingPage: false,
     graphiql: { title: 'Metal control plane', headers: JSON.stringify({ [CSRF_HEADER]: '1', Authorization: 'Bearer <token>' }) },
     // GraphiQL's scripts and styles come from this service (src/graphql/graphiql.ts), not a CDN.
