@@ -1,5 +1,5 @@
 import { createYoga, type Plugin } from 'graphql-yoga';
-import { GraphQLError, Kind, parse, specifiedRules, visit, type DocumentNode, type FragmentDefinitionNode, type GraphQLSchema, type SelectionSetNode, type ASTNode, type ASTVisitor, type ValidationContext, type DefinitionNode, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
+import { GraphQLError, Kind, execute as executeQuery, parse, specifiedRules, visit, type DocumentNode, type FragmentDefinitionNode, type GraphQLSchema, type SelectionSetNode, type ASTNode, type ASTVisitor, type ValidationContext, type DefinitionNode, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { getSchema } from './schema';
@@ -220,6 +220,16 @@ function codeErrors(metrics: Metrics): Plugin<{}, ServerContext> {
   };
 }
 
+/**
+ * Queries and mutations run on graphql-js's own executor. Yoga's default (@graphql-tools/executor)
+ * exists for @defer/@stream and abortable execution, which this schema does not offer, and settles
+ * each field through extra promise helpers: on a page of 20 nodes it was the largest share of a
+ * cache miss's CPU. Subscriptions (not passed through onExecute) keep Yoga's.
+ */
+function plainExecutor(): Plugin {
+  return { onExecute: ({ setExecuteFn }) => setExecuteFn(executeQuery as never) };
+}
+
 function timing(metrics: Metrics): Plugin {
   return {
     onExecute({ args }) {
@@ -357,6 +367,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
       return { ...services, requestId, principal, token: token ?? null };
     },
     plugins: [
+      plainExecutor(),
       useCSRFPrevention({ requestHeaders: [CSRF_HEADER, 'x-request-id'] }),
       authFirst(services.tokens),
       inputChecks(),
