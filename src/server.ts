@@ -63,10 +63,12 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
   const body = req.method === 'GET' || req.method === 'HEAD' ? undefined : await readBody(req);
   try {
     if (body) checkJsonDepth(body);
-    const search = new URL(req.url ?? '/', 'http://localhost').searchParams;
-    for (const name of ['variables', 'extensions']) {
-      const value = search.get(name);
-      if (value) checkJsonDepth(value, name);
+    if (req.url?.includes('?')) {
+      const search = new URL(req.url, 'http://localhost').searchParams;
+      for (const name of ['variables', 'extensions']) {
+        const value = search.get(name);
+        if (value) checkJsonDepth(value, name);
+      }
     }
   } catch (error) {
     if (error instanceof AppError) return sendGraphqlError(res, error);
@@ -87,10 +89,13 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
       resolve();
     }),
   );
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(req.headers)) {
+  // A plain record: Yoga's fetch ponyfill reads it lazily, where a Headers object (Node's own)
+  // is built here and then copied into the ponyfill's on every request.
+  const headers: Record<string, string> = {};
+  for (const name in req.headers) {
+    const value = req.headers[name];
     if (value === undefined) continue;
-    headers.set(name, Array.isArray(value) ? value.join(', ') : value);
+    headers[name] = Array.isArray(value) ? value.join(', ') : value;
   }
   const response = await deps.yoga.fetch(
     `http://${req.headers.host ?? 'localhost'}${req.url}`,
@@ -120,6 +125,15 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
   response.headers.forEach((value, name) => {
     outHeaders[name] = value;
   });
+  // A single result (JSON) is one string already: answered in one write with its length, not
+  // chunk by chunk through a stream reader. Streams (SSE, multipart) go through the reader below.
+  const type = outHeaders['content-type'] ?? '';
+  if (type.startsWith('application/json') || type.startsWith('application/graphql-response+json')) {
+    const text = await response.text();
+    if (left) return;
+    res.writeHead(response.status, { ...outHeaders, 'content-length': String(Buffer.byteLength(text)), ...serverTiming(res) });
+    return void res.end(text);
+  }
   res.writeHead(response.status, { ...outHeaders, ...serverTiming(res) });
   if (!response.body) return void res.end();
   const reader = response.body.getReader();
