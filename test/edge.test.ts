@@ -1,7 +1,5 @@
 import pg from 'pg';
-import pino from 'pino';
-import { Writable } from 'node:stream';
-import { startTestApp, type TestApp } from './helpers/app';
+import { capturingLogger, startTestApp, type TestApp } from './helpers/app';
 import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { until, wsClient, wsSubscribe } from './helpers/streams';
@@ -23,8 +21,7 @@ describe('the edge: auth first, inputs checked without echo, limits, NUL, depth,
   const logLines: string[] = [];
 
   beforeAll(async () => {
-    const sink = new Writable({ write(chunk, _enc, done) { logLines.push(chunk.toString()); done(); } });
-    t = await startTestApp({}, { log: pino({ level: 'trace' }, sink) });
+    t = await startTestApp({}, { log: capturingLogger(logLines) });
     tree = await makeTenantTree(t.app.database.prisma, 'edge', { pools: 1, nodesPerPool: 6 });
     token = await makeToken(t.app.database.prisma, tree.tenant.id, [
       { permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id },

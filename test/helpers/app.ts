@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
 import pg from 'pg';
 import pino from 'pino';
 import { startApp, type App } from '../../src/app';
@@ -43,4 +44,15 @@ export async function startTestApp(overrides: Partial<Config> = {}, opts: { log?
     { log: opts.log ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) },
   );
   return { app, url: app.url!, adminToken, stop: () => app.stop() };
+}
+
+/** A trace-level logger whose every line lands in `lines`: for tests that scan the logs (secrets, levels). */
+export function capturingLogger(lines: string[]): import('pino').Logger {
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      lines.push(chunk.toString());
+      done();
+    },
+  });
+  return pino({ level: 'trace' }, sink);
 }
