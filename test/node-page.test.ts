@@ -5,7 +5,7 @@ import { newId } from '../src/ids';
 import { readFilter } from '../src/auth/decide';
 import type { Principal } from '../src/auth/permissions';
 import type { Context } from '../src/context';
-import { nodePageStatement, readNodePage, whereSql, type PlannedQuery } from '../src/modules/metal/node-page';
+import { nodeListWhere, nodePageStatement, readNodePage, whereSql, type PlannedQuery } from '../src/modules/metal/node-page';
 
 /**
  * The `nodes` connection reads its page with one SQL statement (src/modules/metal/node-page.ts)
@@ -101,15 +101,7 @@ describe('the nodes page in one statement', () => {
     for (const who of principals) {
       for (const f of filters) {
         const access = readFilter(who, 'node');
-        const where = {
-          AND: [
-            access ?? {},
-            f.siteId ? { siteId: f.siteId } : {},
-            f.poolId ? { poolId: f.poolId } : {},
-            f.provisionState ? { provisionState: f.provisionState } : {},
-            f.maintenance != null ? { maintenance: f.maintenance } : {},
-          ],
-        };
+        const where = nodeListWhere(access, f);
         seen += (await both({ include, take: 50, skip: 0 }, where)).length;
         await both({ include, take: -2, skip: 0 }, where);
       }

@@ -15,6 +15,30 @@ import { nodeArrayView, type ArrayView, type NodePageRow } from './node-rows';
  */
 
 /** What the prisma plugin's connection passes to its resolver, as far as this reads it. */
+/** The `nodes` connection's filter argument (GraphQL `NodeFilter`). */
+export interface NodeListFilter {
+  siteId?: string | null;
+  poolId?: string | null;
+  provisionState?: string | null;
+  maintenance?: boolean | null;
+}
+
+/**
+ * The Prisma `where` of a `nodes` page: the caller's read scope and the filter, in the one shape
+ * {@link whereSql} translates (anything else goes to Prisma as before).
+ */
+export function nodeListWhere(access: object | null, f: NodeListFilter) {
+  return {
+    AND: [
+      access ?? {},
+      f.siteId ? { siteId: f.siteId } : {},
+      f.poolId ? { poolId: f.poolId } : {},
+      f.provisionState ? { provisionState: f.provisionState } : {},
+      f.maintenance != null ? { maintenance: f.maintenance } : {},
+    ],
+  };
+}
+
 export interface PlannedQuery {
   take?: number;
   skip?: number;

@@ -4,7 +4,7 @@ import { requirePrincipal } from '../../context';
 import { checkPageArgs } from '../../graphql/pagination';
 import { DriverBindingsRef, type DriverBindings } from '../tenancy/hardware-profile';
 import { ProvisionState as ProvisionStates } from '../../generated/prisma/enums';
-import { nodePageStatement, readNodePage, type PlannedQuery } from './node-page';
+import { nodeListWhere, nodePageStatement, readNodePage, type PlannedQuery } from './node-page';
 
 export const ProvisionStateEnum = builder.enumType('ProvisionState', {
   values: Object.values(ProvisionStates),
@@ -101,16 +101,7 @@ builder.queryField('nodes', (t) =>
     resolve: (query, _root, args, ctx) => {
       checkPageArgs(ctx, args);
       const access = readFilter(requirePrincipal(ctx), 'node');
-      const f = args.filter ?? {};
-      const where = {
-        AND: [
-          access ?? {},
-          f.siteId ? { siteId: f.siteId } : {},
-          f.poolId ? { poolId: f.poolId } : {},
-          f.provisionState ? { provisionState: f.provisionState } : {},
-          f.maintenance != null ? { maintenance: f.maintenance } : {},
-        ],
-      };
+      const where = nodeListWhere(access, args.filter ?? {});
       // One statement with pool, site and hardware profile joined when the plan is a shape
       // node-page.ts knows (every page the UI and the REST layer ask for); Prisma otherwise.
       const statement = nodePageStatement(query as PlannedQuery, where);
