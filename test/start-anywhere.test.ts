@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fromRoot } from '../src/paths';
+import { socketDir } from '../src/db/embedded';
 import { gql } from './helpers/client';
 import { processesMentioning, randomPort, spawnService, waitReady, type Service } from './helpers/service';
 
@@ -122,4 +123,16 @@ describe('a clone in a 0700 folder', () => {
     expect(fatal.error).toContain(`the postgres user cannot enter ${home}`);
     expect(fatal.error).toContain('EMBEDDED_PG_SYSTEM_DIR');
   }, 60000);
+});
+
+describe('the embedded PostgreSQL socket', () => {
+  it('is in the cluster folder when its path fits a sockaddr_un and needs no quoting; TCP otherwise', () => {
+    expect(socketDir({ dir: '/var/lib/metal-control-plane/clusters/ab-cd/pg' }, 31234)).toBe('/var/lib/metal-control-plane/clusters/ab-cd/pg');
+    // 107 bytes is the most a socket path may have: dir + "/.s.PGSQL.31234" (15 bytes).
+    expect(socketDir({ dir: '/' + 'a'.repeat(91) }, 31234)).toBe('/' + 'a'.repeat(91));
+    expect(socketDir({ dir: '/' + 'a'.repeat(92) }, 31234)).toBeNull();
+    expect(socketDir({ dir: '/tmp/with,comma/pg' }, 5432)).toBeNull();
+    expect(socketDir({ dir: '/tmp/with space/pg' }, 5432)).toBeNull();
+    expect(socketDir({ dir: 'relative/pg' }, 5432)).toBeNull();
+  });
 });

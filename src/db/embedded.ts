@@ -212,6 +212,21 @@ async function reachableBinaries(bin: Binaries, who: RunAs, systemDir: string, l
   return copy;
 }
 
+/**
+ * The folder of the service's Unix-domain socket: the cluster folder itself (only its user, and
+ * root, can enter it), or null when its socket path would not fit a sockaddr_un (107 bytes) or the
+ * folder's name would need quoting in `unix_socket_directories`; TCP on 127.0.0.1 then.
+ *
+ * The service connects through the socket: on loopback TCP each query's write runs the receiving
+ * side's TCP stack in the sender's system call, which was the largest single item of a read's
+ * CPU profile (npm run bench -- read).
+ */
+export function socketDir(cluster: Pick<Cluster, 'dir'>, port: number): string | null {
+  const dir = cluster.dir;
+  if (!path.isAbsolute(dir) || /[,"\\\s]/.test(dir)) return null;
+  return Buffer.byteLength(`${dir}/.s.PGSQL.${port}`) <= 107 ? dir : null;
+}
+
 interface Cluster {
   /** The cluster folder given to PostgreSQL (a real path, reachable by the user it runs as). */
   dir: string;
@@ -444,7 +459,9 @@ function runInitdb(bin: Binaries, cluster: Cluster, who: RunAs | null, password:
  * or a service manager sends to our group does not reach it, and we stop it ourselves, last.
  */
 function spawnPostgres(bin: Binaries, cluster: Cluster, who: RunAs | null, port: number, log: Log): Promise<ChildProcess> {
-  const args = ['-D', cluster.dir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200', '-c', 'fsync=on'];
+  const socket = socketDir(cluster, port);
+  const args = ['-D', cluster.dir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', `unix_socket_directories=${socket ?? ''}`,
+    '-c', 'max_connections=200', '-c', 'fsync=on'];
   const child = spawn(bin.postgres, args, { cwd: cluster.home, env: postgresEnv(), detached: true, stdio: ['ignore', 'pipe', 'pipe'], ...(who ?? {}) });
   return new Promise((resolve, reject) => {
     let tail: string[] = [];
@@ -545,6 +562,7 @@ export async function startEmbeddedPostgres(opts: {
       await stopOrphan(cluster.dir, log);
     }
     const child = await spawnPostgres(bin, cluster, who, opts.port, log);
+    const socket = socketDir(cluster, opts.port);
     const pid = child.pid!;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     const gone = () => child.exitCode !== null || child.signalCode !== null;
@@ -572,7 +590,7 @@ export async function startEmbeddedPostgres(opts: {
 
     try {
       const database = opts.database ?? 'metal';
-      const client = new pg.Client({ host: '127.0.0.1', port: opts.port, user: 'postgres', password, database: 'postgres' });
+      const client = new pg.Client({ host: socket ?? '127.0.0.1', port: opts.port, user: 'postgres', password, database: 'postgres' });
       await client.connect();
       try {
         const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
@@ -584,7 +602,7 @@ export async function startEmbeddedPostgres(opts: {
       await entry.halt(10000);
       throw error;
     }
-    const url = `postgresql://postgres:${encodeURIComponent(password)}@127.0.0.1:${opts.port}/${opts.database ?? 'metal'}`;
+    const url = `postgresql://postgres:${encodeURIComponent(password)}@127.0.0.1:${opts.port}/${opts.database ?? 'metal'}${socket ? `?host=${encodeURIComponent(socket)}` : ''}`;
     log.info({ port: opts.port, clusterDir: cluster.dir, pid }, 'embedded PostgreSQL started');
     return {
       url,

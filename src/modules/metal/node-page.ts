@@ -1,5 +1,7 @@
 import type { Context } from '../../context';
-import { nodeArrayView, type ArrayView, type NodePageRow } from './node-rows';
+import type { GraphQLResolveInfo } from 'graphql';
+import { selectedFields } from '../../graphql/selection';
+import { NODE_FIELDS, POOL_FIELDS, PROFILE_FIELDS, SITE_FIELDS, nodeArrayView, type ArrayView, type NodePageRow, type ViewFields } from './node-rows';
 
 /**
  * The `nodes` connection in one SQL statement: the page of nodes with the pool, site and hardware
@@ -101,19 +103,77 @@ export function whereSql(where: unknown, values: unknown[]): string | null {
   return parts.length ? parts.join(' AND ') : 'TRUE';
 }
 
-/** One view and join list per combination of included relations (eight at most, built once). */
+/**
+ * The Prisma fields each GraphQL field of a type reads, for the fields that are not a column of
+ * the same name. A field in neither (one added later and not listed here) makes the page read
+ * every column of that type, so a new field can make a page slower but never wrong.
+ */
+const NODE_READS: Record<string, readonly string[]> = {
+  __typename: [],
+  site: ['siteId'],
+  pool: ['poolId'],
+  hardwareProfile: ['hardwareProfileId'],
+  lastError: ['lastErrorCode', 'lastErrorMessage'],
+  bmc: ['bmcAddress', 'bmcDriver', 'bmcDriverOptions', 'bmcCredentialsRef'],
+};
+const POOL_READS: Record<string, readonly string[]> = { __typename: [], site: ['siteId'] };
+const PLAIN_READS: Record<string, readonly string[]> = { __typename: [] };
+
+/** The fields of a row the selected GraphQL fields read; undefined: all of them. */
+export function readsOf(selected: Iterable<string>, columns: readonly string[], reads: Record<string, readonly string[]>): string[] | undefined {
+  const out = new Set<string>();
+  for (const field of selected) {
+    const listed = reads[field] ?? (columns.includes(field) ? [field] : undefined);
+    if (!listed) return undefined;
+    for (const f of listed) out.add(f);
+  }
+  return [...out];
+}
+
+/** What a page's statement joins and reads, from the query's selection below `edges.node`. */
+export interface PageShape {
+  include: { pool: boolean; site: boolean; hardwareProfile: boolean };
+  only: ViewFields;
+}
+
+const shapes = new WeakMap<object, PageShape>();
+export function pageShape(info: Pick<GraphQLResolveInfo, 'fieldNodes' | 'fragments'>): PageShape {
+  const key = info.fieldNodes.length === 1 ? info.fieldNodes[0]! : null;
+  const known = key && shapes.get(key);
+  if (known) return known;
+  const node = selectedFields(info, ['edges', 'node']);
+  const shape: PageShape = {
+    include: { pool: node.has('pool'), site: node.has('site'), hardwareProfile: node.has('hardwareProfile') },
+    only: {
+      node: readsOf(node, NODE_FIELDS, NODE_READS),
+      pool: readsOf(selectedFields(info, ['edges', 'node', 'pool']), POOL_FIELDS, POOL_READS),
+      site: readsOf(selectedFields(info, ['edges', 'node', 'site']), SITE_FIELDS, PLAIN_READS),
+      profile: readsOf(selectedFields(info, ['edges', 'node', 'hardwareProfile']), PROFILE_FIELDS, PLAIN_READS),
+    },
+  };
+  if (key) shapes.set(key, shape);
+  return shape;
+}
+
+/**
+ * One view and join list per combination of joined relations and fields read. The combinations
+ * are as many as the distinct selections clients send, so the map is bounded: past its size it
+ * starts again (a view costs microseconds to build).
+ */
 const VIEWS = new Map<string, { view: ArrayView<NodePageRow>; from: string }>();
-function viewFor(profile: boolean, pool: boolean, site: boolean) {
-  const key = `${+profile}${+pool}${+site}`;
+const MAX_VIEWS = 256;
+function viewFor(profile: boolean, pool: boolean, site: boolean, only: ViewFields) {
+  const key = `${+profile}${+pool}${+site}|${only.node?.join(',') ?? '*'}|${only.profile?.join(',') ?? '*'}|${only.pool?.join(',') ?? '*'}|${only.site?.join(',') ?? '*'}`;
   let entry = VIEWS.get(key);
   if (!entry) {
     entry = {
-      view: nodeArrayView('n', { profile, pool: pool ? 'p' : undefined, site: site ? 's' : undefined }),
+      view: nodeArrayView('n', { profile, pool: pool ? 'p' : undefined, site: site ? 's' : undefined }, only),
       from: ['node n',
         profile ? 'LEFT JOIN hardware_profile hp ON hp.id = n.hardware_profile_id' : '',
         pool ? 'LEFT JOIN pool p ON p.id = n.pool_id' : '',
         site ? 'LEFT JOIN site s ON s.id = n.site_id' : ''].filter(Boolean).join(' '),
     };
+    if (VIEWS.size >= MAX_VIEWS) VIEWS.clear();
     VIEWS.set(key, entry);
   }
   return entry;
@@ -133,7 +193,7 @@ export interface NodePageStatement {
  * (the cursor row itself when it is in the filtered set), and a negative `take` pages backwards
  * and is returned in ascending order.
  */
-export function nodePageStatement(query: PlannedQuery, where: unknown): NodePageStatement | null {
+export function nodePageStatement(query: PlannedQuery, where: unknown, only: ViewFields = {}): NodePageStatement | null {
   for (const key of Object.keys(query)) {
     if (query[key] !== undefined && key !== 'take' && key !== 'skip' && key !== 'cursor' && key !== 'include') return null;
   }
@@ -163,7 +223,7 @@ export function nodePageStatement(query: PlannedQuery, where: unknown): NodePage
     cursor = ` AND n.id ${backward ? '<=' : '>='} (SELECT c.id FROM node c WHERE c.id = $${values.length}::text)`;
   }
   values.push(Math.abs(take), skip);
-  const { view, from } = viewFor(included.has('hardwareProfile'), included.has('pool'), included.has('site'));
+  const { view, from } = viewFor(included.has('hardwareProfile'), included.has('pool'), included.has('site'), only);
   const text = `SELECT ${view.columns} FROM ${from} WHERE (${filter})${cursor}
     ORDER BY n.id ${backward ? 'DESC' : 'ASC'} LIMIT $${values.length - 1}::int OFFSET $${values.length}::int`;
   return { text, values, backward, view };

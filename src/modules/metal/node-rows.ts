@@ -9,11 +9,11 @@ import { Prisma, type HardwareProfile, type Node, type Pool, type Site } from '.
 export type NodeRow = Node & { hardwareProfile: HardwareProfile | null };
 
 const snake = (field: string) => field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
-const NODE_FIELDS = Object.values(Prisma.NodeScalarFieldEnum);
-const PROFILE_FIELDS = Object.values(Prisma.HardwareProfileScalarFieldEnum);
+export const NODE_FIELDS: readonly string[] = Object.values(Prisma.NodeScalarFieldEnum);
+export const PROFILE_FIELDS: readonly string[] = Object.values(Prisma.HardwareProfileScalarFieldEnum);
 const PROFILE_PREFIX = 'hardwareProfile.';
-const POOL_FIELDS = Object.values(Prisma.PoolScalarFieldEnum);
-const SITE_FIELDS = Object.values(Prisma.SiteScalarFieldEnum);
+export const POOL_FIELDS: readonly string[] = Object.values(Prisma.PoolScalarFieldEnum);
+export const SITE_FIELDS: readonly string[] = Object.values(Prisma.SiteScalarFieldEnum);
 
 /**
  * The select list of a node view: `<alias>` is a node row (the table or a RETURNING CTE), `hp` the
@@ -76,21 +76,39 @@ function compileReader(fields: readonly string[], at: number): RowReader {
   return new Function('row', `return { ${fields.map((f, i) => `${f}: row[${at + i}]`).join(', ')} };`) as RowReader;
 }
 
-export function nodeArrayView(alias: string, joins: { profile?: boolean; pool?: string; site?: string } = {}): ArrayView<NodePageRow> {
+/**
+ * The Prisma fields a view reads of each relation, when not all of them: a page of nodes reads only
+ * what its query selects. `id` is always read (first), so an outer join that found no row is seen.
+ */
+export interface ViewFields {
+  node?: readonly string[];
+  profile?: readonly string[];
+  pool?: readonly string[];
+  site?: readonly string[];
+}
+
+const withId = (fields: readonly string[] | undefined, all: readonly string[]) =>
+  fields ? ['id', ...all.filter((f) => f !== 'id' && fields.includes(f))] : all;
+
+export function nodeArrayView(alias: string, joins: { profile?: boolean; pool?: string; site?: string } = {}, only: ViewFields = {}): ArrayView<NodePageRow> {
   const withProfile = joins.profile ?? true;
+  const nodeFields = withId(only.node, NODE_FIELDS);
+  const profileFields = withId(only.profile, PROFILE_FIELDS);
+  const poolFields = withId(only.pool, POOL_FIELDS);
+  const siteFields = withId(only.site, SITE_FIELDS);
   const columns = [
-    ...NODE_FIELDS.map((f) => `${alias}.${snake(f)}`),
-    ...(withProfile ? PROFILE_FIELDS.map((f) => `hp.${snake(f)}`) : []),
-    ...(joins.pool ? POOL_FIELDS.map((f) => `${joins.pool}.${snake(f)}`) : []),
-    ...(joins.site ? SITE_FIELDS.map((f) => `${joins.site}.${snake(f)}`) : []),
+    ...nodeFields.map((f) => `${alias}.${snake(f)}`),
+    ...(withProfile ? profileFields.map((f) => `hp.${snake(f)}`) : []),
+    ...(joins.pool ? poolFields.map((f) => `${joins.pool}.${snake(f)}`) : []),
+    ...(joins.site ? siteFields.map((f) => `${joins.site}.${snake(f)}`) : []),
   ];
-  const profileAt = NODE_FIELDS.length;
-  const poolAt = profileAt + (withProfile ? PROFILE_FIELDS.length : 0);
-  const siteAt = poolAt + (joins.pool ? POOL_FIELDS.length : 0);
-  const readNode = compileReader(NODE_FIELDS, 0);
-  const readProfile = compileReader(PROFILE_FIELDS, profileAt);
-  const readPool = compileReader(POOL_FIELDS, poolAt);
-  const readSite = compileReader(SITE_FIELDS, siteAt);
+  const profileAt = nodeFields.length;
+  const poolAt = profileAt + (withProfile ? profileFields.length : 0);
+  const siteAt = poolAt + (joins.pool ? poolFields.length : 0);
+  const readNode = compileReader(nodeFields, 0);
+  const readProfile = compileReader(profileFields, profileAt);
+  const readPool = compileReader(poolFields, poolAt);
+  const readSite = compileReader(siteFields, siteAt);
   const withPool = Boolean(joins.pool);
   const withSite = Boolean(joins.site);
   return {

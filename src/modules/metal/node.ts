@@ -2,9 +2,14 @@ import { builder } from '../../graphql/builder';
 import { readFilter } from '../../auth/decide';
 import { requirePrincipal } from '../../context';
 import { checkPageArgs } from '../../graphql/pagination';
-import { DriverBindingsRef, type DriverBindings } from '../tenancy/hardware-profile';
+import { DriverBindingsRef, HardwareProfileRef, type DriverBindings } from '../tenancy/hardware-profile';
+import { PoolRef } from '../tenancy/pool';
+import { SiteRef } from '../tenancy/site';
+import { hardwareProfileById, poolById, related, siteById } from '../../graphql/loaders';
+import type { NodePageRow } from './node-rows';
+import type { Pool, Site } from '../../generated/prisma/client';
 import { ProvisionState as ProvisionStates } from '../../generated/prisma/enums';
-import { nodeListWhere, nodePageStatement, readNodePage, type PlannedQuery } from './node-page';
+import { nodeListWhere, nodePageStatement, pageShape, readNodePage, type PlannedQuery } from './node-page';
 
 export const ProvisionStateEnum = builder.enumType('ProvisionState', {
   values: Object.values(ProvisionStates),
@@ -41,8 +46,10 @@ builder.prismaNode('Node', {
     tenantId: t.exposeID('tenantId'),
     siteId: t.exposeID('siteId'),
     poolId: t.exposeID('poolId'),
-    site: t.relation('site'),
-    pool: t.relation('pool'),
+    // Relations from the joined row when the read brought them (a page of nodes), else by id
+    // through the request's loaders: one statement per relation, however many nodes ask.
+    site: t.field({ type: SiteRef, resolve: (n, _a, ctx) => related((n as NodePageRow).site, n.siteId, (id) => siteById(ctx, id)) as Promise<Site> }),
+    pool: t.field({ type: PoolRef, resolve: (n, _a, ctx) => related((n as NodePageRow).pool, n.poolId, (id) => poolById(ctx, id)) as Promise<Pool> }),
     provisionState: t.expose('provisionState', { type: ProvisionStateEnum }),
     failedFrom: t.expose('failedFrom', { type: ProvisionStateEnum, nullable: true }),
     lastError: t.field({
@@ -63,7 +70,11 @@ builder.prismaNode('Node', {
     addresses: t.exposeStringList('addresses'),
     macs: t.exposeStringList('macs'),
     productUuid: t.exposeString('productUuid', { nullable: true }),
-    hardwareProfile: t.relation('hardwareProfile', { nullable: true }),
+    hardwareProfile: t.field({
+      type: HardwareProfileRef,
+      nullable: true,
+      resolve: (n, _a, ctx) => related((n as NodePageRow).hardwareProfile, n.hardwareProfileId, (id) => hardwareProfileById(ctx, id)),
+    }),
     driverBindings: t.field({ type: DriverBindingsRef, nullable: true, resolve: (n) => {
         // Bindings are resolved at enrollment; until then the column holds {}.
         const bindings = n.driverBindings as Partial<DriverBindings> | null;
@@ -98,13 +109,14 @@ builder.queryField('nodes', (t) =>
     defaultSize: 50,
     description: 'Metal nodes the caller may read, oldest first (ids are time-ordered).',
     args: { filter: t.arg({ type: NodeFilter, required: false }) },
-    resolve: (query, _root, args, ctx) => {
+    resolve: (query, _root, args, ctx, info) => {
       checkPageArgs(ctx, args);
       const access = readFilter(requirePrincipal(ctx), 'node');
       const where = nodeListWhere(access, args.filter ?? {});
       // One statement with pool, site and hardware profile joined when the plan is a shape
       // node-page.ts knows (every page the UI and the REST layer ask for); Prisma otherwise.
-      const statement = nodePageStatement(query as PlannedQuery, where);
+      const { include, only } = pageShape(info);
+      const statement = nodePageStatement({ ...(query as PlannedQuery), include }, where, only);
       if (statement) return readNodePage(ctx, statement);
       return ctx.prisma.node.findMany({ ...query, where, orderBy: { id: 'asc' } });
     },

@@ -24,7 +24,7 @@ const DriverBindingsRef = builder.objectRef<DriverBindings>('DriverBindings').im
 });
 export { DriverBindingsRef };
 
-builder.prismaNode('HardwareProfile', {
+export const HardwareProfileRef = builder.prismaNode('HardwareProfile', {
   id: { field: 'id' },
   nullable: true,
   fields: (t) => ({

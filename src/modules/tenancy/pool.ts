@@ -5,6 +5,9 @@ import { absent, decide, readFilter } from '../../auth/decide';
 import { requirePrincipal, type Context } from '../../context';
 import { poolResource, siteResource } from './resources';
 import { AppError, invalidInput } from '../../errors';
+import { SiteRef } from './site';
+import { related, siteById } from '../../graphql/loaders';
+import type { Site } from '../../generated/prisma/client';
 
 /** What a pool's policy holds (stored as JSON on the pool). */
 export interface PoolPolicy {
@@ -47,14 +50,14 @@ const PoolPolicyRef = builder.objectRef<PoolPolicy>('PoolPolicy').implement({
   }),
 });
 
-builder.prismaNode('Pool', {
+export const PoolRef = builder.prismaNode('Pool', {
   id: { field: 'id' },
   nullable: true,
   fields: (t) => ({
     name: t.exposeString('name'),
     tenantId: t.exposeID('tenantId'),
     siteId: t.exposeID('siteId'),
-    site: t.relation('site'),
+    site: t.field({ type: SiteRef, resolve: (pool, _a, ctx) => related((pool as { site?: Site }).site, pool.siteId, (id) => siteById(ctx, id)) as Promise<Site> }),
     policy: t.field({ type: PoolPolicyRef, resolve: (pool) => readPolicy(pool.policy) }),
     version: t.exposeInt('version'),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),

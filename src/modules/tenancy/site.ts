@@ -6,7 +6,7 @@ import { requirePrincipal } from '../../context';
 import { siteResource, tenantResource } from './resources';
 import { AppError, invalidInput } from '../../errors';
 
-builder.prismaNode('Site', {
+export const SiteRef = builder.prismaNode('Site', {
   id: { field: 'id' },
   nullable: true,
   fields: (t) => ({
