@@ -11,6 +11,12 @@ const QUEUE_CREATION_LOCK = 7243916082;
 export interface QueueData {
   /** Level-triggered: "make node X match its desired state". Queued by the metal verbs. */
   'metal.reconcile': { nodeId: string; reason: string; wipe?: string; batchId?: string };
+  /**
+   * "Release batch B": queue the metal.reconcile job of each node of a destructive bulk batch,
+   * once (command_batch.released_at). Queued by bulk for a batch without approver keys and by the
+   * approval that reaches the quorum; the node list is the batch row's, never the job's.
+   */
+  'metal.batch': { batchId: string };
   /** Scheduled: deletes events older than the retention (EVENT_RETENTION_HOURS). */
   'events.prune': Record<string, never>;
 }
@@ -18,6 +24,7 @@ export type QueueName = keyof QueueData;
 
 export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
   'metal.reconcile': { name: 'metal.reconcile', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 15 * 60 },
+  'metal.batch': { name: 'metal.batch', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
   // One prune at a time is enough; a missed one is caught up by the next.
   'events.prune': { name: 'events.prune', policy: 'singleton', retryLimit: 1, expireInSeconds: 10 * 60 },
 };

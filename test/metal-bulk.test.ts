@@ -5,6 +5,7 @@ import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
 import type { ProvisionState } from '../src/modules/metal/states';
+import { releaseBatch } from '../src/modules/metal/bulk';
 
 describe('bulk', () => {
   let t: TestApp;
@@ -47,13 +48,26 @@ describe('bulk', () => {
        (SELECT count(*) FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = ANY($1)) AS jobs,
        (SELECT count(*) FROM command_batch) AS batches`, [ids])).rows[0];
 
+  const jobsOf = async (ids: string[]) =>
+    Number((await sql.query(`SELECT count(*) FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = ANY($1)`, [ids])).rows[0].count);
+  /** Waits (at most 10 s) until the batch's release job has queued the nodes' jobs (the worker polls). */
+  async function releasedJobs(ids: string[], expected: number): Promise<number> {
+    const deadline = Date.now() + 10000;
+    let count = await jobsOf(ids);
+    while (count < expected && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      count = await jobsOf(ids);
+    }
+    return count;
+  }
+
   /** The batch as its row reads now, in the answer's shape: the answer must not differ from it. */
   const storedBatch = async (id: string) =>
     (await sql.query(`SELECT id, pool_id AS "poolId", verb, reason, wipe, cardinality(node_ids) AS "nodeCount", digest, quorum, approvals, status,
                              to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS "createdAt"
                         FROM command_batch WHERE id = $1`, [id])).rows[0];
 
-  it('retires every node in one batch: state, one event and one job per node, and an audit batch with the reason', async () => {
+  it('retires every node in one batch: state, one event and one job per node (through the batch), and an audit batch with the reason', async () => {
     const ids = await nodes(50);
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'retire', nodeIds: ids, reason: 'end of lease' });
     expect(response.status).toBe(200);
@@ -61,10 +75,17 @@ describe('bulk', () => {
     expect(new Set(response.body.nodes.map((n: any) => n.provisionState))).toEqual(new Set(['retiring']));
     expect(response.body.batch).toMatchObject({ verb: 'retire', reason: 'end of lease', nodeCount: 50, status: 'recorded', quorum: 0 });
     expect(response.body.batch).toEqual(await storedBatch(response.body.batch.id));
-    const snap = await snapshot(ids);
-    expect([Number(snap.events), Number(snap.jobs)]).toEqual([50, 50]);
+    // The events commit with the change; the nodes' jobs come from the batch's one release job,
+    // queued in the same transaction (the batch needs no approval) and run by the worker.
+    expect(Number((await snapshot(ids)).events)).toBe(50);
+    const release = await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.batch' AND data->>'batchId' = $1`, [response.body.batch.id]);
+    expect(release.rows.map((r) => r.data)).toEqual([{ batchId: response.body.batch.id }]);
+    expect(await releasedJobs(ids, 50)).toBe(50);
     const job = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [ids[0]])).rows[0].data;
     expect(job).toEqual({ nodeId: ids[0], reason: 'retire', batchId: response.body.batch.id });
+    // A second release of the same batch (a retried or duplicated job) queues nothing more.
+    expect(await releaseBatch(t.app.services.sql, response.body.batch.id)).toBe(0);
+    expect(await jobsOf(ids)).toBe(50);
   });
 
   it('a non-destructive verb (inspect) makes no batch', async () => {
@@ -130,9 +151,18 @@ describe('bulk', () => {
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'mallory', s: signBy(0) }))).toBe('INVALID_INPUT');
     const first = await gql(t.url, token, APPROVE, { b: batch.id, k: 'alice', s: signBy(0) });
     expect(first.data!.approveCommandBatch.status).toBe('awaiting-approval');
+    // Seed: with approver keys the batch's commands wait for its approval. Nothing is queued
+    // for its nodes before the quorum, and a release job run early queues nothing either.
+    expect(await releaseBatch(t.app.services.sql, batch.id)).toBe(0);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await jobsOf(ids)).toBe(0);
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'alice', s: signBy(0) }))).toBe('CONFLICT');
     const second = await gql(t.url, token, APPROVE, { b: batch.id, k: 'bob', s: signBy(1) });
     expect(second.data!.approveCommandBatch.status).toBe('approved');
+    // The approval that reached the quorum released the batch: each node's job, with the wipe.
+    expect(await releasedJobs(ids, 4)).toBe(4);
+    const job = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [ids[0]])).rows[0].data;
+    expect(job).toEqual({ nodeId: ids[0], reason: 'undeploy', wipe: 'crypto-erase', batchId: batch.id });
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'bob', s: signBy(1) }))).toBe('INVALID_STATE');
   });
 
@@ -152,6 +182,11 @@ describe('bulk', () => {
   });
 
   it('is set-based: the same number of SQL statements for 10 and for 500 nodes', async () => {
+    // The worker releasing earlier tests' batches counts its statements too: let it finish first.
+    const deadline = Date.now() + 10000;
+    const pendingReleases = async () => Number((await sql.query(`SELECT count(*) FROM pgboss.job WHERE name = 'metal.batch' AND state < 'completed'`)).rows[0].count);
+    while ((await pendingReleases()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(await pendingReleases()).toBe(0);
     const count = async (n: number) => {
       const ids = await nodes(n);
       await gql(t.url, token, '{ viewer { tokenId } }');

@@ -17,6 +17,11 @@ builder.prismaNode('CommandBatch', {
     approvals: t.expose('approvals', { type: 'JSON' }),
     status: t.exposeString('status', { description: 'awaiting-approval, approved, or recorded (no approver keys: audit only)' }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
+    releasedAt: t.expose('releasedAt', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'When the nodes\' reconciler jobs were queued: soon after a recorded batch is created, at the approval that reaches the quorum otherwise; null until then',
+    }),
   }),
 });
 

@@ -1,6 +1,7 @@
 import { createHash, createPublicKey, verify } from 'node:crypto';
 import type { CommandBatch } from '../../generated/prisma/client';
 import type { Context } from '../../context';
+import type { Sql } from '../../db/sql';
 import { requirePrincipal } from '../../context';
 import { can, decide, isPlatformAdmin } from '../../auth/decide';
 import { AppError, invalidInput, notFound, type ErrorCode } from '../../errors';
@@ -131,7 +132,15 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
         { type: 'node.provision.failed', payload: { ...common, from: 'rescue', to: 'failed', failedFrom: 'rescue', error: unsupported.error } },
       ]
     : [{ type: VERBS[input.verb].event, payload: { ...common, to } }];
-  const job = unsupported ? null : { reason: input.verb, ...(wipe ? { wipe } : {}), ...(batch ? { batchId: batch.id } : {}) };
+  // The reconciler jobs. A destructive batch's go through the batch (seed: with approver keys its
+  // commands wait for the approval): one metal.batch job, queued here when the batch needs no
+  // approval and by the approval that reaches the quorum otherwise, which queues each node's job
+  // from the batch row (releaseBatch). Other verbs queue each node's job here.
+  const job = unsupported || batch ? null : { reason: input.verb };
+  const releaseNow = batch !== null && status === 'recorded';
+  const jobSql = job
+    ? insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', upd.id) || $17::jsonb`, '(SELECT * FROM upd WHERE $17::jsonb IS NOT NULL) AS upd')
+    : insertJobsSql('metal.batch', `jsonb_build_object('batchId', $5::text)`, '(SELECT 1 WHERE $17::jsonb IS NULL AND $18::int = 1) AS one');
   const extra = setClause(unsupported ? unsupported.data : { provisionState: to, ...clearedFailure(input.verb) }, 19);
 
   // One statement writes the batch, the compare-and-set on every node, the workflow runs, every
@@ -168,7 +177,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
            FROM upd, unnest($15::text[], $16::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
           ORDER BY upd.id, e.n
        ), job AS (
-         ${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', upd.id) || $17::jsonb`, '(SELECT * FROM upd WHERE $17::jsonb IS NOT NULL) AS upd')} RETURNING 1
+         ${jobSql} RETURNING 1
        )
        SELECT ${BULK_VIEW.columns}, (SELECT count(*) FROM job)::int, $18::int, (SELECT created_at FROM batch) FROM ${nodeViewFrom('upd', 'u')}`,
       [
@@ -180,7 +189,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
         runIds ?? ids.map(() => null),
         events.map((e) => e.type), events.map((e) => JSON.stringify(e.payload)),
         job ? JSON.stringify(job) : null,
-        job ? ids.length : 0,
+        job ? ids.length : releaseNow ? 1 : 0,
         ...extra.values,
       ],
     );
@@ -188,7 +197,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
       throw new AppError('CONFLICT', `${ids.length - rows.length} of the nodes changed concurrently; nothing changed, read them again and retry`);
     }
     // The two columns after the view: jobs queued, jobs expected.
-    if (rows[0]![BULK_VIEW.width] !== rows[0]![BULK_VIEW.width + 1]) throw new Error('the metal.reconcile queue is missing: the jobs were not queued');
+    if (rows[0]![BULK_VIEW.width] !== rows[0]![BULK_VIEW.width + 1]) throw new Error('a metal queue is missing: the jobs were not queued');
     return { rows, createdAt: rows[0]![BULK_VIEW.width + 2] as Date | null };
   });
   // In the order given: each view straight to its place (a sort looked the order up 260,000 times).
@@ -202,7 +211,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   // to parse than the rest of the answer's batch (test/metal-bulk.test.ts compares the two).
   const written: CommandBatch | null = batch && {
     id: batch.id, tenantId: pool.tenantId, poolId: pool.id, verb: input.verb, reason, nodeIds: ids, wipe,
-    digest: digest!, quorum, approvals: [], status, createdBy: principal.tokenId, createdAt: createdAt!,
+    digest: digest!, quorum, approvals: [], status, createdBy: principal.tokenId, createdAt: createdAt!, releasedAt: null,
   };
   return { batch: written, rows: views };
 }
@@ -232,10 +241,44 @@ export async function approveBatch(ctx: Context, batchId: string, keyId: string,
   }
   const next = [...approvals, { keyId, at: new Date().toISOString() }];
   const status = next.length >= batch.quorum ? 'approved' : 'awaiting-approval';
-  const updated = await ctx.prisma.commandBatch.updateMany({
-    where: { id: batch.id, status: 'awaiting-approval', approvals: { equals: batch.approvals as object } },
-    data: { approvals: next, status },
+  // The approval that reaches the quorum releases the batch (its metal.batch job) in the same
+  // transaction: the batch's destructive work starts only once it is approved, and then surely.
+  await ctx.sql.transaction(async (tx) => {
+    const { rows } = await tx.query<{ queued: number }>(
+      `WITH b AS (
+         UPDATE command_batch SET approvals = $2::jsonb, status = $3::text
+          WHERE id = $1::text AND status = 'awaiting-approval' AND approvals = $4::jsonb
+         RETURNING id
+       ), j AS (
+         ${insertJobsSql('metal.batch', `jsonb_build_object('batchId', b.id)`, "(SELECT * FROM b WHERE $3::text = 'approved') AS b")} RETURNING 1
+       )
+       SELECT (SELECT count(*) FROM b)::int AS updated, (SELECT count(*) FROM j)::int AS queued`,
+      [batch.id, JSON.stringify(next), status, JSON.stringify(batch.approvals)],
+    );
+    const { updated, queued } = rows[0] as unknown as { updated: number; queued: number };
+    if (updated !== 1) throw new AppError('CONFLICT', `batch ${batch.id} changed concurrently; retry`);
+    if (status === 'approved' && queued !== 1) throw new Error('the metal.batch queue is missing: the approved batch was not released');
   });
-  if (updated.count !== 1) throw new AppError('CONFLICT', `batch ${batch.id} changed concurrently; retry`);
   return batch.id;
+}
+
+/**
+ * The metal.batch job: queues the metal.reconcile job of every node of a destructive batch that
+ * may run (recorded, or approved), once. The batch row says which nodes and with what (verb,
+ * wipe); the statement that queues the jobs also sets released_at, so a retried or duplicated
+ * release queues nothing more. Returns how many jobs it queued.
+ */
+export async function releaseBatch(sql: Sql, batchId: string): Promise<number> {
+  const { rows } = await sql.query<{ queued: number }>(
+    `WITH b AS (
+       UPDATE command_batch SET released_at = now()
+        WHERE id = $1::text AND released_at IS NULL AND status IN ('recorded', 'approved')
+       RETURNING id, verb, wipe, node_ids
+     ), j AS (
+       ${insertJobsSql('metal.reconcile', `jsonb_strip_nulls(jsonb_build_object('nodeId', n.id, 'reason', b.verb, 'wipe', b.wipe, 'batchId', b.id))`, 'b CROSS JOIN LATERAL unnest(b.node_ids) AS n(id)')} RETURNING 1
+     )
+     SELECT (SELECT count(*) FROM j)::int AS queued`,
+    [batchId],
+  );
+  return rows[0]!.queued;
 }
