@@ -188,4 +188,39 @@ describe('the nodes page in one statement', () => {
     expect(readsOf(['__typename', 'lastError'], NODE_FIELDS, { __typename: [], lastError: ['lastErrorCode', 'lastErrorMessage'] })).toEqual(['lastErrorCode', 'lastErrorMessage']);
     expect(readsOf(['id', 'somethingNew'], NODE_FIELDS, {})).toBeUndefined();
   });
+
+  it('pages forwards and backwards through every node with Relay cursors, pageInfo as the plugin gave it', async () => {
+    const token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    const all = tree.nodes.map((n) => n.id).sort();
+    const PAGE = 'query ($first: Int, $after: String, $last: Int, $before: String) { nodes(first: $first, after: $after, last: $last, before: $before) { edges { cursor node { id } } pageInfo { hasNextPage hasPreviousPage startCursor endCursor } } }';
+    type Page = { edges: { cursor: string; node: { id: string } }[]; pageInfo: { hasNextPage: boolean; hasPreviousPage: boolean; startCursor: string | null; endCursor: string | null } };
+    const page = async (v: Record<string, unknown>) => {
+      const res = await gql(t.url, token, PAGE, v);
+      expect(res.errors).toBeUndefined();
+      return res.data!.nodes as Page;
+    };
+    const forward: string[] = [];
+    let after: string | null = null;
+    for (let i = 0; i < 20; i += 1) {
+      const p: Page = await page({ first: 5, after });
+      forward.push(...p.edges.map((e) => e.node.id));
+      expect(p.pageInfo.startCursor).toBe(p.edges[0]?.cursor ?? null);
+      expect(p.pageInfo.hasPreviousPage).toBe(after !== null);
+      if (!p.pageInfo.hasNextPage) break;
+      after = p.pageInfo.endCursor;
+    }
+    expect(forward).toEqual(all);
+    const backward: string[] = [];
+    let before: string | null = null;
+    for (let i = 0; i < 20; i += 1) {
+      const p: Page = await page({ last: 5, before });
+      backward.unshift(...p.edges.map((e) => e.node.id));
+      expect(p.pageInfo.hasNextPage).toBe(before !== null);
+      if (!p.pageInfo.hasPreviousPage) break;
+      before = p.pageInfo.startCursor;
+    }
+    expect(backward).toEqual(all);
+    const res = await gql(t.url, token, PAGE, { first: 1, after: 'not-a-cursor' });
+    expect(res.errors?.[0]?.message).toMatch(/cursor/i);
+  });
 });

@@ -1,5 +1,7 @@
 import type { Context } from '../../context';
 import type { GraphQLResolveInfo } from 'graphql';
+import { PothosValidationError, getConnectionPageSize, validateConnectionArguments } from '@pothos/core';
+import { formatPrismaCursor, parsePrismaCursor } from '@pothos/plugin-prisma';
 import { selectedFields } from '../../graphql/selection';
 import { NODE_FIELDS, POOL_FIELDS, PROFILE_FIELDS, SITE_FIELDS, nodeArrayView, type ArrayView, type NodePageRow, type ViewFields } from './node-rows';
 
@@ -233,4 +235,49 @@ export function nodePageStatement(query: PlannedQuery, where: unknown, only: Vie
 export async function readNodePage(ctx: Context, statement: NodePageStatement): Promise<NodePageRow[]> {
   const rows = (await ctx.sql.queryArrays(statement.text, statement.values)).map((row) => statement.view.read(row));
   return statement.backward ? rows.reverse() : rows;
+}
+
+/** Relay arguments of the `nodes` connection. */
+export interface ConnectionArgs {
+  first?: number | null;
+  last?: number | null;
+  before?: string | null;
+  after?: string | null;
+}
+
+/**
+ * The page a connection's arguments ask for, as the prisma plugin's cursor connections plan it
+ * (the cursors it issued before this resolver replaced it keep working): one row more than the
+ * page, to know whether there is a next one; `last`/`before` page backwards; a cursor row is
+ * skipped.
+ */
+export function connectionQuery(args: ConnectionArgs, maxSize: number, defaultSize: number): { take: number; skip: number; cursor?: { id: string } } {
+  validateConnectionArguments(args);
+  const { before, after, first, last } = args;
+  if (before != null && after != null) throw new PothosValidationError('Arguments "before" and "after" are not supported at the same time');
+  if (before != null && first != null) throw new PothosValidationError('Arguments "before" and "first" are not supported at the same time');
+  if (after != null && last != null) throw new PothosValidationError('Arguments "after" and "last" are not supported at the same time');
+  const cursor = before ?? after;
+  const { limit } = getConnectionPageSize({ args, defaultSize, maxSize });
+  const take = before != null || last != null ? -limit : limit;
+  return cursor == null ? { take, skip: 0 } : { take, skip: 1, cursor: { id: parsePrismaCursor(cursor) as string } };
+}
+
+const cursorOf = (row: { id: string }) => formatPrismaCursor(row, 'id');
+
+/** The connection object for the rows of a {@link connectionQuery} (the extra row dropped). */
+export function wrapConnection<T extends { id: string }>(rows: T[], args: ConnectionArgs, take: number) {
+  const full = rows.length === Math.abs(take);
+  const backward = args.before != null || args.last != null;
+  const nodes = full ? rows.slice(take < 0 ? 1 : 0, take < 0 ? rows.length : -1) : rows;
+  const edges = nodes.map((node) => ({ cursor: cursorOf(node), node }));
+  return {
+    edges,
+    pageInfo: {
+      startCursor: edges[0]?.cursor ?? null,
+      endCursor: edges[edges.length - 1]?.cursor ?? null,
+      hasPreviousPage: args.after != null ? true : backward ? full : false,
+      hasNextPage: args.before != null ? true : args.last != null ? false : full,
+    },
+  };
 }

@@ -9,7 +9,7 @@ import { hardwareProfileById, poolById, related, siteById } from '../../graphql/
 import type { NodePageRow } from './node-rows';
 import type { Pool, Site } from '../../generated/prisma/client';
 import { ProvisionState as ProvisionStates } from '../../generated/prisma/enums';
-import { nodeListWhere, nodePageStatement, pageShape, readNodePage, type PlannedQuery } from './node-page';
+import { connectionQuery, nodeListWhere, nodePageStatement, pageShape, readNodePage, wrapConnection } from './node-page';
 
 export const ProvisionStateEnum = builder.enumType('ProvisionState', {
   values: Object.values(ProvisionStates),
@@ -37,7 +37,7 @@ const LastError = builder.objectRef<{ code: string; message: string }>('NodeErro
 });
 
 /** The metal view of a node. */
-builder.prismaNode('Node', {
+const MetalNodeRef = builder.prismaNode('Node', {
   name: 'MetalNode',
   id: { field: 'id' },
   nullable: true,
@@ -101,24 +101,24 @@ const NodeFilter = builder.inputType('NodeFilter', {
 });
 
 builder.queryField('nodes', (t) =>
-  t.prismaConnection({
-    type: 'Node',
-    cursor: 'id',
-    // checkPageArgs refuses larger pages with an error; this only stops the plugin clamping at 100.
-    maxSize: (_args, ctx) => ctx.config.maxPageSize,
-    defaultSize: 50,
+  t.connection({
+    type: MetalNodeRef,
     description: 'Metal nodes the caller may read, oldest first (ids are time-ordered).',
     args: { filter: t.arg({ type: NodeFilter, required: false }) },
-    resolve: (query, _root, args, ctx, info) => {
+    resolve: async (_root, args, ctx, info) => {
       checkPageArgs(ctx, args);
       const access = readFilter(requirePrincipal(ctx), 'node');
       const where = nodeListWhere(access, args.filter ?? {});
-      // One statement with pool, site and hardware profile joined when the plan is a shape
-      // node-page.ts knows (every page the UI and the REST layer ask for); Prisma otherwise.
+      // checkPageArgs refuses larger pages with an error; the default page is 50.
+      const page = connectionQuery(args, ctx.config.maxPageSize, 50);
+      // One statement, with the relations and the columns the selection reads (node-page.ts),
+      // for every read scope whereSql translates; Prisma otherwise.
       const { include, only } = pageShape(info);
-      const statement = nodePageStatement({ ...(query as PlannedQuery), include }, where, only);
-      if (statement) return readNodePage(ctx, statement);
-      return ctx.prisma.node.findMany({ ...query, where, orderBy: { id: 'asc' } });
+      const statement = nodePageStatement({ ...page, include }, where, only);
+      const rows = statement
+        ? await readNodePage(ctx, statement)
+        : await ctx.prisma.node.findMany({ ...page, include: { pool: include.pool, site: include.site, hardwareProfile: include.hardwareProfile }, where, orderBy: { id: 'asc' } });
+      return wrapConnection(rows, args, page.take);
     },
   }),
 );
