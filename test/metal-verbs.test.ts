@@ -163,6 +163,9 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       const ids = [await nodeIn('deployed'), await nodeIn('deployed')];
       const res = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'rescue', nodeIds: ids, reason: 'disk repair' });
       expect(res.status).toBe(200);
+      // The nodes' jobs come from the batch's release job, which the worker runs (a poll away).
+      const deadline = Date.now() + 10000;
+      for (const id of ids) while ((await jobsOf(id)).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
       for (const id of ids) {
         const row = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id } });
         expect(row.provisionState).toBe('rescue');

@@ -34,8 +34,11 @@ async function within(promise: Promise<unknown>, ms: number): Promise<void> {
 }
 const errno = (error: unknown) => (error as NodeJS.ErrnoException).code;
 
-/** A client backend's process title: `postgres: <user> <database> <host>(<port>) <state>`. */
-const CLIENT_BACKEND = /^postgres: \S+ \S+ \S+\(\d+\)/;
+/**
+ * A client backend's process title: `postgres: <user> <database> <host>(<port>) <state>` over TCP,
+ * `postgres: <user> <database> [local] <state>` over the Unix socket the service uses.
+ */
+const CLIENT_BACKEND = /^postgres: \S+ \S+ (\[local\]|\S+\(\d+\)) /;
 
 /**
  * How many client backends the postmaster still has. A pool's `end()` resolves when its sockets
