@@ -53,6 +53,18 @@ export interface Refusal {
   message: string;
 }
 
+const PLAIN_ELEMENT = /^[A-Za-z0-9_.:-]+$/;
+/**
+ * A PostgreSQL array literal for ids, states and versions that need no quoting (the ids were just
+ * read back from the node table): pg would quote and escape each of 10,000 elements of each of
+ * four arrays, about 30 ms of the bulk call. Anything that is not plain goes through pg's own
+ * serialisation.
+ */
+function arrayLiteral(values: readonly (string | number)[]): string | readonly (string | number)[] {
+  for (const v of values) if (typeof v !== 'number' && (!PLAIN_ELEMENT.test(v) || v.toUpperCase() === 'NULL')) return values;
+  return `{${values.join(',')}}`;
+}
+
 /** What approvers sign: the batch's canonical digest (sha256 of its sorted, fixed-order fields). */
 export function batchDigest(batch: { id: string; poolId: string; verb: string; reason: string; nodeIds: string[]; wipe: string | null }): string {
   const canonical = JSON.stringify([batch.id, batch.poolId, batch.verb, batch.reason, [...batch.nodeIds].sort(), batch.wipe]);
@@ -175,18 +187,19 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
                   || CASE WHEN upd.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('workflowId', upd.run_id) END
                   || e.payload
            FROM upd, unnest($15::text[], $16::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
-          ORDER BY upd.id, e.n
+          ${events.length > 1 ? 'ORDER BY upd.id, e.n' : ''}
        ), job AS (
          ${jobSql} RETURNING 1
        )
        SELECT ${BULK_VIEW.columns}, (SELECT count(*) FROM job)::int, $18::int, (SELECT created_at FROM batch) FROM ${nodeViewFrom('upd', 'u')}`,
       [
-        froms, ids, versions, pool.id,
+        arrayLiteral(froms), arrayLiteral(ids), arrayLiteral(versions), pool.id,
         batch?.id ?? null, pool.tenantId, input.verb, reason, wipe,
         digest,
         quorum, status,
         principal.tokenId,
-        runIds ?? ids.map(() => null),
+        // unnest pads the shorter arrays with NULLs: no run ids is an empty array, not 10,000 NULLs.
+        runIds ? arrayLiteral(runIds) : '{}',
         events.map((e) => e.type), events.map((e) => JSON.stringify(e.payload)),
         job ? JSON.stringify(job) : null,
         job ? ids.length : releaseNow ? 1 : 0,
