@@ -91,9 +91,9 @@ function frrOspf(v: SwitchView, out: string[]): void {
   } else {
     out.push('! interface <host-facing port or SVI>: set fabric_switch_host_interface to render this block', ...body.map((l) => `!${l}`), '!');
   }
-  out.push('router ospf', ` ospf router-id ${v.routerId}`,
-    ` network ${parseCidr(v.intent.underlayCidr || v.intent.managementCidr, 'underlay_cidr')} area ${area}`,
-    ` network ${v.routerId}/32 area ${area}`);
+  // FRR refuses `network` statements once any interface carries `ip ospf area`: interface form only.
+  out.push('interface lo', ` ip ospf area ${area}`, ' ip ospf passive', 'exit', '!');
+  out.push('router ospf', ` ospf router-id ${v.routerId}`);
   if (ospf.autoRefBw > 0) out.push(` auto-cost reference-bandwidth ${ospf.autoRefBw}`);
   out.push('exit', '!');
 }
