@@ -3,7 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import os from 'node:os';
 import { connect, fanOut, fanOutSsh, fingerprintOfPublicKeyLine, SshError, withSession, type SshSession, type SshTarget } from '../clients/ssh';
-import { leftovers, startSshNodes, sweepStaleSshNodes, type SshNode, type SshNodes } from './helpers/ssh-nodes';
+import { leftovers, netemAvailable, startSshNodes, sweepStaleSshNodes, type SshNode, type SshNodes } from './helpers/ssh-nodes';
 
 // Nodes 0-5 run sshd, 6 has no sshd (refused), 7 accepts TCP and never speaks SSH (hangs).
 let h: SshNodes;
@@ -312,4 +312,22 @@ describe('the harness cleans up after itself', () => {
     expect(await leftovers(b.nodes.map((n) => n.netns), b.nodes.flatMap(links), bPids)).toEqual([]);
     await b.stop(); // already gone: must not throw
   }, 60_000);
+});
+
+describe('added latency per node', () => {
+  test('delayMs puts a netem delay on the node link when the kernel has netem, and is refused clearly when not', async () => {
+    if (await netemAvailable()) {
+      const d = await startSshNodes('delay', [{ delayMs: 50 }]);
+      try {
+        expect(await d.inNode(d.nodes[0], ['tc', 'qdisc', 'show', 'dev', 'eth0'])).toMatch(/netem .*delay 50ms/);
+      } finally {
+        await d.stop();
+      }
+    } else {
+      const before = spawnSync('ip', ['netns', 'list']).stdout.toString();
+      await expect(startSshNodes('delay', [{ delayMs: 50 }])).rejects.toThrow(/netem/);
+      // The refused start removed the namespace it had made.
+      expect(spawnSync('ip', ['netns', 'list']).stdout.toString()).toBe(before);
+    }
+  }, 30_000);
 });

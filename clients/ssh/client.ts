@@ -198,6 +198,9 @@ export function connect(target: SshTarget): Promise<SshSession> {
       // No agent, no password, no keyboard-interactive: only the key we were given.
       tryKeyboard: false,
       hostVerifier: (key: Buffer): boolean => {
+        // Commands and their small replies are request/response: Nagle plus the server's delayed
+        // ACK would add about 40 ms to each exchange (measured: 195 ms per `ip -j addr` without it).
+        client.setNoDelay(true);
         seen = { algorithm: keyAlgorithm(key), fingerprint: fingerprintOfKeyBlob(key) };
         if (v.pinned !== null && seen.fingerprint !== v.pinned) {
           mismatch = true;

@@ -19,6 +19,7 @@ import { promisify } from 'node:util';
 const run = promisify(execFile);
 const SSHD = '/usr/sbin/sshd';
 const REGISTRY = path.join(os.tmpdir(), 'ssh-nodes-registry');
+const SETUP_CONCURRENCY = 6;
 
 export type NodeKind =
   /** A real sshd. */
@@ -256,8 +257,11 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[]): 
     const clientPublicKey = (await fs.readFile(path.join(dir, 'client_key.pub'), 'utf8')).trim();
     const [b, c] = await freeSubnet();
 
-    const nodes: SshNode[] = [];
-    for (let i = 0; i < list.length; i++) {
+    // Registry writes are chained so nodes set up side by side never interleave one file.
+    let saving: Promise<void> = Promise.resolve();
+    const save = () => (saving = saving.then(() => writeRegistry(regFile, reg)));
+    const nodes: SshNode[] = new Array(list.length);
+    const setUp = async (i: number): Promise<void> => {
       const spec = list[i];
       const kind = spec.kind ?? 'sshd';
       const netns = `sshnode-${tag}-${i}`;
@@ -270,7 +274,7 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[]): 
       await fs.mkdir(path.join(nodeDir, 'bin'), { recursive: true });
       reg.netns.push(netns);
       reg.links.push(rootLink, peerLink);
-      await writeRegistry(regFile, reg);
+      await save();
 
       await run('ip', ['netns', 'add', netns]);
       await run('ip', ['link', 'add', rootLink, 'type', 'veth', 'peer', 'name', peerLink]);
@@ -324,18 +328,33 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[]): 
         const child = spawn('ip', ['netns', 'exec', netns, SSHD, '-D', '-e', '-f', configFile], { stdio: ['ignore', 'ignore', 'pipe'] });
         children.push(child);
         if (child.pid) reg.pids.push(child.pid);
-        await writeRegistry(regFile, reg);
+        await save();
         await waitForLine(child, 'stderr', /Server listening on/, 10_000, `sshd of node ${i}`);
       } else if (kind === 'silent') {
         const script = `require('net').createServer((s) => s.on('error', () => {})).listen(22, ${JSON.stringify(address)}, () => console.log('listening ' + ${JSON.stringify(nodeDir)}))`;
         const child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', script, nodeDir], { stdio: ['ignore', 'pipe', 'ignore'] });
         children.push(child);
         if (child.pid) reg.pids.push(child.pid);
-        await writeRegistry(regFile, reg);
+        await save();
         await waitForLine(child, 'stdout', /listening/, 10_000, `silent listener of node ${i}`);
       }
-      nodes.push({ index: i, kind, netns, address, port: 22, hostKeyFingerprint, dir: nodeDir });
-    }
+      nodes[i] = { index: i, kind, netns, address, port: 22, hostKeyFingerprint, dir: nodeDir };
+    };
+    // A few at a time: a 100-node bench starts in seconds, and 2 cores are not swamped.
+    let next = 0;
+    const errors: unknown[] = [];
+    await Promise.all(Array.from({ length: Math.min(SETUP_CONCURRENCY, list.length) }, async () => {
+      while (next < list.length && errors.length === 0) {
+        const i = next++;
+        try {
+          await setUp(i);
+        } catch (err) {
+          errors.push(err);
+        }
+      }
+    }));
+    await saving;
+    if (errors.length > 0) throw errors[0];
 
     let stopped = false;
     return {
