@@ -31,7 +31,12 @@ export type NodeKind =
 
 export interface NodeSpec {
   kind?: NodeKind;
-  /** Added one-way latency on the node's link (tc netem); throws when the kernel lacks netem. */
+  /**
+   * Added latency on what the node sends (so each round trip is this much longer). tc netem on
+   * the node's eth0 when the kernel has it; otherwise (this machine's kernel has no sch_netem) a
+   * relay inside the namespace holds every chunk sshd sends for this long, with sshd moved to
+   * the namespace's loopback behind it. sshd nodes only.
+   */
   delayMs?: number;
 }
 
@@ -50,6 +55,8 @@ export interface SshNode {
   /** OpenSSH's own `ssh-keygen -l -E sha256` of the node's host key; null when there is no sshd. */
   hostKeyFingerprint: string | null;
   dir: string;
+  /** How delayMs was applied, if it was asked for. */
+  delay: { ms: number; method: 'netem' | 'relay' } | null;
 }
 
 export interface SshNodes {
@@ -224,6 +231,28 @@ function waitForLine(child: ChildProcess, stream: 'stdout' | 'stderr', pattern: 
   });
 }
 
+/**
+ * The netem stand-in: a TCP relay from address:22 to sshd on 127.0.0.1:22 that holds each chunk
+ * from sshd for the delay (equal timeouts fire in order, so the byte stream stays in order).
+ * argv: address, delay ms, node folder (only so a stale sweep can recognise the process).
+ */
+const RELAY = `
+const net = require('net');
+const [host, ms] = [process.argv[1], Number(process.argv[2])];
+net.createServer((client) => {
+  const sshd = net.connect(22, '127.0.0.1');
+  client.setNoDelay(true);
+  sshd.setNoDelay(true);
+  client.on('data', (d) => sshd.write(d));
+  client.on('end', () => sshd.end());
+  sshd.on('data', (d) => setTimeout(() => client.write(d), ms));
+  sshd.on('end', () => setTimeout(() => client.end(), ms));
+  client.on('error', () => sshd.destroy());
+  sshd.on('error', () => setTimeout(() => client.destroy(), ms));
+  client.on('close', () => sshd.destroy());
+}).listen(22, host, () => console.log('listening'));
+`;
+
 const FAKE = (dir: string, name: string) => `#!/bin/sh
 # Recording stand-in for ${name} on a test node: installs and restarts are not real here.
 printf '%s' '${name}' >> '${dir}/calls.log'
@@ -285,11 +314,15 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[]): 
       await run('ip', ['-n', netns, 'link', 'set', 'lo', 'up']);
       await run('ip', ['addr', 'add', `${rootAddr}/31`, 'dev', rootLink]);
       await run('ip', ['link', 'set', rootLink, 'up']);
-      if (spec.delayMs) {
+      let delay: SshNode['delay'] = null;
+      if (spec.delayMs !== undefined) {
+        if (!Number.isInteger(spec.delayMs) || spec.delayMs <= 0 || spec.delayMs > 10_000) throw new Error('delayMs must be 1 to 10000');
+        if (kind !== 'sshd') throw new Error('delayMs applies to sshd nodes only');
         try {
           await run('ip', ['netns', 'exec', netns, 'tc', 'qdisc', 'add', 'dev', 'eth0', 'root', 'netem', 'delay', `${spec.delayMs}ms`]);
+          delay = { ms: spec.delayMs, method: 'netem' };
         } catch {
-          throw new Error('delayMs needs tc netem, which this kernel does not offer (see netemAvailable())');
+          delay = { ms: spec.delayMs, method: 'relay' };
         }
       }
 
@@ -305,7 +338,8 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[]): 
         hostKeyFingerprint = stdout.split(/\s+/)[1];
         await fs.writeFile(path.join(nodeDir, 'authorized_keys'), clientPublicKey + '\n', { mode: 0o600 });
         const config = [
-          `ListenAddress ${address}`,
+          // Behind the delay relay sshd listens on the namespace's loopback only.
+          `ListenAddress ${delay?.method === 'relay' ? '127.0.0.1' : address}`,
           'Port 22',
           `HostKey ${hostKey}`,
           `PidFile ${path.join(nodeDir, 'sshd.pid')}`,
@@ -330,6 +364,13 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[]): 
         if (child.pid) reg.pids.push(child.pid);
         await save();
         await waitForLine(child, 'stderr', /Server listening on/, 10_000, `sshd of node ${i}`);
+        if (delay?.method === 'relay') {
+          const relay = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', RELAY, address, String(delay.ms), nodeDir], { stdio: ['ignore', 'pipe', 'ignore'] });
+          children.push(relay);
+          if (relay.pid) reg.pids.push(relay.pid);
+          await save();
+          await waitForLine(relay, 'stdout', /listening/, 10_000, `delay relay of node ${i}`);
+        }
       } else if (kind === 'silent') {
         const script = `require('net').createServer((s) => s.on('error', () => {})).listen(22, ${JSON.stringify(address)}, () => console.log('listening ' + ${JSON.stringify(nodeDir)}))`;
         const child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', script, nodeDir], { stdio: ['ignore', 'pipe', 'ignore'] });
@@ -338,7 +379,7 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[]): 
         await save();
         await waitForLine(child, 'stdout', /listening/, 10_000, `silent listener of node ${i}`);
       }
-      nodes[i] = { index: i, kind, netns, address, port: 22, hostKeyFingerprint, dir: nodeDir };
+      nodes[i] = { index: i, kind, netns, address, port: 22, hostKeyFingerprint, dir: nodeDir, delay };
     };
     // A few at a time: a 100-node bench starts in seconds, and 2 cores are not swamped.
     let next = 0;
