@@ -87,6 +87,8 @@ describe('SSH client against real sshd in network namespaces', () => {
         path.join(node.dir, 'bin', 'systemctl'),
         '/usr/sbin/ip',
       ]);
+      // Each node has its own HOME, so nothing of this machine's root dotfiles runs on a node.
+      expect((await s.exec('echo "$HOME"')).stdout).toBe(node.dir + '\n');
       expect((await s.exec('apt-get install -y frr && systemctl restart frr')).exitCode).toBe(0);
       await h.setFakeExit(node, 'apt-get', 100);
       expect((await s.exec('apt-get install -y frr')).exitCode).toBe(100);

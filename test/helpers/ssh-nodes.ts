@@ -354,7 +354,9 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[]): 
           'MaxStartups 200',
           'MaxSessions 64',
           'LogLevel INFO',
-          `SetEnv PATH=${path.join(nodeDir, 'bin')}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
+          // HOME is the node's own folder: bash under sshd sources ~/.bashrc, and this machine's
+          // root one (pyenv init) costs ~150 ms of CPU per command and rewrites PATH.
+          `SetEnv PATH=${path.join(nodeDir, 'bin')}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=${nodeDir}`,
         ].join('\n');
         const configFile = path.join(nodeDir, 'sshd_config');
         await fs.writeFile(configFile, config + '\n');
