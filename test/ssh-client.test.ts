@@ -298,6 +298,11 @@ describe('the harness cleans up after itself', () => {
     const pidsOf = (n: SshNode) => spawnSync('ip', ['netns', 'pids', n.netns]).stdout.toString().split(/\s+/).filter(Boolean).map(Number);
     const aPids = a.nodes.flatMap(pidsOf);
     expect(aPids.length).toBe(2);
+    // Starting another set sweeps only dead owners' leftovers: this file's own nodes keep running.
+    const other = await startSshNodes('alongside', [{ kind: 'no-sshd' }]);
+    expect(await leftovers([], [], [...aPids, ...h.nodes.flatMap(pidsOf)])).toHaveLength(aPids.length + 7);
+    expect((await withSession(target(h.nodes[0]), (s) => s.exec('true'))).exitCode).toBe(0);
+    await other.stop();
     await a.stop();
     expect(await leftovers(a.nodes.map((n) => n.netns), a.nodes.flatMap(links), aPids)).toEqual([]);
 

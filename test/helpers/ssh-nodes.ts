@@ -157,7 +157,8 @@ export async function sweepStaleSshNodes(): Promise<number> {
     } catch {
       continue; // being written by a live run
     }
-    if (alive(reg.ownerPid) && reg.ownerPid !== process.pid) continue;
+    // A live owner (this process included: another suite in the same jest worker) still uses it.
+    if (alive(reg.ownerPid)) continue;
     // A recorded PID may have been reused since: only kill it if it is still one of ours.
     reg.pids = reg.pids.filter((pid) => {
       try {
