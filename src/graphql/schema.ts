@@ -14,6 +14,7 @@ import '../modules/metal/power';
 import '../modules/metal/bulk-graphql';
 import '../modules/metal/discovery-graphql';
 import '../modules/sites/agent';
+import '../modules/fabric/graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;

@@ -186,13 +186,14 @@ export class RestRouter {
         let details = first.extensions?.details as Record<string, unknown> | undefined;
         let message = first.message;
         const field = typeof details?.field === 'string' ? details.field : null;
-        const renamed = field ? restField(field, input, variables) : null;
+        const rename = (path: string) => compiled.route.restField?.(path) ?? restField(path, input, variables);
+        const renamed = field ? rename(field) : null;
         if (field && renamed && renamed !== field) {
           details = { ...details, field: renamed };
           message = message.split(field).join(renamed);
         }
         // Other GraphQL paths the message mentions (`the same node is input.nodeIds[1]`)
-        message = message.replace(/\$?\binput\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+|\[\d+\])*/g, (path) => restField(path, input, variables) ?? path);
+        message = message.replace(/\$?\binput\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+|\[\d+\])*/g, (path) => rename(path) ?? path);
         // bulk names each refused node's element too
         if (Array.isArray(details?.refused)) {
           details = {

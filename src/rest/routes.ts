@@ -5,6 +5,7 @@ import {
   EXAMPLE_IDS as ID, exampleBatch, exampleDiscoveredMachine, exampleGrant, exampleHardwareProfile, exampleMetalNode,
   examplePageInfo, examplePool, exampleSite, exampleViewer,
 } from './examples';
+import { fabricRoutes } from '../modules/fabric/routes';
 
 const { str, int, bool } = schemaTypes;
 
@@ -43,6 +44,8 @@ export interface Route {
   refusals?: ErrorCode[];
   /** What /openapi.json and /docs show; test/openapi.test.ts checks each part against its schema. */
   example?: RouteExample;
+  /** The REST name of a GraphQL error's field, for routes whose body is not the input's names (snake_case). */
+  restField?(field: string): string | null;
 }
 
 export interface RouteExample {
@@ -346,6 +349,7 @@ export const routes: Route[] = [
     example: { params: { id: ID.token }, response: { apiToken: { id: ID.token, revokedAt: '2026-11-30T10:02:17.554Z' } } },
   },
   ...metalVerbRoutes(),
+  ...fabricRoutes,
 ];
 
 /** POST /api/compute/metal/<verb>: the seed's metal group, each running its GraphQL mutation. */

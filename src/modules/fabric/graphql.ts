@@ -1,0 +1,132 @@
+import { builder } from '../../graphql/builder';
+import { deleteFabricConfig, getFabricConfig, upsertFabricConfig, type FabricConfigView, type UpsertResult } from './config';
+import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES, SWITCH_ROLES } from './validate';
+
+/**
+ * AS numbers go up to 4294967295, past GraphQL's 32-bit Int: they are Float here (exact for every
+ * integer of that range) and the domain refuses a fraction.
+ */
+const AS_DOC = 'an integer 1..4294967295 (a Float only because GraphQL Int is 32-bit)';
+
+export const FabricConfigRef = builder.objectRef<FabricConfigView>('FabricConfig').implement({
+  description: 'The cluster-wide network fabric configuration (seed: /controlnode/fabric-config). Secrets are never returned, only whether they are set.',
+  fields: (t) => ({
+    as: t.exposeFloat('as', { description: `BGP core AS: ${AS_DOC}` }),
+    fabricSwitchAs: t.exposeFloat('fabricSwitchAs', { description: `0 = none; ${AS_DOC}` }),
+    bgpMode: t.exposeString('bgpMode', { description: 'read-only derived: ibgp | ebgp (from as and fabricSwitchAs)' }),
+    advertiseAllVni: t.exposeBoolean('advertiseAllVni'),
+    bfdEnabled: t.exposeBoolean('bfdEnabled'),
+    externalRouteReflector: t.exposeBoolean('externalRouteReflector', { description: 'true: the BGP route reflector lives on the fabric switch' }),
+    bgpPasswordIsSet: t.exposeBoolean('bgpPasswordIsSet'),
+    fabricSwitchName: t.exposeString('fabricSwitchName'),
+    fabricSwitchNos: t.exposeString('fabricSwitchNos', { description: `${EVPN_CAPABLE_NOS.join(', ')}, other, or empty` }),
+    fabricSwitchPeeringIp: t.exposeString('fabricSwitchPeeringIp', { description: 'Loopback IP = BGP peer address' }),
+    fabricSwitchRole: t.exposeString('fabricSwitchRole', { description: SWITCH_ROLES.filter(Boolean).join(', ') }),
+    managementCidr: t.exposeString('managementCidr'),
+    routerIdBase: t.exposeString('routerIdBase', { description: 'VTEP loopback start IP' }),
+    routerIdPrefixLen: t.exposeInt('routerIdPrefixLen'),
+    routerIdCidr: t.exposeString('routerIdCidr', { description: 'read-only derived: routerIdBase/routerIdPrefixLen, empty when unset' }),
+    ospfEnabled: t.exposeBoolean('ospfEnabled'),
+    ospfArea: t.exposeString('ospfArea'),
+    ospfFabricInterface: t.exposeString('ospfFabricInterface'),
+    ospfHelloInterval: t.exposeInt('ospfHelloInterval'),
+    ospfDeadInterval: t.exposeInt('ospfDeadInterval'),
+    ospfAutoRefBw: t.exposeInt('ospfAutoRefBw'),
+    ospfAuthType: t.exposeString('ospfAuthType', { description: `${OSPF_AUTH_TYPES.filter(Boolean).join(' | ')}, or empty (= none)` }),
+    ospfAuthKeyId: t.exposeInt('ospfAuthKeyId'),
+    ospfAuthKeyIsSet: t.exposeBoolean('ospfAuthKeyIsSet'),
+    expectedNodes: t.exposeInt('expectedNodes'),
+    expectedVms: t.exposeInt('expectedVms'),
+    vxlanMtu: t.exposeInt('vxlanMtu'),
+    publicMtu: t.exposeInt('publicMtu'),
+    rolloutStatus: t.exposeString('rolloutStatus', { description: ROLLOUT_STATUSES.join(' | ') }),
+    frrHmacShaCapable: t.exposeBoolean('frrHmacShaCapable', {
+      nullable: true,
+      description: 'The preflight FRR probe\'s finding: null = never probed, false = unsupported, true = supported. Read-only.',
+    }),
+    physnet: t.expose('physnet', { type: 'JSON', nullable: true, description: 'The VXLAN physnet projection: null until a network module exists' }),
+    lastJob: t.expose('lastJob', { type: 'JSON', nullable: true, description: 'The latest apply/teardown job when rolloutStatus is failed or degraded' }),
+    version: t.exposeInt('version'),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+    updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
+  }),
+});
+
+/**
+ * Every writable field, all optional (left out = unchanged). No input for the read-only fields
+ * (bgpMode, *IsSet, rolloutStatus, frrHmacShaCapable, physnet, lastJob): GraphQL refuses them as
+ * unknown fields.
+ */
+export const FabricConfigInputRef = builder.inputType('FabricConfigInput', {
+  fields: (t) => ({
+    as: t.float({ required: false, description: AS_DOC }),
+    fabricSwitchAs: t.float({ required: false, description: `0 = none; ${AS_DOC}` }),
+    advertiseAllVni: t.boolean({ required: false }),
+    bfdEnabled: t.boolean({ required: false }),
+    externalRouteReflector: t.boolean({ required: false }),
+    bgpPassword: t.string({ required: false, description: 'write-only; empty = unchanged' }),
+    clearBgpPassword: t.boolean({ required: false }),
+    fabricSwitchName: t.string({ required: false }),
+    fabricSwitchNos: t.string({ required: false }),
+    fabricSwitchPeeringIp: t.string({ required: false }),
+    fabricSwitchRole: t.string({ required: false }),
+    managementCidr: t.string({ required: false }),
+    routerIdBase: t.string({ required: false }),
+    routerIdPrefixLen: t.int({ required: false }),
+    routerIdCidr: t.string({ required: false, description: 'A.B.C.D/N: decoded into routerIdBase and routerIdPrefixLen' }),
+    ospfEnabled: t.boolean({ required: false }),
+    ospfArea: t.string({ required: false }),
+    ospfFabricInterface: t.string({ required: false }),
+    ospfHelloInterval: t.int({ required: false }),
+    ospfDeadInterval: t.int({ required: false }),
+    ospfAutoRefBw: t.int({ required: false }),
+    ospfAuthType: t.string({ required: false }),
+    ospfAuthKey: t.string({ required: false, description: 'write-only; empty = unchanged' }),
+    ospfAuthKeyId: t.int({ required: false }),
+    clearOspfAuthKey: t.boolean({ required: false }),
+    expectedNodes: t.int({ required: false }),
+    expectedVms: t.int({ required: false }),
+    vxlanMtu: t.int({ required: false }),
+    publicMtu: t.int({ required: false }),
+  }),
+});
+
+const UpsertPayload = builder.objectRef<UpsertResult>('FabricConfigUpsertPayload').implement({
+  fields: (t) => ({
+    created: t.exposeBoolean('created', { description: 'true if the config was created, false if updated' }),
+    config: t.field({ type: FabricConfigRef, resolve: (r) => r.config }),
+  }),
+});
+
+const DeletePayload = builder.objectRef<{ deleted: boolean }>('FabricConfigDeletePayload').implement({
+  fields: (t) => ({ deleted: t.exposeBoolean('deleted') }),
+});
+
+builder.queryField('fabricConfig', (t) =>
+  t.field({
+    type: FabricConfigRef,
+    nullable: true,
+    description: 'The cluster-wide fabric config, null when none is stored. Needs a platform-scoped grant.',
+    resolve: (_root, _args, ctx) => getFabricConfig(ctx),
+  }),
+);
+
+builder.mutationField('upsertFabricConfig', (t) =>
+  t.field({
+    type: UpsertPayload,
+    description: 'Creates the fabric config or updates it (fields left out keep their value). Needs platform admin.',
+    args: { input: t.arg({ type: FabricConfigInputRef, required: true }) },
+    resolve: (_root, { input }, ctx) => upsertFabricConfig(ctx, input),
+  }),
+);
+
+builder.mutationField('deleteFabricConfig', (t) =>
+  t.field({
+    type: DeletePayload,
+    description: 'Hard-deletes the fabric config and its secrets. NOT_FOUND when there is none. Needs platform admin.',
+    resolve: async (_root, _args, ctx) => {
+      await deleteFabricConfig(ctx);
+      return { deleted: true };
+    },
+  }),
+);
