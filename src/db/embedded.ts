@@ -461,8 +461,7 @@ function runInitdb(bin: Binaries, cluster: Cluster, who: RunAs | null, password:
  * The postmaster runs detached, in a session and process group of its own: the signal a terminal
  * or a service manager sends to our group does not reach it, and we stop it ourselves, last.
  */
-function spawnPostgres(bin: Binaries, cluster: Cluster, who: RunAs | null, port: number, log: Log): Promise<ChildProcess> {
-  const socket = socketDir(cluster, port);
+function spawnPostgres(bin: Binaries, cluster: Cluster, who: RunAs | null, port: number, socket: string | null, log: Log): Promise<ChildProcess> {
   // wal_buffers: the default (1/32 of shared_buffers, 4 MB) fills up within one bulk call's
   // statement (10,000 events and node updates write about 9 MB of WAL), and every time it is full
   // the backend stops to write WAL out itself: 275 such stops made the statement 450-520 ms
@@ -569,8 +568,8 @@ export async function startEmbeddedPostgres(opts: {
     } else {
       await stopOrphan(cluster.dir, log);
     }
-    const child = await spawnPostgres(bin, cluster, who, opts.port, log);
     const socket = socketDir(cluster, opts.port);
+    const child = await spawnPostgres(bin, cluster, who, opts.port, socket, log);
     const pid = child.pid!;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     const gone = () => child.exitCode !== null || child.signalCode !== null;

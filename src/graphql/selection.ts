@@ -4,17 +4,10 @@ import { Kind, type FieldNode, type FragmentDefinitionNode, type GraphQLResolveI
  * The names of the fields selected at `path` below the field being resolved (through inline
  * fragments and fragment spreads, aliases ignored), for a resolver that reads only what the query
  * asks for. `@skip`/`@include` are not evaluated: a field under them counts as selected, so
- * the answer may read more than needed, never less. The result is computed once per field node of
- * a document (documents are cached, so once per distinct query).
+ * the answer may read more than needed, never less. Callers on a hot path keep the result per
+ * field node (documents are cached, so that is once per distinct query).
  */
-const cache = new WeakMap<FieldNode, Map<string, ReadonlySet<string>>>();
-
 export function selectedFields(info: Pick<GraphQLResolveInfo, 'fieldNodes' | 'fragments'>, path: readonly string[]): ReadonlySet<string> {
-  const first = info.fieldNodes[0];
-  const key = path.join('.');
-  let byPath = first ? cache.get(first) : undefined;
-  const hit = byPath?.get(key);
-  if (hit && info.fieldNodes.length === 1) return hit;
   let level: SelectionSetNode[] = info.fieldNodes.flatMap((f) => (f.selectionSet ? [f.selectionSet] : []));
   for (const name of path) {
     const next: SelectionSetNode[] = [];
@@ -23,10 +16,6 @@ export function selectedFields(info: Pick<GraphQLResolveInfo, 'fieldNodes' | 'fr
   }
   const names = new Set<string>();
   for (const set of level) for (const field of fieldsOf(set, info.fragments)) names.add(field.name.value);
-  if (first && info.fieldNodes.length === 1) {
-    if (!byPath) cache.set(first, (byPath = new Map()));
-    byPath.set(key, names);
-  }
   return names;
 }
 
