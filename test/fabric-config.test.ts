@@ -1,7 +1,7 @@
 import { capturingLogger, startTestApp, type TestApp } from './helpers/app';
 import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
-import { DEFAULT_INTENT, mergeFabricInput, type FabricConfigInput, type FabricIntent } from '../src/modules/fabric/validate';
+import { DEFAULT_SETTINGS, mergeFabricInput, type FabricConfigInput, type FabricSettings } from '../src/modules/fabric/validate';
 import { fabricReady, requireFabricReady } from '../src/modules/fabric/config';
 import { AppError } from '../src/errors';
 
@@ -39,8 +39,8 @@ const UPSERT = `mutation ($i: FabricConfigInput!) { upsertFabricConfig(input: $i
 const DELETE = 'mutation { deleteFabricConfig { deleted } }';
 
 /** A stored intent the table's cases start from (valid as it is). */
-const STORED: FabricIntent = {
-  ...DEFAULT_INTENT,
+const STORED: FabricSettings = {
+  ...DEFAULT_SETTINGS,
   as: 65000,
   routerIdBase: '10.255.0.1',
   routerIdPrefixLen: 24,
@@ -52,7 +52,7 @@ const STORED: FabricIntent = {
  * The seed's sentences, one row each: the input on top of STORED and the field its refusal must
  * name (the GraphQL path; REST renames it, see the REST table below).
  */
-const REFUSED: [string, FabricConfigInput, string, Partial<FabricIntent>?][] = [
+const REFUSED: [string, FabricConfigInput, string, Partial<FabricSettings>?][] = [
   ['external RR without fabric_switch_peering_ip', { externalRouteReflector: true, fabricSwitchAs: 65001, fabricSwitchNos: 'eos' }, 'fabricSwitchPeeringIp'],
   ['external RR without fabric_switch_as', { externalRouteReflector: true, fabricSwitchPeeringIp: '10.0.0.1', fabricSwitchNos: 'eos' }, 'fabricSwitchAs'],
   ['external RR without a NOS', { externalRouteReflector: true, fabricSwitchPeeringIp: '10.0.0.1', fabricSwitchAs: 65001 }, 'fabricSwitchNos'],
@@ -129,7 +129,7 @@ describe('fabric config validation (pure rules)', () => {
     for (const secret of [input.bgpPassword, input.ospfAuthKey]) if (secret && secret.length > 2) expect(refusal.message).not.toContain(secret);
   });
 
-  const ACCEPTED: [string, FabricConfigInput, Partial<FabricIntent>, Partial<FabricIntent>?][] = [
+  const ACCEPTED: [string, FabricConfigInput, Partial<FabricSettings>, Partial<FabricSettings>?][] = [
     ['external RR with peering IP, AS and an EVPN NOS', { externalRouteReflector: true, fabricSwitchPeeringIp: '10.0.0.1', fabricSwitchAs: 65001, fabricSwitchNos: 'nxos' }, { externalRouteReflector: true }],
     ['each BGP-EVPN NOS', { externalRouteReflector: true, fabricSwitchPeeringIp: '10.0.0.1', fabricSwitchAs: 65001, fabricSwitchNos: 'cumulus' }, { fabricSwitchNos: 'cumulus' }],
     ['ospf_auth_type empty', { ospfAuthType: '' }, { ospfAuthType: '' }],

@@ -5,7 +5,7 @@ import { AppError, notFound } from '../../errors';
 import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
 import type { FabricConfig as FabricConfigRow, PrismaClient } from '../../generated/prisma/client';
-import { bgpModeOf, mergeFabricInput, rolloutStatusOf, type FabricConfigInput, type FabricIntent, type RolloutStatus } from './validate';
+import { bgpModeOf, mergeFabricInput, rolloutStatusOf, type FabricConfigInput, type FabricSettings, type RolloutStatus } from './validate';
 
 /**
  * The cluster-wide fabric config (issue 10 item 1): one row, read, upserted and hard-deleted here.
@@ -19,7 +19,7 @@ const SINGLETON_ID = 1;
 const WRITE_LOCK = 0x66616272; // "fabr"
 
 /** The read view: the intent, the derived read-only fields, never a secret. */
-export interface FabricConfigView extends Omit<FabricIntent, 'bgpPasswordSet' | 'ospfAuthKeySet'> {
+export interface FabricConfigView extends Omit<FabricSettings, 'bgpPasswordSet' | 'ospfAuthKeySet'> {
   id: number;
   bgpMode: 'ibgp' | 'ebgp';
   /** `base/prefix`, re-emitted from the stored pair; empty when the pool is not set. */
@@ -39,7 +39,7 @@ export interface FabricConfigView extends Omit<FabricIntent, 'bgpPasswordSet' | 
   updatedAt: Date;
 }
 
-function intentOf(row: FabricConfigRow): FabricIntent {
+export function settingsOf(row: FabricConfigRow): FabricSettings {
   return {
     as: Number(row.as),
     fabricSwitchAs: Number(row.fabricSwitchAs),
@@ -72,7 +72,7 @@ function intentOf(row: FabricConfigRow): FabricIntent {
 }
 
 export function viewOf(row: FabricConfigRow): FabricConfigView {
-  const { bgpPasswordSet, ospfAuthKeySet, ...intent } = intentOf(row);
+  const { bgpPasswordSet, ospfAuthKeySet, ...intent } = settingsOf(row);
   return {
     id: row.id,
     ...intent,
@@ -96,9 +96,9 @@ export async function getFabricConfig(ctx: Context): Promise<FabricConfigView | 
 }
 
 /** The fields whose value changed, by name only (an event never carries a secret or its reference). */
-function changedFields(before: FabricIntent | null, after: FabricIntent, input: FabricConfigInput): string[] {
+function changedFields(before: FabricSettings | null, after: FabricSettings, input: FabricConfigInput): string[] {
   const changed: string[] = [];
-  for (const key of Object.keys(after) as (keyof FabricIntent)[]) {
+  for (const key of Object.keys(after) as (keyof FabricSettings)[]) {
     if (key === 'bgpPasswordSet' || key === 'ospfAuthKeySet' || key === 'frrHmacShaCapable') continue;
     if (!before || before[key] !== after[key]) changed.push(key);
   }
@@ -128,7 +128,7 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput)
   const result = await ctx.prisma.$transaction(async (tx) => {
     await tx.$executeRawUnsafe('SELECT pg_advisory_xact_lock($1)', WRITE_LOCK);
     const row = await tx.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });
-    const before = row ? intentOf(row) : null;
+    const before = row ? settingsOf(row) : null;
     const next = mergeFabricInput(before, input);
 
     let bgpPasswordRef = row?.bgpPasswordRef ?? null;

@@ -39,7 +39,7 @@ export const OSPF_MD5_KEY_MAX = 16;
 export const OSPF_HMAC_KEY_MAX = 80;
 
 /** The persisted intent, the secrets reduced to whether they are set. */
-export interface FabricIntent {
+export interface FabricSettings {
   as: number;
   fabricSwitchAs: number;
   advertiseAllVni: boolean;
@@ -104,7 +104,7 @@ export interface FabricConfigInput {
 }
 
 /** What a new row starts from: the table's defaults (prisma/migrations/*_fabric_config). */
-export const DEFAULT_INTENT: FabricIntent = {
+export const DEFAULT_SETTINGS: FabricSettings = {
   as: 0,
   fabricSwitchAs: 0,
   advertiseAllVni: true,
@@ -186,8 +186,8 @@ const given = <T>(value: T | null | undefined): value is T => value !== undefine
  * `router_id_cidr` is decoded into base and prefix length here; the secrets' values are checked
  * (the caller stores them), the result only says whether each will be set.
  */
-export function mergeFabricInput(stored: FabricIntent | null, input: FabricConfigInput): FabricIntent {
-  const next: FabricIntent = { ...(stored ?? DEFAULT_INTENT) };
+export function mergeFabricInput(stored: FabricSettings | null, input: FabricConfigInput): FabricSettings {
+  const next: FabricSettings = { ...(stored ?? DEFAULT_SETTINGS) };
 
   // Field by field: type and range of what was given.
   if (given(input.as)) integerIn('as', input.as, 1, AS_MAX);
@@ -245,7 +245,7 @@ export function mergeFabricInput(stored: FabricIntent | null, input: FabricConfi
     'fabricSwitchPeeringIp', 'fabricSwitchRole', 'managementCidr', 'routerIdBase', 'routerIdPrefixLen', 'ospfEnabled', 'ospfArea',
     'ospfFabricInterface', 'ospfHelloInterval', 'ospfDeadInterval', 'ospfAutoRefBw', 'ospfAuthType', 'ospfAuthKeyId',
     'expectedNodes', 'expectedVms', 'vxlanMtu', 'publicMtu',
-  ] as const satisfies readonly (keyof FabricIntent & keyof FabricConfigInput)[];
+  ] as const satisfies readonly (keyof FabricSettings & keyof FabricConfigInput)[];
   const target = next as unknown as Record<string, unknown>;
   for (const key of plain) if (given(input[key])) target[key] = input[key];
   // An empty secret means "unchanged" (the UI sends back what it never saw).
@@ -298,7 +298,7 @@ export function mergeFabricInput(stored: FabricIntent | null, input: FabricConfi
 }
 
 /** ibgp when the switch shares the core AS (or has none of its own), ebgp otherwise. */
-export function bgpModeOf(intent: Pick<FabricIntent, 'as' | 'fabricSwitchAs'>): 'ibgp' | 'ebgp' {
+export function bgpModeOf(intent: Pick<FabricSettings, 'as' | 'fabricSwitchAs'>): 'ibgp' | 'ebgp' {
   return intent.fabricSwitchAs === 0 || intent.fabricSwitchAs === intent.as ? 'ibgp' : 'ebgp';
 }
 
