@@ -5,7 +5,7 @@ import '../modules/tenancy/tenant';
 import '../modules/tenancy/site';
 import '../modules/tenancy/pool-graphql';
 import '../modules/tenancy/hardware-profile';
-import '../modules/tenancy/token';
+import '../modules/tenancy/token-graphql';
 import '../modules/metal/node';
 import '../modules/metal/deploy-profile-graphql';
 import '../modules/metal/mutations';
