@@ -13,7 +13,7 @@ import '../modules/metal/api-methods';
 import '../modules/metal/power';
 import '../modules/metal/bulk-graphql';
 import '../modules/metal/discovery-graphql';
-import '../modules/sites/agent';
+import '../modules/sites/agent-graphql';
 import '../modules/fabric/graphql';
 import '../events/graphql';
 
