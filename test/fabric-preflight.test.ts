@@ -107,6 +107,10 @@ describe('fabric preflight against real sshd nodes', () => {
     expect(config.body.frr_hmac_sha_capable).toBe(false);
     const row = await prisma().fabricPreflight.findUniqueOrThrow({ where: { id: 1 } });
     expect(row).toMatchObject({ underlayCidr: CIDR, underlayMtu: 9000, mtuDrift: [], ready: false, nodeCount: 4, frrHmacShaCapable: false });
+    const event = await prisma().event.findFirstOrThrow({ where: { type: 'fabric.preflight.completed' }, orderBy: { id: 'desc' } });
+    expect(event.payload).toEqual({
+      underlayCidr: CIDR, ready: false, nodes: 4, reuse: 3, override: 0, needsOverride: 1, unreachable: 0, underlayMtu: 9000, mtuDrift: 0, frrHmacShaCapable: false,
+    });
 
     // TOFU: the key each node presented is pinned, and it is the one ssh-keygen reports on the node.
     const pinned = await prisma().computeNode.findMany({ where: { nodeId: { in: metalIds.slice(0, 4) } } });
@@ -230,6 +234,24 @@ describe('fabric preflight against real sshd nodes', () => {
     expect(silent.reason).toMatch(/^SSH timed out \((CONNECT_TIMEOUT|DEADLINE)\)/);
     expect(byIp(answer.body.nodes, h.nodes[0]!)).toMatchObject({ mode: 'reuse' });
     expect(answer.body.ready).toBe(false);
+
+    // An override cannot make a node it could not check resolved.
+    await deploy([0, 4]);
+    const overridden = await preflight({ underlay_cidr: CIDR, node_overrides: [{ node_ip: h.nodes[4]!.address, underlay_iface_hint: 'eth1', underlay_ip: '10.60.200.14/24' }] });
+    expect(byIp(overridden.body.nodes, h.nodes[4]!)).toMatchObject({ mode: 'unreachable', needs_override: false });
+
+    // A node that no longer trusts the service's key.
+    const keys = path.join(h.nodes[0]!.dir, 'authorized_keys');
+    const trusted = await fs.readFile(keys, 'utf8');
+    await fs.writeFile(keys, h.clientPublicKey + '\n');
+    try {
+      await deploy([0]);
+      const rejected = await preflight({ underlay_cidr: CIDR });
+      expect(byIp(rejected.body.nodes, h.nodes[0]!)).toMatchObject({ mode: 'unreachable' });
+      expect(byIp(rejected.body.nodes, h.nodes[0]!).reason).toMatch(/^SSH refused \(AUTH_FAILED\): .*rejected the key for user root/);
+    } finally {
+      await fs.writeFile(keys, trusted);
+    }
 
     // Only unreachable nodes: no finding, so the stored capability is not touched.
     await prisma().fabricConfig.update({ where: { id: 1 }, data: { frrHmacShaCapable: null } });
