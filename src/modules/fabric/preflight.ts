@@ -1,4 +1,5 @@
 import ipaddr from 'ipaddr.js';
+import type { SecretBroker } from '../../../clients/secrets/broker';
 import { fanOutSsh, type FanOutResult, type SshSession, type SshTarget } from '../../../clients/ssh';
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
@@ -481,13 +482,35 @@ export async function runPreflight(ctx: Context, input: PreflightInput, opts: Pr
   return result;
 }
 
+/**
+ * The broker as sshTargetOf sees it for one preflight: most nodes share the service's key, so it
+ * is read (and decrypted) once, not once per node.
+ */
+function onceEachKey(broker: SecretBroker): SecretBroker {
+  const seen = new Map<string, Promise<unknown>>();
+  return {
+    put: (tenantId, value, db) => broker.put(tenantId, value, db),
+    delete: (ref, tenantId) => broker.delete(ref, tenantId),
+    get: (ref, tenantId) => {
+      const key = `${tenantId ?? ''}\u0000${ref}`;
+      let value = seen.get(key);
+      if (!value) {
+        value = broker.get(ref, tenantId);
+        seen.set(key, value);
+      }
+      return value;
+    },
+  };
+}
+
 type ScanRow = { ok: true; report: NodeReport } | { ok: false; reason: string };
 
 async function scanNodes(ctx: Context, nodes: readonly ComputeNode[], opts: PreflightOptions): Promise<ScanRow[]> {
   if (nodes.length === 0) return [];
   const identity = await serviceSshIdentity(ctx.prisma, ctx.secrets);
   const connectTimeoutMs = opts.connectTimeoutMs ?? PREFLIGHT_CONNECT_TIMEOUT_MS;
-  const targets = await Promise.allSettled(nodes.map((n) => sshTargetOf(n, identity, ctx.secrets, { connectTimeoutMs })));
+  const secrets = ctx.secrets ? onceEachKey(ctx.secrets) : null;
+  const targets = await Promise.allSettled(nodes.map((n) => sshTargetOf(n, identity, secrets, { connectTimeoutMs })));
   const rows: ScanRow[] = new Array(nodes.length);
   const reachable: { node: ComputeNode; index: number; target: SshTarget }[] = [];
   targets.forEach((t, index) => {
