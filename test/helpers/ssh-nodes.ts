@@ -502,6 +502,7 @@ D='${FRR_DIR}'
 V=/run/frr
 C=/etc/frr/frr.conf
 PIDS='${dir}/frr.pids'
+LOG='${dir}/frr.log'
 zebra_options='-A 127.0.0.1 -s 90000000'; bgpd_options='-A 127.0.0.1'; ospfd_options='-A 127.0.0.1'
 bfdd_options='-A 127.0.0.1'; staticd_options='-A 127.0.0.1'
 # The node's own daemons file (a rollout may edit it) supplies each daemon's options, as in frrinit.
@@ -539,11 +540,12 @@ stop_all() {
 start_all() {
   for d in $(wanted); do
     eval opts="\\$\${d}_options"
-    "$D/$d" -d $opts || { echo "frr: $d failed to start" >&2; stop_all; return 1; }
+    # What a daemon prints while starting goes to the journal under systemd: here, frr.log.
+    "$D/$d" -d $opts >> "$LOG" 2>&1 || { tail -n 20 "$LOG" >&2; echo "frr: $d failed to start" >&2; stop_all; return 1; }
     n=0
     until [ -S "$V/$d.vty" ] && p="$(pid_of "$d")"; do
       n=$((n + 1))
-      [ $n -gt 200 ] && { echo "frr: $d did not come up" >&2; stop_all; return 1; }
+      [ $n -gt 200 ] && { tail -n 20 "$LOG" >&2; echo "frr: $d did not come up" >&2; stop_all; return 1; }
       sleep 0.05
     done
     echo "$p" >> "$PIDS"
