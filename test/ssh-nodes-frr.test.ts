@@ -219,3 +219,35 @@ describe('cleanup with FRR running', () => {
     await b.stop();
   }, 60_000);
 });
+
+describe('frr: reload and a config FRR refuses', () => {
+  test('reload applies a changed frr.conf to the running daemons (same PIDs); reload of a stopped frr fails as systemd says', async () => {
+    const [, , c] = h.nodes;
+    const conf = bgpConf(c, h.nodes[0], 65020);
+    await fs.writeFile(path.join(c.frrFiles!.etc, 'frr.conf'), conf);
+    const stopped = await sh(c, 'systemctl reload frr');
+    expect([stopped.exitCode, stopped.stderr]).toEqual([1, 'frr.service is not active, cannot reload.\n']);
+    expect((await sh(c, 'systemctl start frr')).exitCode).toBe(0);
+    const before = await h.frrDaemons(c);
+    await fs.writeFile(path.join(c.frrFiles!.etc, 'frr.conf'), conf.replace('!\n', ` neighbor ${h.nodes[1].lanAddress} remote-as 65020\n!\n`));
+    const reload = await sh(c, 'systemctl reload frr');
+    expect(reload.exitCode).toBe(0);
+    expect(await h.frrDaemons(c)).toEqual(before);
+    expect((await sh(c, 'vtysh -c "show running-config"')).stdout).toContain(` neighbor ${h.nodes[1].lanAddress} remote-as 65020`);
+    // `systemctl start` of a running frr changes nothing.
+    expect((await sh(c, 'systemctl start frr')).exitCode).toBe(0);
+    expect(await h.frrDaemons(c)).toEqual(before);
+    expect((await sh(c, 'systemctl stop frr')).exitCode).toBe(0);
+  }, 60_000);
+
+  test('a frr.conf with a line FRR rejects fails the restart, with vtysh naming the line', async () => {
+    const [, , c] = h.nodes;
+    await fs.writeFile(path.join(c.frrFiles!.etc, 'frr.conf'), bgpConf(c, h.nodes[0], 65020) + 'router bgp 65020\n neighbour-typo 10.0.0.1\n!\n');
+    const r = await sh(c, 'systemctl restart frr');
+    expect(r.exitCode).toBe(1);
+    expect(r.stderr).toContain('neighbour-typo');
+    expect(r.stderr).toMatch(/frr: vtysh -b exited [1-9]/);
+    expect((await sh(c, 'systemctl stop frr')).exitCode).toBe(0);
+    expect(await h.frrDaemons(c)).toEqual([]);
+  }, 60_000);
+});

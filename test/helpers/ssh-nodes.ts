@@ -38,9 +38,12 @@
  *                          /etc/frr/frr.conf has `router ospf`, bfdd when it mentions bfd; each
  *                          `/usr/lib/frr/D -d <D_options from the node's /etc/frr/daemons>`, then
  *                          `vtysh -b` (the integrated config). Exit 1 with vtysh's output on
- *                          stderr when a daemon fails to start or vtysh -b rejects the config.
+ *                          stderr when a daemon fails to start (all stopped again) or vtysh -b
+ *                          rejects a line (daemons keep running with what was applied, as FRR
+ *                          does). Daemon startup chatter goes to <node.dir>/frr.log, not stderr.
  *                 restart  stop + start.   stop  SIGTERM (then SIGKILL) every daemon; exit 0.
- *                 reload   frr-reload.py --reload when active; "not active" exit 1 otherwise
+ *                 reload   frr-reload.py --reload when active (Debian frr-pythontools; same
+ *                          PIDs, a few seconds); "not active" exit 1 otherwise
  *                          (reload-or-restart / try-reload-or-restart as systemd's).
  *                 is-active / status  "active" exit 0 when zebra and bgpd run, else exit 3.
  *               Other units and verbs (daemon-reload, enable...) are recorded and exit 0.
