@@ -129,8 +129,12 @@ describe('per-node FRR files', () => {
     // Adding the same diversion again is a no-op; a different target clashes, as the real one says.
     expect((await sh(node, 'dpkg-divert --add --rename --divert /etc/frr/frr.conf.distrib /etc/frr/frr.conf')).stdout).toMatch(/^Leaving/);
     expect((await sh(node, 'dpkg-divert --add --divert /etc/frr/other /etc/frr/frr.conf')).exitCode).toBe(2);
-    expect((await sh(node, 'echo new > /etc/frr/frr.conf && dpkg-divert --remove --rename /etc/frr/frr.conf')).exitCode).toBe(0);
-    // Removing moves the diverted original back over whatever was written in its place.
+    // As dpkg's own: a rename never overwrites a file in the way (exit 2, diversion kept).
+    const blocked = await sh(node, 'echo new > /etc/frr/frr.conf && dpkg-divert --remove --rename /etc/frr/frr.conf');
+    expect([blocked.exitCode, blocked.stderr]).toEqual([2, "dpkg-divert: error: rename involves overwriting '/etc/frr/frr.conf' with\n  different file '/etc/frr/frr.conf.distrib', not allowed\n"]);
+    expect((await sh(node, 'dpkg-divert --truename /etc/frr/frr.conf')).stdout).toBe('/etc/frr/frr.conf.distrib\n');
+    // The rollout's teardown: its own file goes, then the original comes back.
+    expect((await sh(node, 'rm -f /etc/frr/frr.conf && dpkg-divert --local --rename --divert /etc/frr/frr.conf.distrib --remove /etc/frr/frr.conf')).exitCode).toBe(0);
     expect((await sh(node, 'ls /etc/frr; cat /etc/frr/frr.conf')).stdout).toBe('daemons\nfrr.conf\nvtysh.conf\n' + readFileSync('/etc/frr/frr.conf', 'utf8'));
     expect((await sh(node, 'dpkg-divert --remove /etc/frr/frr.conf')).stdout).toMatch(/^No diversion/);
     expect((await h.calls(node)).filter((c) => c.command === 'dpkg-divert').map((c) => c.args)).toEqual([
@@ -140,6 +144,8 @@ describe('per-node FRR files', () => {
       '--add --rename --divert /etc/frr/frr.conf.distrib /etc/frr/frr.conf',
       '--add --divert /etc/frr/other /etc/frr/frr.conf',
       '--remove --rename /etc/frr/frr.conf',
+      '--truename /etc/frr/frr.conf',
+      '--local --rename --divert /etc/frr/frr.conf.distrib --remove /etc/frr/frr.conf',
       '--remove /etc/frr/frr.conf',
     ]);
     expect(spawnSync('dpkg-divert', ['--list', '/etc/frr/*']).stdout.toString()).toBe(before);
@@ -237,6 +243,10 @@ describe('frr: reload and a config FRR refuses', () => {
     // `systemctl start` of a running frr changes nothing.
     expect((await sh(c, 'systemctl start frr')).exitCode).toBe(0);
     expect(await h.frrDaemons(c)).toEqual(before);
+    // enable without --now only records; disable --now stops and enable --now starts.
+    expect((await sh(c, 'systemctl enable frr && systemctl disable --now frr.service')).exitCode).toBe(0);
+    expect(await h.frrDaemons(c)).toEqual([]);
+    expect((await sh(c, 'systemctl enable --now frr && systemctl is-active frr')).stdout).toBe('active\n');
     expect((await sh(c, 'systemctl stop frr')).exitCode).toBe(0);
   }, 60_000);
 

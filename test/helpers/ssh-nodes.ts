@@ -29,8 +29,10 @@
  *               dpkg-divert on the session PATH (every node, with or without options) is a
  *               recording stand-in: calls(node) lists it as command 'dpkg-divert'. It keeps its
  *               own diversion list per node (--add [--rename] [--divert X] F, --remove [--rename]
- *               F, --list [glob], --truename F, --test; default divert F.distrib), and moves files
- *               only under /etc/frr and /run/frr of a frrFiles node, never this machine's.
+ *               F, --list [glob], --truename F, --test; --local/--package ignored; default
+ *               divert F.distrib), and moves files only under /etc/frr and /run/frr of a
+ *               frrFiles node, never this machine's. Like dpkg's own, a rename that would
+ *               overwrite another file fails (exit 2) and changes nothing.
  *               setFakeExit(node, 'dpkg-divert', code) makes it fail.
  *   frr: true   implies frrFiles. The stand-in `systemctl VERB frr|frr.service` is recorded as
  *               before and then runs REAL FRR in the node (its netns and mount namespace):
@@ -46,6 +48,7 @@
  *                          PIDs, a few seconds); "not active" exit 1 otherwise
  *                          (reload-or-restart / try-reload-or-restart as systemd's).
  *                 is-active / status  "active" exit 0 when zebra and bgpd run, else exit 3.
+ *                 enable --now / disable --now  start / stop (without --now: recorded, exit 0).
  *               Other units and verbs (daemon-reload, enable...) are recorded and exit 0.
  *               setFakeExit(node, 'systemctl', code) still fails every call without acting.
  *               Daemon PIDs are kept in the node's frr.pids: stop() and the stale sweep kill them.
@@ -436,6 +439,17 @@ movable() {
   return 1
 }
 entry() { awk -F '\\t' -v f="$1" '$1 == f { print $2; exit }' "$DB"; }
+# As dpkg's own check_rename: nothing to do without a source; never overwrite another file.
+renamable() {
+  [ -e "$1" ] || return 1
+  [ "$1" -ef "$2" ] && return 1
+  if [ -e "$2" ]; then
+    echo "dpkg-divert: error: rename involves overwriting '$2' with" >&2
+    echo "  different file '$1', not allowed" >&2
+    exit 2
+  fi
+  return 0
+}
 case "$mode" in
   list)
     while IFS="$(printf '\\t')" read -r f d; do
@@ -455,20 +469,24 @@ if [ "$mode" = add ]; then
     if [ "$old" = "$divert" ]; then echo "Leaving 'local diversion of $file to $divert'"; exit 0; fi
     echo "dpkg-divert: error: 'local diversion of $file to $divert' clashes with 'local diversion of $file to $old'" >&2; exit 2
   fi
+  move=0
+  if [ "$rename" = 1 ] && movable "$file" && movable "$divert" && renamable "$file" "$divert"; then move=1; fi
   echo "Adding 'local diversion of $file to $divert'"
   [ "$dry" = 1 ] && exit 0
   printf '%s\\t%s\\n' "$file" "$divert" >> "$DB"
-  if [ "$rename" = 1 ] && [ -e "$file" ] && movable "$file" && movable "$divert"; then mv -f "$file" "$divert"; fi
+  [ $move = 1 ] && mv "$file" "$divert"
   exit 0
 fi
 if [ -z "$old" ]; then echo "No diversion 'any diversion of $file', none removed."; exit 0; fi
 if [ -n "$divert" ] && [ "$divert" != "$old" ]; then
   echo "dpkg-divert: error: mismatch on divert-to: when removing 'diversion of $file to $divert' found 'local diversion of $file to $old'" >&2; exit 2
 fi
+move=0
+if [ "$rename" = 1 ] && movable "$file" && movable "$old" && renamable "$old" "$file"; then move=1; fi
 echo "Removing 'local diversion of $file to $old'"
 [ "$dry" = 1 ] && exit 0
 awk -F '\\t' -v f="$file" '$1 != f' "$DB" > "$DB.new" && mv "$DB.new" "$DB"
-if [ "$rename" = 1 ] && [ -e "$old" ] && movable "$file" && movable "$old"; then mv -f "$old" "$file"; fi
+[ $move = 1 ] && mv "$old" "$file"
 exit 0
 `;
 
@@ -482,14 +500,20 @@ printf '%s' 'systemctl' >> '${dir}/calls.log'
 for a in "$@"; do printf ' %s' "$a" >> '${dir}/calls.log'; done
 printf '\\n' >> '${dir}/calls.log'
 if [ -f '${dir}/exit.systemctl' ]; then exit "$(cat '${dir}/exit.systemctl')"; fi
-verb=''; frr=0
+verb=''; frr=0; now=0
 for a in "$@"; do
   case "$a" in
+    --now) now=1 ;;
     -*) ;;
     *) if [ -z "$verb" ]; then verb="$a"; elif [ "$a" = frr ] || [ "$a" = frr.service ]; then frr=1; fi ;;
   esac
 done
 [ "$frr" = 1 ] || exit 0
+# enable / disable act only with --now (unit files are not modelled), as start / stop.
+case "$verb" in
+  enable) [ $now = 1 ] && verb=start ;;
+  disable|mask) [ $now = 1 ] && verb=stop ;;
+esac
 exec /bin/sh '${dir}/frrctl' "$verb"
 `;
 
