@@ -69,9 +69,29 @@ describe('lan: one shared L2 segment', () => {
     expect(direct.exitCode).toBe(0);
     expect(direct.stdout).toMatch(/dev eth1/);
     // This process reaches each node's sshd on its lan address, through the bridge.
+    // The bridge lives in the switch namespace: this machine's firewall never sees bridged frames.
+    const ports = JSON.parse(spawnSync('ip', ['-n', lan.netns, '-j', 'link', 'show', 'master', lan.bridge]).stdout.toString()) as Array<{ ifname: string }>;
+    expect(ports).toHaveLength(4);
+    const rootLink = JSON.parse(spawnSync('ip', ['-j', 'link', 'show', 'dev', lan.rootLink]).stdout.toString()) as Array<{ master?: string }>;
+    expect(rootLink[0].master).toBeUndefined();
+    const root = JSON.parse(spawnSync('ip', ['-j', '-4', 'addr', 'show', 'dev', lan.rootLink]).stdout.toString()) as Array<{ addr_info: Array<{ local: string }> }>;
+    expect(root[0].addr_info.map((a) => a.local)).toEqual([lan.switchAddress]);
     expect(h.nodes[2].delay?.ms).toBe(20);
     const overLan = await sh(h.nodes[2], 'ip -j -4 addr show dev eth1', h.nodes[2].lanAddress!);
     expect(overLan.exitCode).toBe(0);
+  });
+
+  test('setLanLink cuts one node off the segment while SSH over its eth0 address still works', async () => {
+    const [a, b] = h.nodes;
+    const probe = `timeout 2 bash -c '</dev/tcp/${b.lanAddress}/22'`;
+    await h.setLanLink(b, false);
+    try {
+      expect((await sh(a, probe)).exitCode).not.toBe(0);
+      expect((await sh(b, 'true')).exitCode).toBe(0);
+    } finally {
+      await h.setLanLink(b, true);
+    }
+    expect((await sh(a, probe)).exitCode).toBe(0);
   });
 
   test('fault nodes on the lan: no-sshd refuses and silent hangs on the lan address too', async () => {
@@ -190,10 +210,7 @@ describe('frr: systemctl runs real FRR daemons per node', () => {
 });
 
 describe('cleanup with FRR running', () => {
-  const linksOf = (set: SshNodes) => [set.lan!.bridge, ...set.nodes.flatMap((n) => {
-    const tag = n.netns.split('-')[1];
-    return [`snh${tag}${n.index}`, `snl${tag}${n.index}`];
-  })];
+  const linksOf = (set: SshNodes) => [set.lan!.rootLink, ...set.nodes.map((n) => `snh${n.netns.split('-')[1]}${n.index}`)];
   const startFrr = async (set: SshNodes) => {
     for (const node of set.nodes) {
       const r = await withSession(
@@ -211,7 +228,7 @@ describe('cleanup with FRR running', () => {
     const a = await startSshNodes('frr-cleanup', [{}, {}], { lan: true, frr: true });
     const aPids = await startFrr(a);
     await a.stop();
-    expect(await leftovers(a.nodes.map((n) => n.netns), linksOf(a), aPids)).toEqual([]);
+    expect(await leftovers([...a.nodes.map((n) => n.netns), a.lan!.netns], linksOf(a), aPids)).toEqual([]);
 
     const b = await startSshNodes('frr-stale', [{}], { lan: true, frr: true });
     const bPids = await startFrr(b);
@@ -221,7 +238,7 @@ describe('cleanup with FRR running', () => {
     reg.ownerPid = spawnSync('true').pid ?? 999999;
     await fs.writeFile(file, JSON.stringify(reg));
     expect(await sweepStaleSshNodes()).toBeGreaterThanOrEqual(1);
-    expect(await leftovers(b.nodes.map((n) => n.netns), linksOf(b), bPids)).toEqual([]);
+    expect(await leftovers([...b.nodes.map((n) => n.netns), b.lan!.netns], linksOf(b), bPids)).toEqual([]);
     await b.stop();
   }, 60_000);
 });

@@ -14,13 +14,18 @@
  *     NodeSpec        { kind?: 'sshd' | 'no-sshd' | 'silent'; delayMs?: number }
  *     SshNodesOptions { lan?: boolean; frrFiles?: boolean; frr?: boolean }
  *
- *   lan: true   every node also gets eth1 on one L2 segment: a bridge in the root namespace with
- *               one /24 per lab. Node i is .(i+1), the bridge (the "switch" side, reachable from
- *               this process) is .254. sshd (and the silent listener, and the delay relay) also
- *               listen on the lan address, so a compute node's os_ip can be node.lanAddress.
- *               eth0 keeps its /31 to the root namespace as before. At most 250 nodes.
- *               SshNodes.lan = { bridge, cidr: '10.B.C.0/24', prefixLen: 24, switchAddress }
+ *   lan: true   every node also gets eth1 on one L2 segment, one /24 per lab: a bridge inside a
+ *               "switch" namespace (so this machine's own firewall, e.g. Docker's FORWARD DROP
+ *               with br_netfilter, never sees the lab's frames). Node i is .(i+1); the switch
+ *               side, .254, sits on a veth in the root namespace, so this process reaches every
+ *               lan address. sshd (and the silent listener, and the delay relay) also listen on
+ *               the lan address, so a compute node's os_ip can be node.lanAddress. eth0 keeps
+ *               its /31 to the root namespace as before. At most 250 nodes.
+ *               SshNodes.lan = { netns, bridge, rootLink, cidr: '10.B.C.0/24', prefixLen: 24,
+ *                                switchAddress: '10.B.C.254' }
  *               SshNode.lanAddress = '10.B.C.(i+1)' (null without lan)
+ *               setLanLink(node, up) takes the node's switch port down / up: SSH over
+ *               node.address (eth0) still works while the lan (BGP) is cut.
  *   frrFiles: true  each sshd node's sshd runs in its own mount namespace where /etc/frr and
  *               /run/frr are bind mounts of SshNode.frrFiles = { etc, run } (host-side folders a
  *               test can read). /etc/frr is seeded with Debian's daemons, frr.conf, vtysh.conf
@@ -125,12 +130,16 @@ export interface SshNodesOptions {
 }
 
 export interface LanSegment {
-  /** The root-namespace bridge every node's eth1 is a port of. */
+  /** The "switch": a namespace holding the bridge. */
+  netns: string;
+  /** The bridge inside `netns` every node's eth1 is a port of. */
   bridge: string;
+  /** The root-namespace veth holding switchAddress (its peer is a port of the bridge). */
+  rootLink: string;
   /** e.g. 10.213.40.0/24: the management subnet the fabric's bgp underlay runs over. */
   cidr: string;
   prefixLen: 24;
-  /** The bridge's own address (the "switch" side), reachable from this process. */
+  /** The switch side's address, on this process's own namespace. */
   switchAddress: string;
 }
 
@@ -156,6 +165,8 @@ export interface SshNodes {
   inNode(node: SshNode, argv: string[]): Promise<string>;
   /** The shared segment, with `lan`; null otherwise. */
   lan: LanSegment | null;
+  /** Sets the node's port on the lan switch down or up (a cut cable); eth0 is untouched. */
+  setLanLink(node: SshNode, up: boolean): Promise<void>;
   /** FRR daemons alive on the node now, from its own /run/frr pid files (frr nodes; [] otherwise). */
   frrDaemons(node: SshNode): Promise<FrrDaemon[]>;
   stop(): Promise<void>;
@@ -164,7 +175,10 @@ export interface SshNodes {
 interface Registry {
   ownerPid: number;
   dir: string;
+  /** Slot i is node i's namespace. */
   netns: string[];
+  /** Namespaces that are not nodes (the lan switch); absent in older registries. */
+  extraNetns?: string[];
   links: string[];
   pids: number[];
 }
@@ -268,7 +282,7 @@ async function teardown(reg: Registry): Promise<void> {
   await Promise.all(frrPidsOf(reg).map(killPid));
   // Session processes (a command a test left running) keep a namespace alive after `ip netns del`.
   // Slots of nodes whose setup never began are holes (null once written).
-  const namespaces = reg.netns.filter((ns): ns is string => typeof ns === 'string');
+  const namespaces = [...reg.netns, ...(reg.extraNetns ?? [])].filter((ns): ns is string => typeof ns === 'string');
   for (const ns of namespaces) await Promise.all((await netnsPids(ns)).map(killPid));
   for (const ns of namespaces) await quiet(['ip', 'netns', 'del', ns]);
   // Deleting a namespace frees its veth end asynchronously; delete the root end explicitly.
@@ -644,12 +658,20 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[], o
       for (let i = 0; i < 20 && lb === b && lc === c; i++) [lb, lc] = await freeSubnet();
       if (lb === b && lc === c) throw new Error('no second free 10.x /22 for the lan');
       lanBase = `10.${lb}.${lc}`;
-      lan = { bridge: `snb${tag}`, cidr: `${lanBase}.0/24`, prefixLen: 24, switchAddress: `${lanBase}.254` };
-      reg.links.push(lan.bridge);
+      lan = { netns: `sshnode-${tag}-sw`, bridge: 'br0', rootLink: `snb${tag}`, cidr: `${lanBase}.0/24`, prefixLen: 24, switchAddress: `${lanBase}.254` };
+      reg.extraNetns = [lan.netns];
+      reg.links.push(lan.rootLink);
       await writeRegistry(regFile, reg);
-      await run('ip', ['link', 'add', lan.bridge, 'type', 'bridge']);
-      await run('ip', ['addr', 'add', `${lan.switchAddress}/24`, 'dev', lan.bridge]);
-      await run('ip', ['link', 'set', lan.bridge, 'up']);
+      const sw = lan.netns;
+      await run('ip', ['netns', 'add', sw]);
+      await run('ip', ['-n', sw, 'link', 'add', lan.bridge, 'type', 'bridge']);
+      await run('ip', ['-n', sw, 'link', 'set', lan.bridge, 'up']);
+      await run('ip', ['link', 'add', lan.rootLink, 'type', 'veth', 'peer', 'name', `snc${tag}`]);
+      await run('ip', ['link', 'set', `snc${tag}`, 'netns', sw]);
+      await run('ip', ['-n', sw, 'link', 'set', `snc${tag}`, 'master', lan.bridge]);
+      await run('ip', ['-n', sw, 'link', 'set', `snc${tag}`, 'up']);
+      await run('ip', ['addr', 'add', `${lan.switchAddress}/24`, 'dev', lan.rootLink]);
+      await run('ip', ['link', 'set', lan.rootLink, 'up']);
     }
     const sshdPids = new Map<number, number>();
 
@@ -692,8 +714,9 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[], o
         await run('ip', ['-n', netns, 'link', 'set', lanPeer, 'name', 'eth1']);
         await run('ip', ['-n', netns, 'addr', 'add', `${lanAddress}/24`, 'dev', 'eth1']);
         await run('ip', ['-n', netns, 'link', 'set', 'eth1', 'up']);
-        await run('ip', ['link', 'set', lanLink, 'master', lan.bridge]);
-        await run('ip', ['link', 'set', lanLink, 'up']);
+        await run('ip', ['link', 'set', lanLink, 'netns', lan.netns]);
+        await run('ip', ['-n', lan.netns, 'link', 'set', lanLink, 'master', lan.bridge]);
+        await run('ip', ['-n', lan.netns, 'link', 'set', lanLink, 'up']);
       }
       let delay: SshNode['delay'] = null;
       if (spec.delayMs !== undefined) {
@@ -841,6 +864,10 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[], o
         return stdout;
       },
       lan,
+      async setLanLink(node, up) {
+        if (!lan || !node.lanAddress) throw new Error('setLanLink needs a lan');
+        await run('ip', ['-n', lan.netns, 'link', 'set', `snl${tag}${node.index}`, up ? 'up' : 'down']);
+      },
       async frrDaemons(node) {
         if (!node.frrFiles) return [];
         let files: string[];
