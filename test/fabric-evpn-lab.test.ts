@@ -1,9 +1,10 @@
 import { withSession, type SshTarget } from '../clients/ssh';
 import type { ComputeNode } from '../src/modules/fabric/compute-nodes';
 import { renderAllHostFrr } from '../src/modules/fabric/render/host-frr';
+import type { FabricSecrets } from '../src/modules/fabric/intent';
 import { nodeIntentsOf, renderIntentOf, VTEP_INTERFACE } from '../src/modules/fabric/render-intent';
 import { DEFAULT_SETTINGS, type FabricSettings } from '../src/modules/fabric/validate';
-import { floodList, imetRoutes, ospfNeighbours, remoteVteps, waitBgpEstablished, waitFor } from './helpers/frr-lab';
+import { bgpPeers, floodList, imetRoutes, ospfNeighbours, remoteVteps, vtyshJson, waitBgpEstablished, waitFor } from './helpers/frr-lab';
 import { startSshNodes, type SshNode, type SshNodes } from './helpers/ssh-nodes';
 
 /**
@@ -74,10 +75,10 @@ const NODE_SETUP = (vtep: string) => [
   `ip link set vxlan${VNI} up`,
 ].join(' && ');
 
-async function deploy(settings: FabricSettings): Promise<Map<string, string>> {
+async function deploy(settings: FabricSettings, secrets: FabricSecrets = {}): Promise<Map<string, string>> {
   const intent = renderIntentOf(settings);
   const nodes = nodeIntentsOf(computeNodes(), new Map(h.nodes.map((n) => [`lab-node-${n.index}`, vtepOf(n)])));
-  const configs = renderAllHostFrr(intent, nodes, {});
+  const configs = renderAllHostFrr(intent, nodes, secrets);
   // The reflector first: clients that find it down would wait out their connect retry.
   for (const [i, node] of h.nodes.entries()) {
     const conf = configs.get(nodes[i].hostname)!;
@@ -175,5 +176,31 @@ describe('fabric EVPN over real FRR: software route reflector on the gateway and
     expect(rr.map((p) => p.afi)).toEqual(['l2VpnEvpn', 'l2VpnEvpn']);
     for (const host of [h1, h2]) await waitBgpEstablished(h, host, [vtepOf(gw)], ['l2VpnEvpn'], ESTABLISHED_MS);
     await expectEvpnMesh(h.nodes);
+  }, 180_000);
+
+  test('bgp underlay with BFD and a BGP password: bfdd runs, BFD sessions up, TCP-MD5 sessions Established, the same mesh', async () => {
+    const configs = await deploy(settingsFor({ ospfEnabled: false, bfdEnabled: true, bgpPasswordSet: true }), { bgpPassword: 'lab-secret-1' });
+    const [gw, h1, h2] = h.nodes;
+    expect(configs.get('lab-gw')).toContain(' neighbor HOSTS bfd');
+    expect(configs.get('lab-gw')).toContain(' neighbor HOSTS password lab-secret-1');
+    for (const node of h.nodes) {
+      expect((await h.frrDaemons(node)).map((d) => d.daemon)).toEqual(['bfdd', 'bgpd', 'staticd', 'zebra']);
+    }
+    const afis = ['ipv4Unicast', 'l2VpnEvpn'];
+    await waitBgpEstablished(h, gw, [h1.lanAddress!, h2.lanAddress!], afis, ESTABLISHED_MS);
+    for (const host of [h1, h2]) await waitBgpEstablished(h, host, [gw.lanAddress!], afis, ESTABLISHED_MS);
+    const bfdUp = async (node: SshNode) => (await vtyshJson<Array<{ peer: string; status: string }>>(h, node, 'show bfd peers json'))
+      .map((p) => `${p.peer} ${p.status}`).sort();
+    await waitFor('gateway BFD peers up', () => bfdUp(gw), (v) => JSON.stringify(v) === JSON.stringify([`${h1.lanAddress} up`, `${h2.lanAddress} up`].sort()), ESTABLISHED_MS);
+    await waitFor('host1 BFD peer up', () => bfdUp(h1), (v) => JSON.stringify(v) === JSON.stringify([`${gw.lanAddress} up`]), ESTABLISHED_MS);
+    await expectEvpnMesh(h.nodes);
+
+    // The password is real TCP-MD5: host2 with another one never gets a session; host1 keeps its own.
+    const wrong = configs.get('lab-host2')!.replace('password lab-secret-1', 'password lab-secret-2');
+    expect(wrong).not.toBe(configs.get('lab-host2'));
+    const r = await withSession(target(h2), (s) => s.exec('cat > /etc/frr/frr.conf && systemctl restart frr', { stdin: wrong }));
+    expect(r.exitCode).toBe(0);
+    await expect(waitBgpEstablished(h, h2, [gw.lanAddress!], afis, 15_000)).rejects.toThrow(/node 2: BGP not Established/);
+    expect((await bgpPeers(h, gw)).filter((p) => p.state === 'Established').map((p) => p.peer)).toEqual([h1.lanAddress, h1.lanAddress]);
   }, 180_000);
 });
