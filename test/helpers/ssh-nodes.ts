@@ -796,7 +796,9 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[], o
           sshdPids.set(i, child.pid);
         }
         await save();
-        await waitForLine(child, 'stderr', /Server listening on/, 10_000, `sshd of node ${i}`);
+        // sshd binds its ListenAddresses in order and says so for each: wait for the last one.
+        const lastListen = delay?.method === 'relay' ? '127.0.0.1' : (lanAddress ?? address);
+        await waitForLine(child, 'stderr', new RegExp(`Server listening on ${lastListen.replace(/\./g, '\\.')} port 22`), 10_000, `sshd of node ${i}`);
         if (delay?.method === 'relay') {
           const hosts = [address, ...(lanAddress ? [lanAddress] : [])].join(',');
           const relay = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', RELAY, hosts, String(delay.ms), nodeDir], { stdio: ['ignore', 'pipe', 'ignore'] });
