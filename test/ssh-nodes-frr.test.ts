@@ -278,3 +278,24 @@ describe('frr: reload and a config FRR refuses', () => {
     expect(await h.frrDaemons(c)).toEqual([]);
   }, 60_000);
 });
+
+describe('frrDaemonsFile: Debian\'s own rule for which daemons run', () => {
+  test('the package\'s daemons file (bgpd=no) starts zebra and staticd only; bgpd=yes and ospfd=yes start those', async () => {
+    const d = await startSshNodes('frr-daemons-file', [{}], { frr: true, frrDaemonsFile: true });
+    try {
+      const node = d.nodes[0];
+      const run = (cmd: string) => withSession(
+        { host: node.address, username: d.username, privateKey: d.clientPrivateKey, hostKey: { fingerprint: node.hostKeyFingerprint! } },
+        (s) => s.exec(cmd),
+      );
+      await fs.writeFile(path.join(node.frrFiles!.etc, 'frr.conf'), 'router bgp 65030\n!\nrouter ospf\n!\n');
+      expect((await run('grep -E "^(bgpd|ospfd)=" /etc/frr/daemons && systemctl restart frr && systemctl is-active frr')).stdout).toBe('bgpd=no\nospfd=no\nactive\n');
+      expect((await d.frrDaemons(node)).map((x) => x.daemon)).toEqual(['staticd', 'zebra']);
+      expect((await run("sed -i -e 's/^bgpd=no/bgpd=yes/' -e 's/^ospfd=no/ospfd=yes/' /etc/frr/daemons && systemctl restart frr")).exitCode).toBe(0);
+      expect((await d.frrDaemons(node)).map((x) => x.daemon)).toEqual(['bgpd', 'ospfd', 'staticd', 'zebra']);
+      expect((await run('vtysh -c "show running-config"')).stdout).toMatch(/^router bgp 65030$[\s\S]*^router ospf$/m);
+    } finally {
+      await d.stop();
+    }
+  }, 60_000);
+});

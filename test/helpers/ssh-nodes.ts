@@ -12,7 +12,7 @@
  *
  *   startSshNodes(label, specs: number | NodeSpec[], options?: SshNodesOptions): Promise<SshNodes>
  *     NodeSpec        { kind?: 'sshd' | 'no-sshd' | 'silent'; delayMs?: number }
- *     SshNodesOptions { lan?: boolean; frrFiles?: boolean; frr?: boolean }
+ *     SshNodesOptions { lan?: boolean; frrFiles?: boolean; frr?: boolean; frrDaemonsFile?: boolean }
  *
  *   lan: true   every node also gets eth1 on one L2 segment, one /24 per lab: a bridge inside a
  *               "switch" namespace (so this machine's own firewall, e.g. Docker's FORWARD DROP
@@ -58,6 +58,10 @@
  *               setFakeExit(node, 'systemctl', code) still fails every call without acting.
  *               Daemon PIDs are kept in the node's frr.pids: stop() and the stale sweep kill them.
  *               frrDaemons(node) -> [{ daemon, pid }] alive now (from the node's pid files).
+ *   frrDaemonsFile: true (with frr)  Debian's real rule instead: zebra and staticd always, bgpd /
+ *               ospfd / bfdd only when the node's /etc/frr/daemons says `<d>=yes` (the package
+ *               ships bgpd=no); is-active then needs zebra only. For testing that a rollout
+ *               enables the daemons it needs.
  *   inNode(node, argv) on a frrFiles node enters its mount namespace too (nsenter into its sshd),
  *               so `inNode(node, ['vtysh', '-c', 'show bgp summary json'])` reads its daemons.
  */
@@ -127,6 +131,11 @@ export interface SshNodesOptions {
   frrFiles?: boolean;
   /** Implies frrFiles: the stand-in `systemctl ... frr` runs real FRR daemons on the node. */
   frr?: boolean;
+  /**
+   * With frr: start only what the node's /etc/frr/daemons enables (zebra and staticd always), as
+   * Debian's frrinit does; the package ships bgpd=no, so a rollout must enable bgpd itself.
+   */
+  frrDaemonsFile?: boolean;
 }
 
 export interface LanSegment {
@@ -537,8 +546,11 @@ exec /bin/sh '${dir}/frrctl' "$verb"
  * `vtysh -b` sends /etc/frr/frr.conf to all of them. zebra, bgpd and staticd always (frrinit
  * always runs zebra and staticd; the fabric always needs bgpd), ospfd for `router ospf`, bfdd for
  * bfd. Every PID goes to frr.pids so the harness kills them even after a killed run.
+ * `daemonsFile`: as Debian really does, only zebra, staticd and the daemons the node's
+ * /etc/frr/daemons sets to yes (bgpd=no as the package ships it), and active means zebra runs.
  */
-const FRRCTL = (dir: string) => `#!/bin/sh
+const FRRCTL = (dir: string, daemonsFile: boolean) => `#!/bin/sh
+STRICT=${daemonsFile ? 1 : 0}
 D='${FRR_DIR}'
 V=/run/frr
 C=/etc/frr/frr.conf
@@ -549,6 +561,14 @@ bfdd_options='-A 127.0.0.1'; staticd_options='-A 127.0.0.1'
 # The node's own daemons file (a rollout may edit it) supplies each daemon's options, as in frrinit.
 [ -r /etc/frr/daemons ] && . /etc/frr/daemons
 wanted() {
+  if [ $STRICT = 1 ]; then
+    echo zebra
+    [ "$bgpd" = yes ] && echo bgpd
+    echo staticd
+    [ "$ospfd" = yes ] && echo ospfd
+    [ "$bfdd" = yes ] && echo bfdd
+    return 0
+  fi
   echo zebra; echo bgpd; echo staticd
   [ -r "$C" ] || return 0
   grep -Eq '^[[:space:]]*router ospf([[:space:]]|$)' "$C" && echo ospfd
@@ -560,7 +580,7 @@ pid_of() {
   p="$(cat "$V/$1.pid" 2>/dev/null)"
   [ -n "$p" ] && tr '\\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q "^$D/$1 " && echo "$p"
 }
-active() { pid_of zebra >/dev/null && pid_of bgpd >/dev/null; }
+active() { pid_of zebra >/dev/null && { [ $STRICT = 1 ] || pid_of bgpd >/dev/null; }; }
 stop_all() {
   for f in "$V"/*.pid; do
     [ -e "$f" ] || continue
@@ -734,7 +754,7 @@ export async function startSshNodes(label: string, specs: number | NodeSpec[], o
       await fs.writeFile(path.join(nodeDir, 'bin', 'apt-get'), FAKE(nodeDir, 'apt-get'), { mode: 0o755 });
       await fs.writeFile(path.join(nodeDir, 'bin', 'systemctl'), withFrr && ownFiles ? FRR_SYSTEMCTL(nodeDir) : FAKE(nodeDir, 'systemctl'), { mode: 0o755 });
       await fs.writeFile(path.join(nodeDir, 'bin', 'dpkg-divert'), DPKG_DIVERT(nodeDir, ownFiles), { mode: 0o755 });
-      if (withFrr && ownFiles) await fs.writeFile(path.join(nodeDir, 'frrctl'), FRRCTL(nodeDir), { mode: 0o755 });
+      if (withFrr && ownFiles) await fs.writeFile(path.join(nodeDir, 'frrctl'), FRRCTL(nodeDir, options.frrDaemonsFile === true), { mode: 0o755 });
       let frrFiles: SshNode['frrFiles'] = null;
       if (ownFiles && frrOwner) {
         frrFiles = { etc: path.join(nodeDir, 'etc-frr'), run: path.join(nodeDir, 'run-frr') };
