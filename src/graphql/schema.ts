@@ -15,6 +15,8 @@ import '../modules/metal/bulk-graphql';
 import '../modules/metal/discovery-graphql';
 import '../modules/sites/agent';
 import '../modules/fabric/graphql';
+import '../modules/fabric/vtep-graphql';
+import '../modules/fabric/compute-graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;
