@@ -74,9 +74,15 @@ export async function computeNodeByIp(db: Db, nodeIp: string): Promise<ComputeNo
   return (await listComputeNodes(db)).find((n) => n.nodeIp === nodeIp) ?? null;
 }
 
-/** Pins the host key a trust-on-first-use contact saw; a pinned key is never replaced here. */
-export async function pinHostKey(db: Db, nodeId: string, fingerprint: string): Promise<void> {
-  await db.computeNode.updateMany({ where: { nodeId, sshHostKey: null }, data: { sshHostKey: fingerprint, updatedAt: new Date() } });
+/**
+ * Pins the host key a trust-on-first-use contact saw; a pinned key is never replaced here (an
+ * admin unpins with setComputeNode). True when this call pinned it. The fingerprint is checked
+ * first: the table's CHECK would refuse a malformed one only as an opaque database error.
+ */
+export async function pinHostKey(db: Db, nodeId: string, fingerprint: string): Promise<boolean> {
+  const pinned = parseFingerprint(fingerprint, 'fingerprint');
+  const { count } = await db.computeNode.updateMany({ where: { nodeId, sshHostKey: null }, data: { sshHostKey: pinned, updatedAt: new Date() } });
+  return count > 0;
 }
 
 export interface ServiceSshIdentity {
@@ -186,7 +192,7 @@ function checkInput(input: SetComputeNodeInput): void {
     if (input.clearSshHostKey) throw invalidInput(field('clearSshHostKey'), 'cannot be combined with input.sshHostKey');
     try {
       parseFingerprint(input.sshHostKey, field('sshHostKey'));
-    } catch (error) {
+    } catch {
       throw invalidInput(field('sshHostKey'), 'must be an OpenSSH SHA-256 fingerprint (SHA256: and 43 base64 characters, as ssh-keygen -l prints)');
     }
   }
