@@ -1,6 +1,7 @@
 import ipaddr from 'ipaddr.js';
-import { createTestDatabase } from './helpers/app';
-import { makeTenantTree } from './helpers/fixtures';
+import { createTestDatabase, startTestApp, type TestApp } from './helpers/app';
+import { codeOf, gql, rest } from './helpers/client';
+import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { connectDatabase, type Database } from '../src/db/client';
 import type { PrismaClient } from '../src/generated/prisma/client';
 import { AppError } from '../src/errors';
@@ -8,7 +9,7 @@ import { allocateVteps, inPool, poolOf, releaseVtep, vtepPoolStatus, vtepsOf } f
 import { vtepPoolCapacity } from '../src/modules/fabric/intent';
 
 /** Compute nodes straight in the database: deployed metal nodes with an OS address each. */
-export async function makeComputeNodes(prisma: PrismaClient, name: string, count: number): Promise<string[]> {
+async function makeComputeNodes(prisma: PrismaClient, name: string, count: number): Promise<string[]> {
   const tree = await makeTenantTree(prisma, name, { pools: 1, nodesPerPool: count });
   const ids = tree.nodes.map((n) => n.id);
   await prisma.node.updateMany({ where: { id: { in: ids } }, data: { provisionState: 'deployed' } });
@@ -173,5 +174,55 @@ describe('the VTEP pool (real database)', () => {
     // Removing the compute node releases its address.
     await prisma().computeNode.delete({ where: { nodeId: ids[0]! } });
     expect((await vtepsOf(prisma())).size).toBe(0);
+  });
+});
+
+const POOL = '{ fabricVtepPool { routerIdBase prefixLength subnetCidr startIp totalUsable allocated remaining exhausted lastAllocatedIp outsidePool } }';
+const PATH = '/controlnode/fabric-config/vtep-pool';
+
+describe('GET /controlnode/fabric-config/vtep-pool and Query.fabricVtepPool (real service)', () => {
+  let t: TestApp;
+  let reader: string;
+  let tenantAdmin: string;
+  const prisma = () => t.app.database.prisma;
+  beforeAll(async () => {
+    t = await startTestApp({ role: 'api' });
+    reader = await makeToken(prisma(), null, [{ permission: 'compute:sites:read', scopeType: 'platform', scopeId: null }]);
+    const tree = await makeTenantTree(prisma(), 'vtep-auth', { pools: 1, nodesPerPool: 0 });
+    tenantAdmin = await makeToken(prisma(), tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+  });
+  afterAll(() => t.stop());
+
+  it('is 404 (and null) without a fabric config, then answers every field of the seed, in REST and GraphQL alike', async () => {
+    const none = await rest(t.url, reader, 'GET', PATH);
+    expect(none.status).toBe(404);
+    expect((await gql(t.url, reader, POOL)).data).toEqual({ fabricVtepPool: null });
+
+    // Configured through the API, so the pool is what the config's own rules accept.
+    const configured = await rest(t.url, t.adminToken, 'POST', '/controlnode/fabric-config', { as: 65000, router_id_cidr: '10.255.0.1/23', expected_nodes: 4, expected_vms: 4 });
+    expect(configured.status).toBeLessThan(300);
+    const ids = await makeComputeNodes(prisma(), 'vtep-api', 3);
+    await allocateVteps(prisma(), ids);
+    const answer = await rest(t.url, reader, 'GET', PATH);
+    expect(answer.status).toBe(200);
+    expect(answer.body).toEqual({
+      allocated: 3, exhausted: false, last_allocated_ip: '10.255.0.3', prefix_length: 23, remaining: 505, router_id_base: '10.255.0.1',
+      start_ip: '10.255.0.1', subnet_cidr: '10.255.0.0/23', total_usable: 508, outside_pool: 0,
+    });
+    const viaGraphql = await gql(t.url, reader, POOL);
+    expect(viaGraphql.data!.fabricVtepPool).toEqual({
+      routerIdBase: '10.255.0.1', prefixLength: 23, subnetCidr: '10.255.0.0/23', startIp: '10.255.0.1', totalUsable: 508,
+      allocated: 3, remaining: 505, exhausted: false, lastAllocatedIp: '10.255.0.3', outsidePool: 0,
+    });
+    // A release (teardown) shows at once.
+    await releaseVtep(prisma(), ids[2]!);
+    expect((await rest(t.url, reader, 'GET', PATH)).body).toMatchObject({ allocated: 2, remaining: 506, last_allocated_ip: '10.255.0.2' });
+  });
+
+  it('needs a platform-scoped grant', async () => {
+    const denied = await rest(t.url, tenantAdmin, 'GET', PATH);
+    expect(denied.status).toBe(403);
+    expect(codeOf(await gql(t.url, tenantAdmin, POOL))).toBe('PERMISSION_DENIED');
+    expect((await rest(t.url, null, 'GET', PATH)).status).toBe(401);
   });
 });
