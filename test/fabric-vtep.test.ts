@@ -118,7 +118,7 @@ describe('the VTEP pool (real database)', () => {
     const refused = await refusal(allocateVteps(prisma(), [ids[1]!, ids[2]!]));
     expect(refused.code).toBe('INVALID_STATE');
     expect(refused.message).toContain('10.88.0.0/30');
-    expect(refused.details).toMatchObject({ pool: '10.88.0.0/30', totalUsable: 2, allocated: 1, needed: 2 });
+    expect(refused.details).toMatchObject({ pool: '10.88.0.0/30', totalUsable: 2, allocated: 1, reserved: 0, needed: 2 });
     expect([...(await vtepsOf(prisma())).keys()]).toEqual([ids[0]]);
     // Parallel callers on a nearly full pool: exactly the free count succeed, the rest are refused as exhausted.
     const outcomes = await Promise.allSettled([allocateVteps(db.prisma, [ids[1]!]), allocateVteps(other.prisma, [ids[2]!])]);
@@ -126,6 +126,21 @@ describe('the VTEP pool (real database)', () => {
     const failed = outcomes.find((o) => o.status === 'rejected') as PromiseRejectedResult;
     expect((failed.reason as AppError).code).toBe('INVALID_STATE');
     expect(new Set((await vtepsOf(prisma())).values())).toEqual(new Set(['10.88.0.1', '10.88.0.2']));
+  });
+
+  it('never gives out the fabric switch\'s peering IP when it lies in the pool, and moves a node that held it', async () => {
+    await setPool(prisma(), '10.88.0.0', 29); // .1 to .6 usable
+    const ids = await makeComputeNodes(prisma(), 'sw', 6);
+    // Allocated before the switch address was configured: the node holds .6.
+    await prisma().fabricVtep.create({ data: { ip: '10.88.0.6', nodeId: ids[5]! } });
+    await prisma().fabricConfig.update({ where: { id: 1 }, data: { fabricSwitchPeeringIp: '10.88.0.6' } });
+    expect(await vtepPoolStatus(prisma())).toMatchObject({ totalUsable: 6, allocated: 0, remaining: 5, outsidePool: 1 });
+    const got = await allocateVteps(prisma(), ids.slice(0, 4));
+    expect([...got.values()]).toEqual(['10.88.0.1', '10.88.0.2', '10.88.0.3', '10.88.0.4']);
+    expect((await allocateVteps(prisma(), [ids[5]!])).get(ids[5]!)).toBe('10.88.0.5');
+    expect(await vtepPoolStatus(prisma())).toMatchObject({ allocated: 5, remaining: 0, exhausted: true, outsidePool: 0 });
+    const refused = await refusal(allocateVteps(prisma(), [ids[4]!]));
+    expect(refused).toMatchObject({ code: 'INVALID_STATE', details: { pool: '10.88.0.0/29', allocated: 5, reserved: 1, needed: 1 } });
   });
 
   it('refuses without a fabric config, without a pool, and for a node that is not a compute node', async () => {

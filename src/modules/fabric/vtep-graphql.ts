@@ -13,11 +13,11 @@ export const FabricVtepPoolRef = builder.objectRef<VtepPoolStatus>('FabricVtepPo
     startIp: t.exposeString('startIp', { description: 'First usable address of the pool' }),
     totalUsable: t.exposeInt('totalUsable', { description: 'Usable addresses: every /24 block loses its .0 and .255 (below /24); network and broadcast (from /24 on)' }),
     allocated: t.exposeInt('allocated', { description: 'Addresses held by compute nodes inside the current pool' }),
-    remaining: t.exposeInt('remaining', { description: 'totalUsable - allocated' }),
+    remaining: t.exposeInt('remaining', { description: 'totalUsable - allocated, less the fabric switch\'s peering IP when it lies in the pool (reserved: no node gets it)' }),
     exhausted: t.exposeBoolean('exhausted', { description: 'True when no address remains' }),
     lastAllocatedIp: t.exposeString('lastAllocatedIp', { description: 'The most recently allocated address inside the pool; empty when none' }),
     outsidePool: t.exposeInt('outsidePool', {
-      description: 'Addresses still held from a former pool (after router_id_base / router_id_prefix_len changed): not counted above; the next rollout of each such node moves it into the current pool',
+      description: 'Addresses held that the current pool does not give out: from a former pool (after router_id_base / router_id_prefix_len changed) or the switch\'s peering IP. Not counted above; the next rollout of each such node moves it into the current pool',
     }),
   }),
 });

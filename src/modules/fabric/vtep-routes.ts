@@ -15,12 +15,12 @@ const POOL_VIEW: JsonSchema = {
     exhausted: { ...bool, description: 'True if no IPs remain' },
     last_allocated_ip: { ...str, description: 'Most recently assigned IP; empty when none' },
     prefix_length: { ...int, description: 'Subnet prefix (e.g. 24)' },
-    remaining: { ...int, description: 'IPs still available' },
+    remaining: { ...int, description: 'IPs still available (the fabric switch\'s peering IP, when inside the pool, is reserved and not counted)' },
     router_id_base: { ...str, description: 'Base IP (e.g. "10.255.0.1")' },
     start_ip: { ...str, description: 'First usable IP in the pool' },
     subnet_cidr: { ...str, description: 'Network CIDR (e.g. "10.255.0.0/24"); empty when the config has no pool' },
     total_usable: { ...int, description: 'Total usable IPs (excluding .0 and .255 per /24 block)' },
-    outside_pool: { ...int, description: 'IPs still held from a former pool after router_id_base / router_id_prefix_len changed; the next rollout of each such node moves it into the current pool' },
+    outside_pool: { ...int, description: 'IPs held that the current pool does not give out (from a former pool, or the switch\'s peering IP); the next rollout of each such node moves it into the current pool' },
   },
 };
 
