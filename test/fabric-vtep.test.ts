@@ -178,6 +178,19 @@ describe('the VTEP pool (real database)', () => {
     expect(await vtepsOf(prisma(), [ids[0]!])).toEqual(new Map([[ids[0]!, '10.255.0.1']]));
   });
 
+  it('inside a caller\'s transaction, the allocation commits or vanishes with the caller\'s work', async () => {
+    await setPool(prisma(), '10.3.0.0', 24);
+    const ids = await makeComputeNodes(prisma(), 'tx', 2);
+    await expect(prisma().$transaction(async (tx) => {
+      expect((await allocateVteps(tx, [ids[0]!])).get(ids[0]!)).toBe('10.3.0.1');
+      throw new Error('the caller fails after allocating');
+    })).rejects.toThrow('the caller fails');
+    expect((await vtepsOf(prisma())).size).toBe(0);
+    const kept = await prisma().$transaction((tx) => allocateVteps(tx, [ids[1]!]));
+    expect(await vtepsOf(prisma())).toEqual(kept);
+    expect(kept.get(ids[1]!)).toBe('10.3.0.1');
+  });
+
   it('the database itself keeps addresses unique, canonical and tied to a compute node', async () => {
     await setPool(prisma(), '10.1.0.0', 24);
     const ids = await makeComputeNodes(prisma(), 'db', 2);
