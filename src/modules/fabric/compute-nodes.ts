@@ -199,7 +199,13 @@ function checkInput(input: SetComputeNodeInput): void {
   if (given(input.sshPrivateKey) && input.sshPrivateKey !== '') {
     if (input.clearSshPrivateKey) throw invalidInput(field('clearSshPrivateKey'), 'cannot be combined with input.sshPrivateKey');
     if (input.sshPrivateKey.length > PRIVATE_KEY_MAX) throw invalidInput(field('sshPrivateKey'), `must be at most ${PRIVATE_KEY_MAX} characters`);
-    const parsed = utils.parseKey(input.sshPrivateKey);
+    let parsed: ReturnType<typeof utils.parseKey>;
+    try {
+      parsed = utils.parseKey(input.sshPrivateKey);
+    } catch {
+      // The parser's own message may quote the input; none of it reaches the answer.
+      parsed = new Error('unparsable');
+    }
     if (parsed instanceof Error || !parsed.isPrivateKey()) {
       throw invalidInput(field('sshPrivateKey'), 'must be an unencrypted private key (OpenSSH or PEM); a passphrase-protected key cannot be used unattended');
     }
