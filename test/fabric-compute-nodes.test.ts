@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import { utils } from 'ssh2';
 import { createTestDatabase, startTestApp, type TestApp } from './helpers/app';
 import { codeOf, gql } from './helpers/client';
@@ -6,7 +8,8 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { connectDatabase, type Database } from '../src/db/client';
 import type { PrismaClient } from '../src/generated/prisma/client';
 import { BuiltinSecretBroker } from '../clients/secrets/broker';
-import { fingerprintOfPublicKeyLine } from '../clients/ssh';
+import { fingerprintOfPublicKeyLine, SshError, withSession } from '../clients/ssh';
+import { startSshNodes, type SshNodes } from './helpers/ssh-nodes';
 import {
   computeNodeByIp, listComputeNodes, pinHostKey, serviceSshIdentity, sshTargetOf, type ComputeNode,
 } from '../src/modules/fabric/compute-nodes';
@@ -290,5 +293,64 @@ describe('compute nodes over GraphQL (real service)', () => {
     expect(codeOf(await call(reader, REMOVE, { n: ids[0] }))).toBe('PERMISSION_DENIED');
     expect(codeOf(await call(tenantAdmin, SET, { i: { nodeId: ids[2], osIp: '192.168.50.12' } }))).toBe('PERMISSION_DENIED');
     expect(await prisma().computeNode.count({ where: { nodeId: ids[2]! } })).toBe(1);
+  });
+});
+
+describe('what setComputeNode records reaches a real sshd (network namespace)', () => {
+  let h: SshNodes;
+  let t: TestApp;
+  let nodeId: string;
+  const prisma = () => t.app.database.prisma;
+  beforeAll(async () => {
+    h = await startSshNodes('compute-nodes', 1);
+    t = await startTestApp({ role: 'api' });
+    [nodeId] = await metalNodes(prisma(), 'real', 1);
+    await prisma().node.update({ where: { id: nodeId! }, data: { provisionState: 'deployed' } });
+  }, 60_000);
+  afterAll(async () => {
+    await t?.stop();
+    await h?.stop();
+  });
+
+  const set = async (fields: Record<string, unknown>) => {
+    const node = h.nodes[0]!;
+    const result = await gql(t.url, t.adminToken, SET, { i: { nodeId, osIp: node.address, sshPort: node.port, sshUser: h.username, ...fields } });
+    expect(result.errors).toBeUndefined();
+    return result.data!.setComputeNode.node as { hostKeyPinned: boolean; perNodeKeySet: boolean };
+  };
+  const reach = async () => {
+    const secrets = t.app.services.secrets;
+    const node = (await computeNodeByIp(prisma(), h.nodes[0]!.address))!;
+    const target = await sshTargetOf(node, await serviceSshIdentity(prisma(), secrets), secrets, { connectTimeoutMs: 5000 });
+    return withSession(target, async (s) => ({ user: (await s.exec('id -un')).stdout.trim(), hostKey: s.hostKey.fingerprint }));
+  };
+  const sshRefusal = async () => {
+    try {
+      await reach();
+    } catch (error) {
+      if (error instanceof SshError) return error.code;
+      throw error;
+    }
+    return 'connected';
+  };
+
+  it('the per-node key is used first; the first contact pins the host key; the service key works once the node trusts it', async () => {
+    const node = h.nodes[0]!;
+    // The node trusts only the harness key: given as this node's own key, it connects (trust on first use).
+    await set({ sshPrivateKey: h.clientPrivateKey });
+    const first = await reach();
+    expect(first).toEqual({ user: 'root', hostKey: node.hostKeyFingerprint });
+    expect(await pinHostKey(prisma(), nodeId, first.hostKey)).toBe(true);
+    expect((await gql(t.url, t.adminToken, LIST)).data!.computeNodes[0]).toMatchObject({ hostKeyPinned: true, sshHostKey: node.hostKeyFingerprint, perNodeKeySet: true });
+    // Without it the service key is offered, which this node does not trust yet.
+    await set({ clearSshPrivateKey: true });
+    expect(await sshRefusal()).toBe('AUTH_FAILED');
+    // The admin installs the public key serviceSshKey shows.
+    const shown = (await gql(t.url, t.adminToken, SERVICE_KEY)).data!.serviceSshKey as { publicKey: string };
+    await fs.appendFile(path.join(node.dir, 'authorized_keys'), `${shown.publicKey}\n`);
+    expect(await reach()).toEqual({ user: 'root', hostKey: node.hostKeyFingerprint });
+    // A pinned key that is not the node's is refused before authentication.
+    await set({ sshHostKey: FP_B });
+    expect(await sshRefusal()).toBe('HOST_KEY_MISMATCH');
   });
 });
