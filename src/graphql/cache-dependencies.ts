@@ -60,6 +60,7 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   event_horizon: 'read only by subscriptions',
   workflow_run: 'read only by mutations and the workflowProgress subscription',
   service_ssh_key: 'read only by Query.serviceSshKey, never cached (its first read writes the row)',
+  fabric_preflight: 'read only by the fabricPreflight mutation and fabric-config writes (the MTU drift check), never by a cached query',
   secret: 'never read by GraphQL: a node view says only whether it holds a secret:// reference',
 };
 
