@@ -337,6 +337,21 @@ describe('fabric plan over REST and GraphQL (real service and database)', () => 
     expect(done.body.config).toMatchObject({ router_id_cidr: '10.255.0.0/23', last_switch_ack_kind: 'acked' });
   });
 
+  it('a vxlan_mtu the preflight\'s MTU consensus would refuse is a risk of the plan (and POST refuses it)', async () => {
+    await reset();
+    await prisma().fabricPreflight.deleteMany({});
+    expect((await call(reader, 'POST', PLAN, { ...REQ, vxlan_mtu: 1500 })).body.risks.some((r: string) => /preflight/.test(r))).toBe(false);
+    // What the preflight records when every node's underlay bridge has MTU 9000.
+    await prisma().fabricPreflight.create({ data: { id: 1, underlayCidr: '192.168.111.0/24', underlayMtu: 9000, ready: true, nodeCount: 2 } });
+    try {
+      const risky = await call(reader, 'POST', PLAN, { ...REQ, vxlan_mtu: 1500 });
+      expect(risky.body.risks).toContain('POST fabric-config would refuse this plan: vxlan_mtu: must be 9000, the underlay MTU the latest preflight found on every node\'s bridge (got 1500)');
+      expect((await call(reader, 'POST', PLAN, { ...REQ, vxlan_mtu: 9000 })).body.risks.some((r: string) => /preflight/.test(r))).toBe(false);
+    } finally {
+      await prisma().fabricPreflight.deleteMany({});
+    }
+  });
+
   const BAD_REST: [string, unknown, string][] = [
     ['a missing fabric_switch_nos', { ...REQ, fabric_switch_nos: undefined }, 'body.fabric_switch_nos'],
     ['a missing management_cidr', { ...REQ, management_cidr: undefined }, 'body.management_cidr'],

@@ -26,8 +26,8 @@ export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> =
   // The one fabric_config row with its derived fields (physnet and lastJob are null until the
   // network module and rollout jobs exist: then their tables join this list).
   FabricConfig: ['fabric_config'],
-  // A plan is the stored row with the request laid over it, rendered: nothing else is read.
-  FabricPlan: ['fabric_config'], FabricPlanConfig: ['fabric_config'],
+  // A plan is the stored row with the request laid over it, rendered; its risks read the preflight's MTU consensus.
+  FabricPlan: ['fabric_config', 'fabric_preflight'], FabricPlanConfig: ['fabric_config'],
   // The method table is part of the build.
   ApiMethod: [],
   // Only ever inside its connection, which is dropped with its node type's table.

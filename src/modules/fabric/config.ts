@@ -14,6 +14,7 @@ import {
   bgpModeOf, checkSwitchAckFields, mergeFabricInput, rolloutStatusOf,
   type FabricConfigInput, type FabricSettings, type FabricWriteControls, type RolloutStatus,
 } from './validate';
+import { checkMtuDrift } from './preflight';
 
 /**
  * The cluster-wide fabric config (issue 10 item 1): one row, read, upserted and hard-deleted here.
@@ -160,6 +161,7 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput 
     const row = await tx.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });
     const before = row ? settingsOf(row) : null;
     const next = mergeFabricInput(before, input);
+    await checkMtuDrift(tx, next.vxlanMtu);
     if (input.planHash) checkPlanHash(next, before, input.planHash);
     const ack = before ? switchAckGate(before, next, input, principal) : null;
 

@@ -7,6 +7,7 @@ import { AppError, invalidInput } from '../../errors';
 import { listenLimit, RenderError, vtepPoolCapacity, vtepPoolCidr, type SwitchNos } from './intent';
 import { renderIntentOf } from './render-intent';
 import { settingsOf } from './config';
+import { checkMtuDrift } from './preflight';
 import { renderSwitchConfig } from './render/switch';
 import {
   applyFabricInput,
@@ -417,5 +418,13 @@ export async function planFabricConfig(ctx: Context, request: FabricPlanInput): 
   decide(requirePrincipal(ctx), 'read', { type: 'platform' });
   const row = await ctx.prisma.fabricConfig.findUnique({ where: { id: 1 } });
   const stored = row ? settingsOf(row) : null;
-  return planFabric(planIntentOf(stored, request), stored);
+  const plan = planFabric(planIntentOf(stored, request), stored);
+  // The preflight's MTU consensus is cluster state, not intent: a risk here, a refusal on POST.
+  try {
+    await checkMtuDrift(ctx.prisma, plan.settings.vxlanMtu);
+  } catch (error) {
+    if (!(error instanceof AppError) || error.code !== 'INVALID_INPUT') throw error;
+    plan.risks.push(`POST fabric-config would refuse this plan: ${wireWords(error.message)}`);
+  }
+  return plan;
 }

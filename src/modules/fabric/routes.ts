@@ -2,6 +2,7 @@ import { notFound } from '../../errors';
 import type { Route } from '../../rest/routes';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
 import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES } from './validate';
+import { preflightRoutes } from './preflight-routes';
 
 /**
  * The seed's /controlnode/fabric-config routes: snake_case on the wire, the GraphQL operations of
@@ -362,4 +363,5 @@ export const fabricRoutes: Route[] = [
     restField: fabricRestField,
     example: { body: examplePlanBody, response: examplePlan },
   },
+  ...preflightRoutes,
 ];
