@@ -12,7 +12,8 @@ import { invalidInput } from '../../errors';
  * onto an intent) and {@link checkFabricRules} (across fields, on the merged intent).
  * {@link checkSwitchAckFields} checks the POST's transient ack / plan_hash fields.
  *
- * Not here yet: MTU drift against the preflight's underlay consensus (needs the preflight).
+ * MTU drift against the preflight's underlay consensus is preflight.ts's checkMtuDrift (it reads
+ * the preflight's row); the write calls it on the merged intent.
  */
 
 export const OSPF_AUTH_TYPES = ['', 'none', 'message-digest', 'hmac-sha-256'] as const;
