@@ -28,6 +28,10 @@ export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> =
   FabricConfig: ['fabric_config'],
   // A plan is the stored row with the request laid over it, rendered; its risks read the preflight's MTU consensus.
   FabricPlan: ['fabric_config', 'fabric_preflight'], FabricPlanConfig: ['fabric_config'],
+  // The pool's bounds from fabric_config, its use from fabric_vtep.
+  FabricVtepPool: ['fabric_config', 'fabric_vtep'],
+  // A compute node is listed while its metal node is deployed; its VTEP address is fabric_vtep's.
+  ComputeNode: ['compute_node', 'node', 'fabric_vtep'],
   // The method table is part of the build.
   ApiMethod: [],
   // Only ever inside its connection, which is dropped with its node type's table.
@@ -45,6 +49,8 @@ export const NEVER_CACHED_FIELDS: Readonly<Record<string, string>> = {
   'Query.viewer': 'the principal, already cached by the token store',
   // Depends on the clock (heartbeat age), which sends no notification.
   'SiteAgent.serving': 'depends on the clock',
+  // The first read creates the key pair: a stored result must not stand in for that write.
+  'Query.serviceSshKey': 'creates the service key pair on first read',
 };
 
 /**
@@ -55,6 +61,7 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   event: 'read only by subscriptions, which are never cached (and written on every change)',
   event_horizon: 'read only by subscriptions',
   workflow_run: 'read only by mutations and the workflowProgress subscription',
+  service_ssh_key: 'read only by Query.serviceSshKey, never cached (its first read writes the row)',
   secret: 'never read by GraphQL: a node view says only whether it holds a secret:// reference',
 };
 

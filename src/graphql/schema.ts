@@ -16,6 +16,8 @@ import '../modules/metal/discovery-graphql';
 import '../modules/sites/agent-graphql';
 import '../modules/fabric/graphql';
 import '../modules/fabric/preflight-graphql';
+import '../modules/fabric/vtep-graphql';
+import '../modules/fabric/compute-graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;

@@ -230,7 +230,7 @@ export function planFabric(intent: FabricSettings, stored: FabricSettings | null
       const [, last] = rangeOf(pool);
       // The last usable: a /24 block's .255 is never usable (vtepPoolCapacity), so step back one.
       planned.fabricSwitchPeeringIp = intToIp(planned.routerIdPrefixLen >= 31 ? last : last - 1);
-      notes.push(`fabric_switch_peering_ip suggested: ${planned.fabricSwitchPeeringIp}, the VTEP pool's last usable address, for the switch's loopback (OSPF carries it; sessions run loopback to loopback); keep it out of node allocation`);
+      notes.push(`fabric_switch_peering_ip suggested: ${planned.fabricSwitchPeeringIp}, the VTEP pool's last usable address, for the switch's loopback (OSPF carries it; sessions run loopback to loopback); the VTEP allocator reserves it`);
     } else if (management) {
       const [first] = rangeOf(`${management.address}/${management.prefixLen}`);
       planned.fabricSwitchPeeringIp = intToIp(management.prefixLen >= 31 ? first : first + 1);

@@ -3,6 +3,7 @@ import type { Route } from '../../rest/routes';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
 import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES } from './validate';
 import { preflightRoutes } from './preflight-routes';
+import { vtepRoutes } from './vtep-routes';
 
 /**
  * The seed's /controlnode/fabric-config routes: snake_case on the wire, the GraphQL operations of
@@ -288,6 +289,7 @@ const examplePlan = {
 const AUTH = 'Authorization: reading needs a platform-scoped grant (any permission); writing needs fabric:write (fabric:admin and platform admin hold it); skip_switch_ack needs fabric:admin.';
 
 export const fabricRoutes: Route[] = [
+  ...vtepRoutes,
   {
     method: 'GET',
     path: '/controlnode/fabric-config',
