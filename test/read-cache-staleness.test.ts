@@ -281,28 +281,6 @@ const PROBES: Probe[] = [
       && d.computeNodes.some((n: any) => n.nodeId === v.id && n.vtepIp === '10.255.0.9'),
   },
   {
-    table: 'fabric_config', name: 'fabricPlan after the stored config changes',
-    query: '{ fabricPlan(input: { fabricSwitchNos: "sonic", managementCidr: "192.168.111.0/24", vxlanMtu: 9000 }) { config { as } } }',
-    token: (w) => w.t.adminToken,
-    prepare: async (w) => {
-      await w.sql.query(VTEP_POOL_24);
-      return {};
-    },
-    change: async (w) => void (await w.sql.query(`UPDATE fabric_config SET "as" = 65123`)),
-    shows: (d) => d.fabricPlan.config.as === 65123,
-  },
-  {
-    table: 'fabric_preflight', name: 'fabricPlan risks after a preflight finds another MTU',
-    query: '{ fabricPlan(input: { fabricSwitchNos: "sonic", managementCidr: "192.168.111.0/24", vxlanMtu: 9000 }) { risks } }',
-    token: (w) => w.t.adminToken,
-    prepare: async (w) => {
-      await w.sql.query('DELETE FROM fabric_preflight');
-      return {};
-    },
-    change: async (w) => void (await w.sql.query(`INSERT INTO fabric_preflight (id, underlay_cidr, underlay_mtu, ready, node_count) VALUES (1, '192.168.111.0/24', 1500, true, 1)`)),
-    shows: (d) => d.fabricPlan.risks.some((r: string) => r.includes('preflight')),
-  },
-  {
     table: 'compute_node', name: 'computeNodes after an SSH port change',
     query: '{ computeNodes { nodeId sshPort } }',
     token: (w) => w.t.adminToken,

@@ -26,8 +26,6 @@ export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> =
   // The one fabric_config row with its derived fields (physnet and lastJob are null until the
   // network module and rollout jobs exist: then their tables join this list).
   FabricConfig: ['fabric_config'],
-  // A plan is the stored row with the request laid over it, rendered; its risks read the preflight's MTU consensus.
-  FabricPlan: ['fabric_config', 'fabric_preflight'], FabricPlanConfig: ['fabric_config'],
   // The pool's bounds from fabric_config, its use from fabric_vtep.
   FabricVtepPool: ['fabric_config', 'fabric_vtep'],
   // A compute node is listed while its metal node is deployed; its VTEP address is fabric_vtep's.
@@ -51,6 +49,8 @@ export const NEVER_CACHED_FIELDS: Readonly<Record<string, string>> = {
   'SiteAgent.serving': 'depends on the clock',
   // The first read creates the key pair: a stored result must not stand in for that write.
   'Query.serviceSshKey': 'creates the service key pair on first read',
+  // Its risks read the preflight's MTU consensus (fabric_preflight has no cache trigger); a plan costs one render.
+  'Query.fabricPlan': 'reads fabric_preflight, which sends no notification',
 };
 
 /**
@@ -62,6 +62,7 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   event_horizon: 'read only by subscriptions',
   workflow_run: 'read only by mutations and the workflowProgress subscription',
   service_ssh_key: 'read only by Query.serviceSshKey, never cached (its first read writes the row)',
+  fabric_preflight: 'read only by the fabricPreflight mutation, fabric-config writes (the MTU drift check) and Query.fabricPlan (never cached), never by a cached query',
   secret: 'never read by GraphQL: a node view says only whether it holds a secret:// reference',
 };
 
