@@ -49,6 +49,8 @@ export const NEVER_CACHED_FIELDS: Readonly<Record<string, string>> = {
   'SiteAgent.serving': 'depends on the clock',
   // The first read creates the key pair: a stored result must not stand in for that write.
   'Query.serviceSshKey': 'creates the service key pair on first read',
+  // Its risks read the preflight's MTU consensus (fabric_preflight has no cache trigger); a plan costs one render.
+  'Query.fabricPlan': 'reads fabric_preflight, which sends no notification',
 };
 
 /**
@@ -60,7 +62,7 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   event_horizon: 'read only by subscriptions',
   workflow_run: 'read only by mutations and the workflowProgress subscription',
   service_ssh_key: 'read only by Query.serviceSshKey, never cached (its first read writes the row)',
-  fabric_preflight: 'read only by the fabricPreflight mutation and fabric-config writes (the MTU drift check), never by a cached query',
+  fabric_preflight: 'read only by the fabricPreflight mutation, fabric-config writes (the MTU drift check) and Query.fabricPlan (never cached), never by a cached query',
   secret: 'never read by GraphQL: a node view says only whether it holds a secret:// reference',
 };
 
