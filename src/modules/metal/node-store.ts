@@ -61,6 +61,25 @@ function jobData(nodeId: string, job: NodeJob | null): string | null {
 }
 
 /**
+ * The CTEs a single-node write ends with, after the CTE `source` that wrote the node: the workflow
+ * run it starts, its events in order and its reconciler job. Parameters $r to $r+4: run id, run
+ * kind, event types, event payloads, job data (null for none).
+ */
+function runEventsJob(source: string, r: number): string {
+  return `run AS (
+       INSERT INTO workflow_run (id, node_id, kind, status)
+       SELECT $${r}::text, ${source}.id, $${r + 1}::text, 'queued' FROM ${source} WHERE $${r}::text IS NOT NULL
+     ), ev AS (
+       INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
+       SELECT e.type, ${source}.tenant_id, ${source}.site_id, ${source}.pool_id, ${source}.id, ${source}.id, e.payload
+         FROM ${source}, unnest($${r + 2}::text[], $${r + 3}::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
+        ORDER BY e.n
+     ), job AS (
+       ${insertJobsSql('metal.reconcile', `$${r + 4}::jsonb`, `(SELECT * FROM ${source} WHERE $${r + 4}::jsonb IS NOT NULL) AS ${source}`)} RETURNING 1
+     )`;
+}
+
+/**
  * Changes one node. `version` is the compare-and-set (null: no check, for writers that hold the
  * lock that orders them, e.g. discovery under the site's MAC lock). Resolves to the node's new
  * view, or null when the node changed since `version` (the caller says CONFLICT).
@@ -72,17 +91,7 @@ export async function updateNode(db: Runner, node: { id: string; version: number
        UPDATE node SET ${set.sql ? `${set.sql}, ` : ''}version = version + 1, updated_at = now()
         WHERE id = $1 AND ($2::int IS NULL OR version = $2::int)
        RETURNING *
-     ), run AS (
-       INSERT INTO workflow_run (id, node_id, kind, status)
-       SELECT $3::text, upd.id, $4::text, 'queued' FROM upd WHERE $3::text IS NOT NULL
-     ), ev AS (
-       INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-       SELECT e.type, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id, e.payload
-         FROM upd, unnest($5::text[], $6::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
-        ORDER BY e.n
-     ), job AS (
-       ${insertJobsSql('metal.reconcile', '$7::jsonb', '(SELECT * FROM upd WHERE $7::jsonb IS NOT NULL) AS upd')} RETURNING 1
-     )
+     ), ${runEventsJob('upd', 3)}
      SELECT ${nodeViewColumns('u')}, (SELECT count(*) FROM job)::int AS "jobs" FROM ${nodeViewFrom('upd', 'u')}`,
     [
       node.id,
@@ -127,17 +136,7 @@ export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrit
                          bmc_credentials_ref, addresses, macs, product_uuid, hardware_profile_id, driver_bindings)
        VALUES ($1, $2, $3, $4, $5, $6::"ProvisionState", $7, $8, $9::jsonb, $10, $11::text[], $12::text[], $13::uuid, $14, $15::jsonb)
        RETURNING *
-     ), run AS (
-       INSERT INTO workflow_run (id, node_id, kind, status)
-       SELECT $16::text, ins.id, $17::text, 'queued' FROM ins WHERE $16::text IS NOT NULL
-     ), ev AS (
-       INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-       SELECT e.type, ins.tenant_id, ins.site_id, ins.pool_id, ins.id, ins.id, e.payload
-         FROM ins, unnest($18::text[], $19::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
-        ORDER BY e.n
-     ), job AS (
-       ${insertJobsSql('metal.reconcile', '$20::jsonb', '(SELECT * FROM ins WHERE $20::jsonb IS NOT NULL) AS ins')} RETURNING 1
-     )
+     ), ${runEventsJob('ins', 16)}
      SELECT (SELECT count(*) FROM ins)::int AS created, (SELECT count(*) FROM job)::int AS jobs`,
     [
       node.id, node.tenantId, node.siteId, node.poolId, node.name, node.provisionState, node.bmcAddress, node.bmcDriver,
