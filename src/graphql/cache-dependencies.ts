@@ -25,7 +25,14 @@ export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> =
   ProfileValidation: ['deploy_profile_version'],
   // The one fabric_config row with its derived fields (physnet and lastJob are null until the
   // network module and rollout jobs exist: then their tables join this list).
-  FabricConfig: ['fabric_config'],
+  FabricConfig: ['fabric_config', 'fabric_job', 'fabric_job_node'],
+  // Rollout jobs (rollout.ts) and post-deploy checklists (postdeploy.ts).
+  FabricJob: ['fabric_job', 'fabric_job_node'],
+  FabricJobNode: ['fabric_job_node'],
+  FabricNodeStep: ['fabric_job_node'],
+  FabricPostdeployStep: ['fabric_job', 'fabric_job_node', 'compute_node', 'node', 'command_batch'],
+  FabricNodeChecklist: ['fabric_job', 'fabric_job_node', 'compute_node', 'node', 'command_batch'],
+  FabricBatchPostdeploy: ['fabric_job', 'fabric_job_node', 'compute_node', 'node', 'command_batch'],
   // The method table is part of the build.
   ApiMethod: [],
   // Only ever inside its connection, which is dropped with its node type's table.
@@ -53,6 +60,7 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   event: 'read only by subscriptions, which are never cached (and written on every change)',
   event_horizon: 'read only by subscriptions',
   workflow_run: 'read only by mutations and the workflowProgress subscription',
+  fabric_node_baseline: 'read only by the rollout worker (a teardown\'s MTU to restore)',
   secret: 'never read by GraphQL: a node view says only whether it holds a secret:// reference',
 };
 

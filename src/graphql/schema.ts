@@ -15,6 +15,7 @@ import '../modules/metal/bulk-graphql';
 import '../modules/metal/discovery-graphql';
 import '../modules/sites/agent';
 import '../modules/fabric/graphql';
+import '../modules/fabric/rollout-graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;

@@ -5,6 +5,7 @@ import { AppError, notFound } from '../../errors';
 import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
 import type { FabricConfig as FabricConfigRow, PrismaClient } from '../../generated/prisma/client';
+import { lastJobFor } from './rollout';
 import { bgpModeOf, mergeFabricInput, rolloutStatusOf, type FabricConfigInput, type FabricSettings, type RolloutStatus } from './validate';
 
 /**
@@ -30,10 +31,10 @@ export interface FabricConfigView extends Omit<FabricSettings, 'bgpPasswordSet' 
   /** No network module exists yet, so no VXLAN physnet can: reported absent, never invented. */
   physnet: null;
   /**
-   * The latest fabric_apply / fabric_teardown job when the status is failed or degraded. There
-   * are no rollout jobs yet (a later session adds them), so there is none to show.
+   * The latest fabric_apply / fabric_teardown job when the status is failed or degraded, in the
+   * wire shape of GET .../latest (rollout.ts wireJobView); null otherwise.
    */
-  lastJob: null;
+  lastJob: Record<string, unknown> | null;
   version: number;
   createdAt: Date;
   updatedAt: Date;
@@ -71,7 +72,7 @@ export function settingsOf(row: FabricConfigRow): FabricSettings {
   };
 }
 
-export function viewOf(row: FabricConfigRow): FabricConfigView {
+export function viewOf(row: FabricConfigRow, lastJob: Record<string, unknown> | null = null): FabricConfigView {
   const { bgpPasswordSet, ospfAuthKeySet, ...intent } = settingsOf(row);
   return {
     id: row.id,
@@ -82,7 +83,7 @@ export function viewOf(row: FabricConfigRow): FabricConfigView {
     ospfAuthKeyIsSet: ospfAuthKeySet,
     rolloutStatus: rolloutStatusOf(row.rolloutStatus),
     physnet: null,
-    lastJob: null,
+    lastJob,
     version: row.version,
     createdAt: row.createdAt,
     updatedAt: row.updatedAt,
@@ -92,7 +93,7 @@ export function viewOf(row: FabricConfigRow): FabricConfigView {
 export async function getFabricConfig(ctx: Context): Promise<FabricConfigView | null> {
   decide(requirePrincipal(ctx), 'read', { type: 'platform' });
   const row = await ctx.prisma.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });
-  return row ? viewOf(row) : null;
+  return row ? viewOf(row, await lastJobFor(ctx.prisma, rolloutStatusOf(row.rolloutStatus))) : null;
 }
 
 /** The fields whose value changed, by name only (an event never carries a secret or its reference). */
@@ -142,18 +143,20 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput)
       ospfAuthKeyRef = input.ospfAuthKey ? await ctx.secrets!.put(null, input.ospfAuthKey, tx) : null;
     }
     const { bgpPasswordSet: _b, ospfAuthKeySet: _o, frrHmacShaCapable: _c, as, fabricSwitchAs, ...plain } = next;
-    const data = { ...plain, as: BigInt(as), fabricSwitchAs: BigInt(fabricSwitchAs), bgpPasswordRef, ospfAuthKeyRef };
+    const changed = changedFields(before, next, input);
+    // A saved change is not on the nodes until a rollout carries it (the rollout compares versions).
+    const rolloutStatus = changed.length > 0 ? { rolloutStatus: 'pending' } : {};
+    const data = { ...plain, as: BigInt(as), fabricSwitchAs: BigInt(fabricSwitchAs), bgpPasswordRef, ospfAuthKeyRef, ...rolloutStatus };
     const saved = row
       ? await tx.fabricConfig.update({ where: { id: SINGLETON_ID }, data: { ...data, version: { increment: 1 }, updatedAt: new Date() } })
       : await tx.fabricConfig.create({ data: { id: SINGLETON_ID, ...data } });
-    const changed = changedFields(before, next, input);
     await publish(tx, {
       type: row ? 'fabric.config.updated' : 'fabric.config.created',
       tenantId: null,
       subject: 'fabric-config',
       payload: { version: saved.version, changed, bgpPasswordIsSet: bgpPasswordRef !== null, ospfAuthKeyIsSet: ospfAuthKeyRef !== null },
     });
-    return { created: row === null, config: viewOf(saved) };
+    return { created: row === null, config: viewOf(saved, await lastJobFor(tx, rolloutStatusOf(saved.rolloutStatus))) };
   });
   await retireSecrets(ctx, retired);
   return result;

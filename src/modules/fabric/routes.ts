@@ -2,6 +2,7 @@ import { notFound } from '../../errors';
 import type { Route } from '../../rest/routes';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
 import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES } from './validate';
+import { rolloutRoutes } from './rollout-routes';
 
 /**
  * The seed's /controlnode/fabric-config routes: snake_case on the wire, the GraphQL operations of
@@ -257,4 +258,5 @@ export const fabricRoutes: Route[] = [
     refusals: ['PERMISSION_DENIED', 'NOT_FOUND'],
     example: { response: { deleted: true, message: 'fabric config deleted' } },
   },
+  ...rolloutRoutes,
 ];
