@@ -25,14 +25,7 @@ export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> =
   ProfileValidation: ['deploy_profile_version'],
   // The one fabric_config row with its derived fields (physnet and lastJob are null until the
   // network module and rollout jobs exist: then their tables join this list).
-  FabricConfig: ['fabric_config', 'fabric_job', 'fabric_job_node'],
-  // Rollout jobs (rollout.ts) and post-deploy checklists (postdeploy.ts).
-  FabricJob: ['fabric_job', 'fabric_job_node'],
-  FabricJobNode: ['fabric_job_node'],
-  FabricNodeStep: ['fabric_job_node'],
-  FabricPostdeployStep: ['fabric_job', 'fabric_job_node', 'compute_node', 'node', 'command_batch'],
-  FabricNodeChecklist: ['fabric_job', 'fabric_job_node', 'compute_node', 'node', 'command_batch'],
-  FabricBatchPostdeploy: ['fabric_job', 'fabric_job_node', 'compute_node', 'node', 'command_batch'],
+  FabricConfig: ['fabric_config'],
   // The method table is part of the build.
   ApiMethod: [],
   // Only ever inside its connection, which is dropped with its node type's table.
@@ -50,6 +43,13 @@ export const NEVER_CACHED_FIELDS: Readonly<Record<string, string>> = {
   'Query.viewer': 'the principal, already cached by the token store',
   // Depends on the clock (heartbeat age), which sends no notification.
   'SiteAgent.serving': 'depends on the clock',
+  // Fabric rollouts change every few hundred milliseconds while they run, and a UI reads them to
+  // replay what it missed: a cached copy would only be dropped again at once.
+  'FabricConfig.lastJob': 'the latest rollout job, which changes while a rollout runs',
+  'Query.fabricLatestJob': 'a running rollout changes it continuously',
+  'Query.fabricJob': 'a running rollout changes it continuously',
+  'Query.fabricNodePostdeploy': 'rollout steps, which change continuously while a rollout runs',
+  'Query.fabricBatchPostdeploy': 'rollout steps, which change continuously while a rollout runs',
 };
 
 /**
@@ -60,7 +60,9 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   event: 'read only by subscriptions, which are never cached (and written on every change)',
   event_horizon: 'read only by subscriptions',
   workflow_run: 'read only by mutations and the workflowProgress subscription',
-  fabric_node_baseline: 'read only by the rollout worker (a teardown\'s MTU to restore)',
+  fabric_job: 'read only by never-cached fields (rollout jobs: see NEVER_CACHED_FIELDS) and the rollout worker',
+  fabric_job_node: 'read only by never-cached fields (rollout jobs and post-deploy checklists) and the rollout worker',
+  fabric_node_baseline: 'read only by the rollout worker (the MTU a teardown restores)',
   secret: 'never read by GraphQL: a node view says only whether it holds a secret:// reference',
 };
 

@@ -75,6 +75,5 @@ CREATE TABLE "fabric_node_baseline" (
     CONSTRAINT "fabric_node_baseline_node_fkey" FOREIGN KEY ("node_id") REFERENCES "compute_node"("node_id") ON DELETE CASCADE,
     CONSTRAINT "fabric_node_baseline_mtu" CHECK ("underlay_mtu" BETWEEN 68 AND 65535)
 );
-
-CREATE TRIGGER "fabric_job_cache_invalidate" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "fabric_job" FOR EACH STATEMENT EXECUTE FUNCTION "metal_cache_invalidate"();
-CREATE TRIGGER "fabric_job_node_cache_invalidate" AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "fabric_job_node" FOR EACH STATEMENT EXECUTE FUNCTION "metal_cache_invalidate"();
+-- No cache trigger on these tables: no cached GraphQL result reads them (rollout views are never
+-- cached: see NEVER_CACHED_FIELDS in src/graphql/cache-dependencies.ts).
