@@ -147,13 +147,14 @@ class JobRunner {
       const message = await fn();
       await this.stepEnd(n, record, message.startsWith('skipped:') ? 'skipped' : 'ok', message);
     } catch (err) {
-      await this.stepEnd(n, record, 'failed', this.failureMessage(err));
+      await this.stepEnd(n, record, 'failed', this.failureMessage(err, phase));
       throw err;
     }
   }
 
-  private failureMessage(err: unknown): string {
-    if (this.stop.signal.aborted) {
+  /** A step's failure as recorded: an apply step cut short by a cancel or a strict stop says so. */
+  private failureMessage(err: unknown, phase: StepRecord['phase']): string {
+    if (phase === 'apply' && this.stop.signal.aborted) {
       return this.stopReason === 'cancel' ? CANCELLED : STOPPED;
     }
     return this.scrub(messageOf(err));
@@ -308,7 +309,7 @@ class JobRunner {
       await this.stepEnd(n, record, 'ok', `${session.where} (${session.hostKey.fingerprint})`);
       return session;
     } catch (err) {
-      await this.stepEnd(n, record, 'failed', this.failureMessage(err));
+      await this.stepEnd(n, record, 'failed', this.failureMessage(err, phase));
       throw err;
     }
   }
@@ -430,8 +431,18 @@ class JobRunner {
     try {
       const list = [...plans.values()];
       const results = await fanOut(list, async (plan, ctx) => {
+        const n = this.nodes.get(plan.node.nodeId)!;
         if (this.stop.signal.aborted) throw new Error('stopped before this node started');
-        await this.applyNode(plan, mergeSignals(ctx.signal, this.stop.signal), ctx.deadline);
+        try {
+          await this.applyNode(plan, mergeSignals(ctx.signal, this.stop.signal), ctx.deadline);
+        } catch (err) {
+          // Recorded here, not after the fan-out: strict mode must stop the others at once.
+          const pastDeadline = ctx.signal.aborted && !this.stop.signal.aborted && Date.now() >= ctx.deadline;
+          const error = pastDeadline ? `no result within the per-node deadline of ${this.deps.nodeTimeoutMs} ms` : this.lastFailure(n) ?? messageOf(err);
+          await this.nodeDone(n, false, error, this.reachable(n, 'apply'));
+          throw err;
+        }
+        await this.nodeDone(n, true, '', true);
       }, { perNodeTimeoutMs: this.deps.nodeTimeoutMs, concurrency: this.deps.concurrency ?? DEFAULT_CONCURRENCY, signal: this.stop.signal });
       for (const r of results) {
         const n = this.nodes.get(r.item.node.nodeId)!;
