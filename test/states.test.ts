@@ -1,6 +1,9 @@
 import fs from 'node:fs';
 import { fromRoot } from '../src/paths';
-import { POWER_REFUSED, PROVISION_STATES, VERBS, clearedFailure, decideMove, decidePower, isDestructive, type ProvisionState, type Verb } from '../src/modules/metal/states';
+import {
+  FAILABLE, POWER_REFUSED, PROVISION_STATES, RECOVER_TO, STUCK_RESUMES, VERBS, WAITS, WORKFLOW_KINDS, WORKFLOW_MOVES, clearedFailure, decideMove, decidePower,
+  decideWorkflowMove, isDestructive, type ProvisionState, type Verb, type WorkflowKind,
+} from '../src/modules/metal/states';
 import { provisionStatesDoc } from '../src/modules/metal/print-diagram';
 
 /** The seed's sentences, one row per verb: legal sources, target and event, as written. */
@@ -76,5 +79,75 @@ describe('the provision state table', () => {
 
   it('docs/provision-states.md is generated from the table (run `npm run docs:states`)', () => {
     expect(fs.readFileSync(fromRoot('docs', 'provision-states.md'), 'utf8')).toBe(provisionStatesDoc());
+  });
+});
+
+/**
+ * The workflows' own moves, from the seed's sentences: "then chain to inspecting", "then
+ * commissioning", "then ready", "on success deployed", releasing "ready only with an attested wipe
+ * result for every disk ... otherwise failed with UNVERIFIED_WIPE", unrescue "stays in rescue until
+ * it succeeds, then deployed; failure goes to failed, and recover returns it to deployed",
+ * retiring "then retired".
+ */
+describe('the workflow moves', () => {
+  const SUCCESS: [WorkflowKind, ProvisionState, ProvisionState | null][] = [
+    ['metal-adopt', 'adopting', 'adopted'],
+    ['metal-enroll', 'enrolling', 'inspecting'],
+    ['metal-inspect', 'inspecting', 'commissioning'],
+    ['metal-commission', 'commissioning', 'ready'],
+    ['metal-deploy', 'deploying', 'deployed'],
+    ['metal-release', 'releasing', 'ready'],
+    ['metal-rescue', 'rescue', null],
+    ['metal-unrescue', 'rescue', 'deployed'],
+    ['metal-retire', 'retiring', 'retired'],
+  ];
+  it('every workflow kind is in the table', () => {
+    expect(SUCCESS.map(([k]) => k).sort()).toEqual(Object.keys(WORKFLOW_KINDS).sort());
+  });
+  it.each(SUCCESS)('%s in %s succeeds to %s', (kind, state, to) => {
+    expect(decideWorkflowMove(kind, state, { kind: 'succeeded', wipeAttested: true })).toEqual({ action: 'move', to, event: to ? `node.provision.${to}` : null });
+  });
+  it('the diagram\'s WORKFLOW_MOVES are the kinds\' successes', () => {
+    const fromKinds = SUCCESS.filter(([, , to]) => to !== null).map(([, from, to]) => `${from}->${to}`).sort();
+    expect(WORKFLOW_MOVES.map((m) => `${m.from}->${m.to}`).sort()).toEqual(fromKinds);
+  });
+  it.each(SUCCESS.flatMap(([kind, state]) => PROVISION_STATES.filter((s) => s !== state).map((other) => [kind, other] as const)))(
+    '%s is refused for a node in %s (a stale run never moves a node)', (kind, other) => {
+      expect(decideWorkflowMove(kind, other, { kind: 'succeeded', wipeAttested: true }).action).toBe('refuse');
+    });
+  it.each([['quick', false, 'fail'], ['secure-erase', false, 'fail'], ['crypto-erase', false, 'fail'], [null, false, 'fail'], ['none', false, 'move'], ['quick', true, 'move']] as const)(
+    'releasing with wipe %s, attested %s: %s', (wipe, attested, action) => {
+      const decision = decideWorkflowMove('metal-release', 'releasing', { kind: 'succeeded', wipeAttested: attested }, { wipe });
+      expect(decision.action).toBe(action);
+      if (decision.action === 'fail') expect(decision).toMatchObject({ code: 'UNVERIFIED_WIPE', failedFrom: 'releasing', to: 'failed' });
+    });
+  it.each(SUCCESS)('%s failing in %s lands in failed with failedFrom, and recover has a stable point', (kind, state) => {
+    const decision = decideWorkflowMove(kind, state, { kind: 'failed', code: 'BMC_TIMEOUT', message: 'no answer' });
+    expect(decision).toEqual({ action: 'fail', to: 'failed', failedFrom: state, code: 'BMC_TIMEOUT', message: 'no answer', event: 'node.provision.failed' });
+    if (state !== 'adopting') expect(RECOVER_TO[state]).toBeDefined();
+    expect(FAILABLE).toContain(state);
+  });
+  it('unrescue failing goes to failed, and recover returns the node to deployed', () => {
+    const decision = decideWorkflowMove('metal-unrescue', 'rescue', { kind: 'failed', code: 'UNRESCUE_FAILED', message: 'x' });
+    expect(decision.action === 'fail' && decideMove('recover', 'failed', decision.failedFrom)).toEqual({ legal: true, to: 'deployed', event: 'node.provision.deployed' });
+  });
+  it.each(SUCCESS.map(([k, s]) => [k, s] as const))('%s past its wait deadline fails with CALLBACK_TIMEOUT naming what it waited for', (kind, state) => {
+    const decision = decideWorkflowMove(kind, state, { kind: 'deadline-passed' });
+    expect(decision).toMatchObject({ action: 'fail', code: 'CALLBACK_TIMEOUT', failedFrom: state });
+    const wait = WAITS[kind];
+    if (wait && decision.action === 'fail') expect(decision.message).toContain(wait.for);
+  });
+  it.each(SUCCESS.map(([k, s]) => [k, s] as const))('%s in %s whose worker died resumes up to STUCK_RESUMES times, then fails WORKER_LOST', (kind, state) => {
+    for (let resumes = 0; resumes < STUCK_RESUMES; resumes++) {
+      expect(decideWorkflowMove(kind, state, { kind: 'worker-lost', resumes })).toEqual({ action: 'resume' });
+    }
+    expect(decideWorkflowMove(kind, state, { kind: 'worker-lost', resumes: STUCK_RESUMES })).toMatchObject({ action: 'fail', code: 'WORKER_LOST', failedFrom: state });
+  });
+  it('every waiting workflow waits for something, with a deadline', () => {
+    for (const [kind, wait] of Object.entries(WAITS)) {
+      expect(Object.keys(WORKFLOW_KINDS)).toContain(kind);
+      expect(wait!.for.length).toBeGreaterThan(10);
+      expect(wait!.deadlineSeconds).toBeGreaterThan(0);
+    }
   });
 });

@@ -23,8 +23,8 @@ export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> =
   // Sightings by MAC, with the node enrolled with that MAC or proposed for it (node columns).
   DiscoveredMachine: ['sighting', 'node'],
   ProfileValidation: ['deploy_profile_version'],
-  // The one fabric_config row with its derived fields (physnet and lastJob are null until the
-  // network module and rollout jobs exist: then their tables join this list).
+  // The one fabric_config row with its derived fields (physnet is null until the network module
+  // exists, then its tables join this list; lastJob is never cached, see NEVER_CACHED_FIELDS).
   FabricConfig: ['fabric_config'],
   // The method table is part of the build.
   ApiMethod: [],

@@ -3,19 +3,20 @@ import { builder } from './builder';
 // Each module registers its types and fields on the builder when loaded.
 import '../modules/tenancy/tenant';
 import '../modules/tenancy/site';
-import '../modules/tenancy/pool';
+import '../modules/tenancy/pool-graphql';
 import '../modules/tenancy/hardware-profile';
-import '../modules/tenancy/token';
+import '../modules/tenancy/token-graphql';
 import '../modules/metal/node';
-import '../modules/metal/deploy-profile';
+import '../modules/metal/deploy-profile-graphql';
 import '../modules/metal/mutations';
 import '../modules/metal/api-methods';
 import '../modules/metal/power';
 import '../modules/metal/bulk-graphql';
 import '../modules/metal/discovery-graphql';
-import '../modules/sites/agent';
+import '../modules/sites/agent-graphql';
 import '../modules/fabric/graphql';
 import '../modules/fabric/rollout-graphql';
+import '../modules/fabric/preflight-graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;

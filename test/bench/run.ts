@@ -6,6 +6,7 @@
 import { readBench } from './read';
 import { bulkBench } from './bulk';
 import { eventsBench } from './events';
+import { fabricBench } from './fabric';
 
 export interface Bench {
   /** One line for the list printed on an unknown name. */
@@ -20,6 +21,7 @@ const BENCHES: Record<string, Bench> = {
   read: readBench,
   bulk: bulkBench,
   events: eventsBench,
+  fabric: fabricBench,
 };
 
 function usage(): string {

@@ -6,6 +6,7 @@ import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
 import type { FabricConfig as FabricConfigRow, PrismaClient } from '../../generated/prisma/client';
 import { lastJobFor } from './rollout';
+import { checkMtuDrift } from './preflight';
 import { bgpModeOf, mergeFabricInput, rolloutStatusOf, type FabricConfigInput, type FabricSettings, type RolloutStatus } from './validate';
 
 /**
@@ -131,6 +132,7 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput)
     const row = await tx.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });
     const before = row ? settingsOf(row) : null;
     const next = mergeFabricInput(before, input);
+    await checkMtuDrift(tx, next.vxlanMtu);
 
     let bgpPasswordRef = row?.bgpPasswordRef ?? null;
     let ospfAuthKeyRef = row?.ospfAuthKeyRef ?? null;

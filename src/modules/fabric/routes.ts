@@ -3,6 +3,7 @@ import type { Route } from '../../rest/routes';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
 import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES } from './validate';
 import { rolloutRoutes } from './rollout-routes';
+import { preflightRoutes } from './preflight-routes';
 
 /**
  * The seed's /controlnode/fabric-config routes: snake_case on the wire, the GraphQL operations of
@@ -259,4 +260,5 @@ export const fabricRoutes: Route[] = [
     example: { response: { deleted: true, message: 'fabric config deleted' } },
   },
   ...rolloutRoutes,
+  ...preflightRoutes,
 ];

@@ -11,16 +11,14 @@ import { readPolicy } from '../tenancy/pool';
 import { clearedFailure, decideMove, isDestructive, VERBS, type ProvisionState, type Verb } from './states';
 import type { WipeMode } from './verbs';
 import { insertJobsSql } from '../../../jobs/registry';
-import { nodeArrayView, nodeViewFrom, setClause, type NodeRow } from './node-rows';
+import type { NodeRow } from './node-rows';
+import { updateNodesOfPool } from './node-store';
 import { agentlessRescue } from './verbs';
 
 export const BULK_VERBS = (Object.keys(VERBS) as Verb[]).filter((v) => VERBS[v].bulk) as BulkVerb[];
 export type BulkVerb = 'manage' | 'inspect' | 'provide' | 'undeploy' | 'rescue' | 'retire';
 export const MAX_BULK = 10000;
-/** First key of the per-pool advisory lock bulk calls take (the second is the pool id's hash). */
-const BULK_POOL_LOCK = 7243916;
 /** The views the bulk statement returns, read by position. */
-const BULK_VIEW = nodeArrayView('u');
 
 export interface BulkInput {
   poolId: string;
@@ -51,18 +49,6 @@ export interface Refusal {
   nodeId: string;
   code: ErrorCode;
   message: string;
-}
-
-const PLAIN_ELEMENT = /^[A-Za-z0-9_.:-]+$/;
-/**
- * A PostgreSQL array literal for ids, states and versions that need no quoting (the ids were just
- * read back from the node table): pg would quote and escape each of 10,000 elements of each of
- * four arrays, about 30 ms of the bulk call. Anything that is not plain goes through pg's own
- * serialisation.
- */
-function arrayLiteral(values: readonly (string | number)[]): string | readonly (string | number)[] {
-  for (const v of values) if (typeof v !== 'number' && (!PLAIN_ELEMENT.test(v) || v.toUpperCase() === 'NULL')) return values;
-  return `{${values.join(',')}}`;
 }
 
 /** What approvers sign: the batch's canonical digest (sha256 of its sorted, fixed-order fields). */
@@ -150,74 +136,22 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   // from the batch row (releaseBatch). Other verbs queue each node's job here.
   const job = unsupported || batch ? null : { reason: input.verb };
   const releaseNow = batch !== null && status === 'recorded';
-  const jobSql = job
-    ? insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', upd.id) || $17::jsonb`, '(SELECT * FROM upd WHERE $17::jsonb IS NOT NULL) AS upd')
-    : insertJobsSql('metal.batch', `jsonb_build_object('batchId', $5::text)`, '(SELECT 1 WHERE $17::jsonb IS NULL AND $18::int = 1) AS one');
-  const extra = setClause(unsupported ? unsupported.data : { provisionState: to, ...clearedFailure(input.verb) }, 19);
-
-  // One statement writes the batch, the compare-and-set on every node, the workflow runs, every
-  // node's events and reconciler job, and returns the new views.
-  const { rows, createdAt } = await ctx.sql.transaction(async (tx) => {
-    // Two bulk calls over overlapping nodes listed in different orders would lock them in join
-    // order and could deadlock. Bulk calls are the only writers that change more than one node
-    // per statement, and the nodes they change are those of their pool, so one lock per pool
-    // (transaction-level, advisory) orders them instead of 10,000 row locks taken ahead in id
-    // order: those cost a statement, a WAL record per node and a second write of every row.
-    // The same round trip lets the statement sort its 10,000 event rows in memory instead of
-    // spilling them to disk (work_mem's default is 4 MB).
-    await tx.query("SELECT pg_advisory_xact_lock($1::int, hashtext($2::text)), set_config('work_mem', '64MB', true)", [BULK_POOL_LOCK, pool.id]);
-    const rows = await tx.queryArrays(
-      `WITH batch AS (
-         INSERT INTO command_batch (id, tenant_id, pool_id, verb, reason, node_ids, wipe, digest, quorum, status, created_by)
-         SELECT $5::text, $6::text, $4::text, $7::text, $8::text, $2::text[], $9::text, $10::text, $11::int, $12::text, $13::text
-          WHERE $5::text IS NOT NULL
-         RETURNING created_at
-       ), upd AS (
-         UPDATE node AS n SET ${extra.sql}, workflow_id = COALESCE(v.run_id, n.workflow_id), version = n.version + 1, updated_at = now()
-           FROM unnest($2::text[], $3::int[], $1::text[], $14::text[]) AS v(id, version, from_state, run_id)
-          WHERE n.id = v.id AND n.version = v.version AND n.pool_id = $4::text
-         RETURNING n.*, v.from_state, v.run_id
-       ), run AS (
-         INSERT INTO workflow_run (id, node_id, kind, status)
-         SELECT upd.run_id, upd.id, 'metal-rescue', 'queued' FROM upd WHERE upd.run_id IS NOT NULL
-       ), ev AS (
-         INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-         SELECT e.type, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id,
-                jsonb_build_object('nodeId', upd.id, 'from', upd.from_state)
-                  || CASE WHEN upd.run_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('workflowId', upd.run_id) END
-                  || e.payload
-           FROM upd, unnest($15::text[], $16::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
-          ${events.length > 1 ? 'ORDER BY upd.id, e.n' : ''}
-       ), job AS (
-         ${jobSql} RETURNING 1
-       )
-       SELECT ${BULK_VIEW.columns}, (SELECT count(*) FROM job)::int, $18::int, (SELECT created_at FROM batch) FROM ${nodeViewFrom('upd', 'u')}`,
-      [
-        arrayLiteral(froms), arrayLiteral(ids), arrayLiteral(versions), pool.id,
-        batch?.id ?? null, pool.tenantId, input.verb, reason, wipe,
-        digest,
-        quorum, status,
-        principal.tokenId,
-        // unnest pads the shorter arrays with NULLs: no run ids is an empty array, not 10,000 NULLs.
-        runIds ? arrayLiteral(runIds) : '{}',
-        events.map((e) => e.type), events.map((e) => JSON.stringify(e.payload)),
-        job ? JSON.stringify(job) : null,
-        job ? ids.length : releaseNow ? 1 : 0,
-        ...extra.values,
-      ],
-    );
-    if (rows.length !== ids.length) {
-      throw new AppError('CONFLICT', `${ids.length - rows.length} of the nodes changed concurrently; nothing changed, read them again and retry`);
-    }
-    // The two columns after the view: jobs queued, jobs expected.
-    if (rows[0]![BULK_VIEW.width] !== rows[0]![BULK_VIEW.width + 1]) throw new Error('a metal queue is missing: the jobs were not queued');
-    return { rows, createdAt: rows[0]![BULK_VIEW.width + 2] as Date | null };
+  const { rows, createdAt } = await updateNodesOfPool(ctx.sql, {
+    poolId: pool.id,
+    nodes: { ids, versions, froms },
+    data: unsupported ? unsupported.data : { provisionState: to, ...clearedFailure(input.verb) },
+    runIds,
+    events,
+    job,
+    batch: batch && {
+      id: batch.id, tenantId: pool.tenantId, verb: input.verb, reason, wipe, digest: digest!, quorum, status,
+      createdBy: principal.tokenId, releaseNow,
+    },
   });
   // In the order given: each view straight to its place (a sort looked the order up 260,000 times).
   const order = new Map(ids.map((id, i) => [id, i]));
   const views = new Array<NodeRow>(ids.length);
-  for (const row of rows) {
-    const view = BULK_VIEW.read(row) as NodeRow;
+  for (const view of rows) {
     views[order.get(view.id)!] = view;
   }
   // The batch as the statement wrote it: read back, its 10,000 node ids cost Prisma and pg more

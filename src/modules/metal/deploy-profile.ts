@@ -1,7 +1,6 @@
-import { builder } from '../../graphql/builder';
 import { newId } from '../../ids';
 import { absent, decide } from '../../auth/decide';
-import { requirePrincipal } from '../../context';
+import { requirePrincipal, type Context } from '../../context';
 import { AppError, invalidInput } from '../../errors';
 import { checkName } from '../tenancy/validate';
 
@@ -34,106 +33,62 @@ export function profileProblems(role: string, steps: unknown): string[] {
   return problems;
 }
 
-const DeployProfileVersionRef = builder.prismaObject('DeployProfileVersion', {
-  fields: (t) => ({
-    version: t.exposeInt('version'),
-    role: t.exposeString('role'),
-    steps: t.expose('steps', { type: 'JSON' }),
-    createdAt: t.expose('createdAt', { type: 'DateTime' }),
-  }),
-});
+export interface SaveProfileVersionInput {
+  profileId?: string | null;
+  name?: string | null;
+  tenantId?: string | null;
+  role: string;
+  steps: ProfileStep[];
+}
 
-builder.prismaNode('DeployProfile', {
-  id: { field: 'id' },
-  nullable: true,
-  fields: (t) => ({
-    name: t.exposeString('name'),
-    tenantId: t.exposeID('tenantId'),
-    versions: t.relation('versions', { query: { orderBy: { version: 'asc' } } }),
-    createdAt: t.expose('createdAt', { type: 'DateTime' }),
-  }),
-});
-void DeployProfileVersionRef;
+/**
+ * Creates a deploy profile (version 1) or adds the next version; versions never change. Needs
+ * admin on the tenant. Returns the profile's id.
+ */
+export async function saveProfileVersion(ctx: Context, input: SaveProfileVersionInput): Promise<string> {
+  const principal = requirePrincipal(ctx);
+  const problems = profileProblems(input.role, input.steps);
+  if (problems.length) throw new AppError('INVALID_INPUT', `input.${problems[0]}`, { problems });
+  let profileId = input.profileId;
+  let tenantId: string;
+  if (profileId) {
+    const profile = await ctx.prisma.deployProfile.findUnique({ where: { id: profileId } });
+    if (!profile) throw absent('DeployProfile', profileId);
+    tenantId = profile.tenantId;
+    decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId }, { type: 'DeployProfile', id: profileId });
+  } else {
+    if (!input.name) throw invalidInput('input.name', 'is required to create a profile');
+    const name = checkName('input.name', input.name);
+    const owner = input.tenantId ?? principal.tenantId;
+    if (!owner) throw invalidInput('input.tenantId', 'is required for a platform token');
+    tenantId = owner;
+    decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId });
+    if (await ctx.prisma.deployProfile.findUnique({ where: { tenantId_name: { tenantId, name } } })) {
+      throw new AppError('CONFLICT', `a deploy profile named "${name}" exists: pass its profileId to add a version`, { field: 'input.name' });
+    }
+    profileId = newId('DeployProfile');
+    await ctx.prisma.deployProfile.create({ data: { id: profileId, tenantId, name } });
+  }
+  const id = profileId;
+  // The next version number under a row lock, so two saves never take the same number.
+  await ctx.prisma.$transaction(async (tx) => {
+    await tx.$queryRawUnsafe('SELECT 1 FROM deploy_profile WHERE id = $1 FOR UPDATE', id);
+    const last = await tx.deployProfileVersion.findFirst({ where: { profileId: id }, orderBy: { version: 'desc' } });
+    await tx.deployProfileVersion.create({
+      data: { profileId: id, version: (last?.version ?? 0) + 1, role: input.role, steps: input.steps.map((s) => ({ ...s })) as object },
+    });
+  });
+  return id;
+}
 
-const ProfileStepInput = builder.inputType('ProfileStepInput', {
-  fields: (t) => ({
-    name: t.string({ required: true }),
-    kind: t.string({ required: true, description: STEP_KINDS.join(', ') }),
-    params: t.field({ type: 'JSON', required: false }),
-  }),
-});
-
-const DeployProfileVersionInput = builder.inputType('DeployProfileVersionInput', {
-  fields: (t) => ({
-    profileId: t.id({ required: false, description: 'Add a version to this profile; omit to create a profile named `name`.' }),
-    name: t.string({ required: false }),
-    tenantId: t.id({ required: false }),
-    role: t.string({ required: true }),
-    steps: t.field({ type: [ProfileStepInput], required: true }),
-  }),
-});
-
-builder.mutationField('saveDeployProfileVersion', (t) =>
-  t.prismaField({
-    type: 'DeployProfile',
-    description: 'Creates a deploy profile (version 1) or adds the next version; versions never change. Needs admin on the tenant.',
-    args: { input: t.arg({ type: DeployProfileVersionInput, required: true }) },
-    resolve: async (query, _root, { input }, ctx) => {
-      const principal = requirePrincipal(ctx);
-      const problems = profileProblems(input.role, input.steps);
-      if (problems.length) throw new AppError('INVALID_INPUT', `input.${problems[0]}`, { problems });
-      let profileId = input.profileId;
-      let tenantId: string;
-      if (profileId) {
-        const profile = await ctx.prisma.deployProfile.findUnique({ where: { id: profileId } });
-        if (!profile) throw absent('DeployProfile', profileId);
-        tenantId = profile.tenantId;
-        decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId }, { type: 'DeployProfile', id: profileId });
-      } else {
-        if (!input.name) throw invalidInput('input.name', 'is required to create a profile');
-        const name = checkName('input.name', input.name);
-        const owner = input.tenantId ?? principal.tenantId;
-        if (!owner) throw invalidInput('input.tenantId', 'is required for a platform token');
-        tenantId = owner;
-        decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId });
-        if (await ctx.prisma.deployProfile.findUnique({ where: { tenantId_name: { tenantId, name } } })) {
-          throw new AppError('CONFLICT', `a deploy profile named "${name}" exists: pass its profileId to add a version`, { field: 'input.name' });
-        }
-        profileId = newId('DeployProfile');
-        await ctx.prisma.deployProfile.create({ data: { id: profileId, tenantId, name } });
-      }
-      const id = profileId;
-      // The next version number under a row lock, so two saves never take the same number.
-      await ctx.prisma.$transaction(async (tx) => {
-        await tx.$queryRawUnsafe('SELECT 1 FROM deploy_profile WHERE id = $1 FOR UPDATE', id);
-        const last = await tx.deployProfileVersion.findFirst({ where: { profileId: id }, orderBy: { version: 'desc' } });
-        await tx.deployProfileVersion.create({
-          data: { profileId: id, version: (last?.version ?? 0) + 1, role: input.role, steps: input.steps.map((s) => ({ ...s })) as object },
-        });
-      });
-      return ctx.prisma.deployProfile.findUniqueOrThrow({ ...query, where: { id } });
-    },
-  }),
-);
-
-const Validation = builder.objectRef<{ valid: boolean; problems: string[] }>('ProfileValidation').implement({
-  fields: (t) => ({ valid: t.exposeBoolean('valid'), problems: t.exposeStringList('problems') }),
-});
-
-builder.queryField('validateProfile', (t) =>
-  t.field({
-    type: Validation,
-    description: 'profiles.validate: the problems a deploy of this profile version would hit before its workflow starts.',
-    args: { profileId: t.arg.id({ required: true }), profileVersion: t.arg.int({ required: true }) },
-    resolve: async (_root, args, ctx) => {
-      const principal = requirePrincipal(ctx);
-      const profile = await ctx.prisma.deployProfile.findUnique({ where: { id: args.profileId } });
-      if (!profile) throw absent('DeployProfile', args.profileId);
-      decide(principal, 'read', { type: 'tenant', id: profile.tenantId, tenantId: profile.tenantId }, { type: 'DeployProfile', id: args.profileId });
-      const version = await ctx.prisma.deployProfileVersion.findUnique({ where: { profileId_version: { profileId: profile.id, version: args.profileVersion } } });
-      if (!version) return { valid: false, problems: [`profileVersion: profile ${profile.id} has no version ${args.profileVersion}`] };
-      const problems = profileProblems(version.role, version.steps);
-      return { valid: problems.length === 0, problems };
-    },
-  }),
-);
+/** profiles.validate: the problems a deploy of this profile version would hit before its workflow starts. */
+export async function validateProfile(ctx: Context, profileId: string, profileVersion: number): Promise<{ valid: boolean; problems: string[] }> {
+  const principal = requirePrincipal(ctx);
+  const profile = await ctx.prisma.deployProfile.findUnique({ where: { id: profileId } });
+  if (!profile) throw absent('DeployProfile', profileId);
+  decide(principal, 'read', { type: 'tenant', id: profile.tenantId, tenantId: profile.tenantId }, { type: 'DeployProfile', id: profileId });
+  const version = await ctx.prisma.deployProfileVersion.findUnique({ where: { profileId_version: { profileId: profile.id, version: profileVersion } } });
+  if (!version) return { valid: false, problems: [`profileVersion: profile ${profile.id} has no version ${profileVersion}`] };
+  const problems = profileProblems(version.role, version.steps);
+  return { valid: problems.length === 0, problems };
+}

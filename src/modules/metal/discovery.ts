@@ -2,7 +2,7 @@ import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
 import { absent, decide } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
-import { publish } from '../../events/outbox';
+import { prismaRunner, updateNode } from './node-store';
 import type { Tx } from '../../db/client';
 import { nodeResource, siteResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
@@ -85,16 +85,17 @@ export async function proposeCandidates(tx: Tx, siteId: string, requestId: strin
     if (node.discoveredMac === mac) continue; // already proposed: once per candidate
     const pool = await tx.pool.findUniqueOrThrow({ where: { id: node.poolId } });
     const bind = readPolicy(pool.policy).trustProvisioningNetwork;
-    await tx.node.update({
-      where: { id: node.id },
-      data: { discoveredMac: mac, ...(bind ? { macs: [mac] } : {}), version: { increment: 1 } },
-    });
-    const subject = { tenantId: node.tenantId, siteId: node.siteId, poolId: node.poolId, nodeId: node.id, subject: node.id };
-    await publish(tx, { ...subject, type: 'node.pxe-mac.discovered', payload: { nodeId: node.id, mac, requestId } });
-    if (bind) {
-      await publish(tx, { ...subject, type: 'node.pxe-mac.confirmed', payload: { nodeId: node.id, mac, candidate: true, trustedNetwork: true, requestId } });
-      enrolledMacs.add(mac);
-    }
+    // No compare-and-set: every MAC writer of the site holds the lock taken above.
+    await updateNode(prismaRunner(tx), { id: node.id, version: null }, {
+      data: { discoveredMac: mac, ...(bind ? { macs: [mac] } : {}) },
+      run: null,
+      events: [
+        { type: 'node.pxe-mac.discovered', payload: { mac } },
+        ...(bind ? [{ type: 'node.pxe-mac.confirmed', payload: { mac, candidate: true, trustedNetwork: true } }] : []),
+      ],
+      job: null,
+    }, requestId);
+    if (bind) enrolledMacs.add(mac);
   }
 }
 
@@ -161,12 +162,13 @@ export async function confirmMac(ctx: Context, nodeId: string, rawMac: string): 
   await ctx.prisma.$transaction(async (tx) => {
     await lockSiteMacs(tx, node.siteId);
     await refuseTakenMacs(tx, node.siteId, [mac], node.id);
-    const updated = await tx.node.updateMany({ where: { id: node.id, version: node.version }, data: { macs: [mac], version: { increment: 1 } } });
-    if (updated.count !== 1) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
-    await publish(tx, {
-      type: 'node.pxe-mac.confirmed', tenantId: node.tenantId, siteId: node.siteId, poolId: node.poolId, nodeId: node.id, subject: node.id,
-      payload: { nodeId: node.id, mac, candidate: node.discoveredMac === mac, requestId: ctx.requestId },
-    });
+    const updated = await updateNode(prismaRunner(tx), node, {
+      data: { macs: [mac] },
+      run: null,
+      events: [{ type: 'node.pxe-mac.confirmed', payload: { mac, candidate: node.discoveredMac === mac } }],
+      job: null,
+    }, ctx.requestId);
+    if (!updated) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
   });
   return node.id;
 }

@@ -4,8 +4,7 @@ import { requirePrincipal } from '../../context';
 import { absent, decide } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
-import { publish } from '../../events/outbox';
-import { prismaExecutor } from '../../../jobs/registry';
+import { createNode, prismaRunner } from './node-store';
 import { isSecretRef } from '../../../clients/secrets/broker';
 import { poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
@@ -162,35 +161,27 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
         await lockSiteMacs(tx, owner.siteId);
         await refuseTakenMacs(tx, owner.siteId, macs);
       }
-      await tx.node.create({
-        data: {
-          id,
-          tenantId: owner.tenantId,
-          siteId: owner.siteId,
-          poolId: owner.id,
-          name: input.name ?? null,
-          provisionState: VERBS.enroll.to,
-          bmcAddress: address,
-          bmcDriver: driver,
-          bmcDriverOptions: driverOptions as object,
-          bmcCredentialsRef: credentialsRef,
-          addresses,
-          macs,
-          productUuid,
-          hardwareProfileId: profile?.id ?? null,
-          driverBindings: { ...bindingsFor(driver, profile?.driverBindings ?? null) },
-        },
-      });
-      await publish(tx, {
-        type: VERBS.enroll.event,
+      await createNode(prismaRunner(tx), {
+        id,
         tenantId: owner.tenantId,
         siteId: owner.siteId,
         poolId: owner.id,
-        nodeId: id,
-        subject: id,
-        payload: { nodeId: id, verb: 'enroll', to: VERBS.enroll.to, bmc: { address, driver }, requestId: ctx.requestId },
-      });
-      await ctx.queues!.send('metal.reconcile', { nodeId: id, reason: 'enroll' }, { db: prismaExecutor(tx) });
+        name: input.name ?? null,
+        provisionState: VERBS.enroll.to,
+        bmcAddress: address,
+        bmcDriver: driver,
+        bmcDriverOptions: driverOptions,
+        bmcCredentialsRef: credentialsRef,
+        addresses,
+        macs,
+        productUuid,
+        hardwareProfileId: profile?.id ?? null,
+        driverBindings: { ...bindingsFor(driver, profile?.driverBindings ?? null) },
+      }, {
+        run: null,
+        events: [{ type: VERBS.enroll.event, payload: { verb: 'enroll', to: VERBS.enroll.to, bmc: { address, driver } } }],
+        job: { reason: 'enroll' },
+      }, ctx.requestId);
     });
   const stored = typeof credentials === 'string' ? null : credentialsRef;
   try {

@@ -135,6 +135,8 @@ const CHANGE_CASTS = {
   profileId: 'text',
   profileVersion: 'int',
   workflowId: 'text',
+  discoveredMac: 'text',
+  macs: 'text[]',
 } as const;
 
 export type NodeChange = Partial<{
@@ -146,6 +148,8 @@ export type NodeChange = Partial<{
   profileId: string;
   profileVersion: number;
   workflowId: string;
+  discoveredMac: string | null;
+  macs: string[];
 }>;
 
 /** `col = $n::type, ...` for a change, its parameters numbered from `first`. */

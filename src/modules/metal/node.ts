@@ -3,7 +3,7 @@ import { readFilter } from '../../auth/decide';
 import { requirePrincipal } from '../../context';
 import { checkPageArgs } from '../../graphql/pagination';
 import { DriverBindingsRef, HardwareProfileRef, type DriverBindings } from '../tenancy/hardware-profile';
-import { PoolRef } from '../tenancy/pool';
+import { PoolRef } from '../tenancy/pool-graphql';
 import { SiteRef } from '../tenancy/site';
 import { hardwareProfileById, poolById, related, siteById } from '../../graphql/loaders';
 import type { NodePageRow } from './node-rows';

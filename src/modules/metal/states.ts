@@ -214,6 +214,98 @@ export function decideMove(verb: Exclude<Verb, 'enroll'>, state: ProvisionState,
   return { legal: true, to: rule.to === 'unchanged' ? null : rule.to, event: rule.event };
 }
 
+/**
+ * The workflows, one per kind of workflow run: the state it runs in and where a success takes the
+ * node. The engine asks {@link decideWorkflowMove}; WORKFLOW_MOVES above is the same table as the
+ * diagram reads it (a test keeps the two equal). metal-rescue's success boots the ramdisk and leaves
+ * the node in rescue; metal-unrescue's takes it back to deployed.
+ */
+export const WORKFLOW_KINDS = {
+  'metal-adopt': { state: 'adopting', onSuccess: 'adopted' },
+  'metal-enroll': { state: 'enrolling', onSuccess: 'inspecting' },
+  'metal-inspect': { state: 'inspecting', onSuccess: 'commissioning' },
+  'metal-commission': { state: 'commissioning', onSuccess: 'ready' },
+  'metal-deploy': { state: 'deploying', onSuccess: 'deployed' },
+  'metal-release': { state: 'releasing', onSuccess: 'ready' },
+  'metal-rescue': { state: 'rescue', onSuccess: null },
+  'metal-unrescue': { state: 'rescue', onSuccess: 'deployed' },
+  'metal-retire': { state: 'retiring', onSuccess: 'retired' },
+} as const satisfies Record<string, { state: ProvisionState; onSuccess: ProvisionState | null }>;
+export type WorkflowKind = keyof typeof WORKFLOW_KINDS;
+
+/**
+ * Where a workflow waits for something outside the service, and how long at most: past the
+ * deadline the node fails with CALLBACK_TIMEOUT (the ramdisk, the installer or the operator never
+ * answered). A worker dying during a wait changes nothing: the wait is a row, not a process.
+ */
+export const WAITS: Partial<Record<WorkflowKind, { for: string; deadlineSeconds: number }>> = {
+  // A machine enrolled by UUID only waits for discovery's PXE sighting and an operator's confirmMac.
+  'metal-enroll': { for: 'its MAC address to be confirmed (confirmMac), for a machine enrolled by UUID only', deadlineSeconds: 24 * 3600 },
+  'metal-inspect': { for: 'the inspection ramdisk to report its inventory', deadlineSeconds: 30 * 60 },
+  // DCGM's long diagnostic (level 3) runs for well over an hour on an 8-GPU machine.
+  'metal-commission': { for: 'the ramdisk to report DCGM diagnostics and the quick wipe', deadlineSeconds: 4 * 3600 },
+  'metal-deploy': { for: "the deploy profile's installer to report its steps", deadlineSeconds: 2 * 3600 },
+  // A secure erase of large spinning disks takes hours.
+  'metal-release': { for: 'the ramdisk to report an attested wipe of every disk', deadlineSeconds: 12 * 3600 },
+  'metal-rescue': { for: 'the rescue ramdisk to come up and call back', deadlineSeconds: 30 * 60 },
+  'metal-unrescue': { for: 'the installed OS to boot (metal-unrescue)', deadlineSeconds: 30 * 60 },
+  'metal-retire': { for: 'the crypto-erase report (bcd pools)', deadlineSeconds: 2 * 3600 },
+};
+
+/**
+ * How many times a run whose worker died mid-step is taken up again before it fails with
+ * WORKER_LOST. Every step is idempotent and a destructive one carries an idempotency key recorded
+ * when it started, so taking a run up again never sends a destructive command twice.
+ */
+export const STUCK_RESUMES = 3;
+
+export type WorkflowOutcome =
+  | { kind: 'succeeded'; /** releasing: whether every disk of the inventory has an attested wipe result. */ wipeAttested?: boolean }
+  | { kind: 'failed'; code: string; message: string }
+  /** The external callback of a wait (WAITS) did not come before its deadline. */
+  | { kind: 'deadline-passed' }
+  /** The run's worker died mid-step (its lease expired); resumes counts earlier take-ups. */
+  | { kind: 'worker-lost'; resumes: number };
+
+export type WorkflowDecision =
+  | { action: 'move'; to: ProvisionState | null; event: string | null }
+  | { action: 'fail'; to: 'failed'; failedFrom: ProvisionState; code: string; message: string; event: 'node.provision.failed' }
+  | { action: 'resume' }
+  | { action: 'refuse'; why: string };
+
+/**
+ * What a workflow run's outcome does to its node: the executable rule the engine applies, as
+ * decideMove is for the verbs. A node in `state` that is not the run's state is refused (the run is
+ * stale: an abort or another verb moved the node), so a late worker never moves a node back.
+ * A failure always lands in failed with failedFrom (recover's stable points read it).
+ */
+export function decideWorkflowMove(kind: WorkflowKind, state: ProvisionState, outcome: WorkflowOutcome,
+  opts: { wipe?: string | null } = {}): WorkflowDecision {
+  const workflow = WORKFLOW_KINDS[kind];
+  if (state !== workflow.state) return { action: 'refuse', why: `${kind} runs in ${workflow.state}; the node is ${state}` };
+  const fail = (code: string, message: string): WorkflowDecision =>
+    ({ action: 'fail', to: 'failed', failedFrom: state, code, message, event: 'node.provision.failed' });
+  switch (outcome.kind) {
+    case 'succeeded': {
+      if (kind === 'metal-release' && (opts.wipe ?? 'quick') !== 'none' && !outcome.wipeAttested) {
+        return fail('UNVERIFIED_WIPE', 'the wipe finished without an attested result for every disk');
+      }
+      const to = workflow.onSuccess;
+      return { action: 'move', to, event: to ? `node.provision.${to}` : null };
+    }
+    case 'failed':
+      return fail(outcome.code, outcome.message);
+    case 'deadline-passed': {
+      const wait = WAITS[kind];
+      return fail('CALLBACK_TIMEOUT', wait ? `gave up waiting for ${wait.for} after ${wait.deadlineSeconds} s` : 'a wait passed its deadline');
+    }
+    case 'worker-lost':
+      return outcome.resumes < STUCK_RESUMES
+        ? { action: 'resume' }
+        : fail('WORKER_LOST', `the worker running ${kind} died ${outcome.resumes + 1} times; the run was given up`);
+  }
+}
+
 /** The columns a verb's move clears on the node, as its single and bulk forms both write them. */
 export function clearedFailure(verb: Verb): { failedFrom: null; lastErrorCode: null; lastErrorMessage: null } | Record<string, never> {
   const rule: VerbRule = VERBS[verb];

@@ -6,9 +6,9 @@ import { newId } from '../../ids';
 import { isModuleRegistered } from '../../config';
 import { nodeResource } from '../tenancy/resources';
 import { clearedFailure, decideMove, RECOVER_TO, type ProvisionState, type Verb } from './states';
-import { insertJobsSql } from '../../../jobs/registry';
+import { updateNode, type NodeWrite } from './node-store';
 import { readPolicy } from '../tenancy/pool';
-import { nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
+import { nodeViewColumns, nodeViewFrom, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
 
 /** The single-node verbs whose whole effect is a state move (enroll, power, bulk... live elsewhere). */
 export type MoveVerb = Extract<Verb, 'manage' | 'inspect' | 'provide' | 'abort' | 'recover' | 'retire' | 'undeploy' | 'deploy' | 'rescue'>;
@@ -58,57 +58,15 @@ async function loadForVerb(ctx: Context, verb: Exclude<Verb, 'enroll'>, nodeId: 
 }
 
 /**
- * The one transaction every single-node verb commits: a compare-and-set on the node's version
- * (CONFLICT when it changed since it was read), the workflow run it starts if any and its outbox
- * event and its reconciler job, all in one statement that returns the node's new view. All of it
- * or nothing.
+ * The one transaction every single-node verb commits, through the node store: a compare-and-set
+ * on the node's version (CONFLICT when it changed since it was read), the workflow run it starts
+ * if any, its outbox events and its reconciler job, in one statement that returns the node's new
+ * view. All of it or nothing.
  */
-async function commitVerb(
-  ctx: Context,
-  node: { id: string; version: number },
-  change: {
-    data: NodeChange;
-    run: { id: string; kind: string } | null;
-    /** Published in this order; each payload also gets nodeId and requestId. */
-    events: { type: string; payload: Record<string, unknown> }[];
-    /** null when the change leaves nothing for the reconciler to do. */
-    job: { reason: string; wipe?: string } | null;
-  },
-): Promise<NodeRow> {
-  const set = setClause(change.data, 8);
-  return ctx.sql.transaction(async (tx) => {
-    const { rows } = await tx.query(
-      `WITH upd AS (
-         UPDATE node SET ${set.sql ? `${set.sql}, ` : ''}version = version + 1, updated_at = now()
-          WHERE id = $1 AND version = $2
-         RETURNING *
-       ), run AS (
-         INSERT INTO workflow_run (id, node_id, kind, status)
-         SELECT $3::text, upd.id, $4::text, 'queued' FROM upd WHERE $3::text IS NOT NULL
-       ), ev AS (
-         INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-         SELECT e.type, upd.tenant_id, upd.site_id, upd.pool_id, upd.id, upd.id, e.payload
-           FROM upd, unnest($5::text[], $6::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
-          ORDER BY e.n
-       ), job AS (
-         ${insertJobsSql('metal.reconcile', '$7::jsonb', '(SELECT * FROM upd WHERE $7::jsonb IS NOT NULL) AS upd')} RETURNING 1
-       )
-       SELECT ${nodeViewColumns('u')}, (SELECT count(*) FROM job)::int AS "jobs" FROM ${nodeViewFrom('upd', 'u')}`,
-      [
-        node.id,
-        node.version,
-        change.run?.id ?? null,
-        change.run?.kind ?? null,
-        change.events.map((e) => e.type),
-        change.events.map((e) => JSON.stringify({ nodeId: node.id, ...e.payload, requestId: ctx.requestId })),
-        change.job ? JSON.stringify({ nodeId: node.id, ...change.job }) : null,
-        ...set.values,
-      ],
-    );
-    if (!rows[0]) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
-    if (rows[0].jobs !== (change.job ? 1 : 0)) throw new Error('the metal.reconcile queue is missing: the job was not queued');
-    return toNodeRow(rows[0]);
-  });
+async function commitVerb(ctx: Context, node: { id: string; version: number }, change: NodeWrite): Promise<NodeRow> {
+  const row = await ctx.sql.transaction((tx) => updateNode(tx, node, change, ctx.requestId));
+  if (!row) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
+  return row;
 }
 
 /**
