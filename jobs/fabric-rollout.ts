@@ -7,7 +7,7 @@ import { listComputeNodes, pinHostKey, serviceSshIdentity, sshTargetOf, type Com
 import { settingsOf } from '../src/modules/fabric/config';
 import { findGateway, renderHostFrr } from '../src/modules/fabric/render/host-frr';
 import { nodeIntentsOf, renderIntentOf } from '../src/modules/fabric/render-intent';
-import { allocateVteps, releaseVtep } from '../src/modules/fabric/vtep';
+import { allocateVteps, releaseVtep, vtepsOf } from '../src/modules/fabric/vtep';
 import type { FabricIntent, FabricNodeIntent, FabricSecrets } from '../src/modules/fabric/intent';
 import {
   APPLY_STEPS, FABRIC_ID, TEARDOWN_STEPS, publishJobEvent, setRolloutStatus,
@@ -50,6 +50,8 @@ interface NodePlan {
   expectedNeighbours: string[];
   underlayIface: string;
   vxlanMtu: number;
+  /** The FRR daemons the config needs (bgpd; ospfd under the OSPF underlay; bfdd with BFD). */
+  daemons: string[];
 }
 
 const now = () => new Date();
@@ -294,6 +296,7 @@ class JobRunner {
         expectedNeighbours: expectedNeighbours(intent, nodeIntent, gateway),
         underlayIface: node.underlayIface || (settings.ospfEnabled ? settings.ospfFabricInterface : ''),
         vxlanMtu: settings.vxlanMtu,
+        daemons: ['bgpd', ...(intent.underlay === 'ospf' ? ['ospfd'] : []), ...(intent.bfdEnabled ? ['bfdd'] : [])],
       });
     }
     return plans;
@@ -335,7 +338,10 @@ class JobRunner {
       await this.step(n, 'install_frr', 'apply', () => steps.installFrr(session));
       await this.step(n, 'divert_config', 'apply', () => steps.divertConfig(session));
       await this.step(n, 'vtep_interface', 'apply', () => steps.ensureVtepInterface(session, plan.vtepIp));
-      await this.step(n, 'write_config', 'apply', () => steps.writeConfig(session, plan.config));
+      await this.step(n, 'write_config', 'apply', async () => {
+        const written = await steps.writeConfig(session, plan.config);
+        return `${written}; ${await steps.enableDaemons(session, plan.daemons)}`;
+      });
       await this.step(n, 'mtu_sync', 'apply', () => this.syncMtu(session, plan));
       await this.step(n, 'restart_frr', 'apply', () => steps.restartFrr(session));
       const waitMs = Math.max(1, Math.min(this.deps.bgpWaitMs, deadline - Date.now() - 1000));
@@ -374,11 +380,12 @@ class JobRunner {
         return `${baseline.underlayIface} MTU ${baseline.underlayMtu}`;
       });
       await this.step(n, 'release_vtep', 'teardown', async () => {
+        const held = (await vtepsOf(this.prisma, [node.nodeId])).get(node.nodeId);
         const released = await this.write(async (tx) => {
           await tx.fabricNodeBaseline.deleteMany({ where: { nodeId: node.nodeId } });
           return releaseVtep(tx, node.nodeId);
         });
-        return released ? `VTEP ${n.row.vtepIp || ''} released`.replace('  ', ' ') : 'skipped: no VTEP was allocated';
+        return released ? `VTEP ${held ?? ''} released`.replace('  ', ' ') : 'skipped: no VTEP was allocated';
       });
     } finally {
       await session.close();

@@ -13,6 +13,10 @@ export const FRR_CONF = '/etc/frr/frr.conf';
 /** Where dpkg-divert keeps the distribution's frr.conf while ours is in place. */
 export const FRR_CONF_DISTRIB = '/etc/frr/frr.conf.distrib';
 const STAGED = '/etc/frr/frr.conf.rollout';
+/** Debian's frrinit starts only the daemons /etc/frr/daemons enables, and the package ships bgpd=no. */
+export const FRR_DAEMONS = '/etc/frr/daemons';
+/** The daemons file as it was before the first rollout, put back by a teardown. */
+const DAEMONS_BASELINE = '/etc/frr/daemons.rollout-baseline';
 
 /** A step that did not do its job; `message` is what first_fail_error and the node's error show. */
 export class StepFailure extends Error {
@@ -87,6 +91,22 @@ export async function writeConfig(session: SshSession, config: string): Promise<
   }
   await must(session, `mv -f ${STAGED} ${FRR_CONF}`, `installing ${FRR_CONF}`);
   return `${FRR_CONF} written (${config.split('\n').length} lines, checked by vtysh -C)`;
+}
+
+/**
+ * Enables the daemons the rendered config needs in /etc/frr/daemons (the first rollout keeps the
+ * original beside it for the teardown). Without this a stock Debian node restarts frr without
+ * bgpd and its sessions never come up.
+ */
+export async function enableDaemons(session: SshSession, daemons: readonly string[]): Promise<string> {
+  const names = daemons.filter((d) => /^[a-z]+d$/.test(d));
+  const script = [
+    `[ -e ${FRR_DAEMONS} ] || exit 0`,
+    `[ -e ${DAEMONS_BASELINE} ] || cp -p ${FRR_DAEMONS} ${DAEMONS_BASELINE}`,
+    `for d in ${names.join(' ')}; do if grep -q "^$d=" ${FRR_DAEMONS}; then sed -i "s/^$d=.*/$d=yes/" ${FRR_DAEMONS}; else echo "$d=yes" >> ${FRR_DAEMONS}; fi; done`,
+  ].join(' && ');
+  await must(session, script, `enabling ${names.join(', ')} in ${FRR_DAEMONS}`);
+  return `${names.join(', ')} enabled in ${FRR_DAEMONS}`;
 }
 
 interface IpAddrEntry {
@@ -189,10 +209,18 @@ export async function stopFrr(session: SshSession): Promise<string> {
   return 'frr stopped';
 }
 
-/** Ours goes, the distribution's comes back (only when it was diverted: otherwise nothing to do). */
+/**
+ * Ours goes, the distribution's comes back through dpkg-divert --remove --rename (a no-op when
+ * nothing was diverted), and the daemons file as it was before the first rollout.
+ */
 export async function restoreConfig(session: SshSession): Promise<string> {
-  await must(session, `if [ -e ${FRR_CONF_DISTRIB} ]; then rm -f ${FRR_CONF}; fi; rm -f ${STAGED}; dpkg-divert --local --rename --divert ${FRR_CONF_DISTRIB} --remove ${FRR_CONF}`, '`dpkg-divert --remove`');
-  return `${FRR_CONF} restored from ${FRR_CONF_DISTRIB}`;
+  const result = await must(session, [
+    `if [ -e ${FRR_CONF_DISTRIB} ]; then rm -f ${FRR_CONF}; echo restored; fi`,
+    `rm -f ${STAGED}`,
+    `dpkg-divert --local --rename --divert ${FRR_CONF_DISTRIB} --remove ${FRR_CONF} >/dev/null`,
+    `if [ -e ${DAEMONS_BASELINE} ]; then mv -f ${DAEMONS_BASELINE} ${FRR_DAEMONS}; fi`,
+  ].join(' && '), '`dpkg-divert --remove`');
+  return result.stdout.includes('restored') ? `${FRR_CONF} restored from ${FRR_CONF_DISTRIB}` : `${FRR_CONF} was not diverted: nothing to restore`;
 }
 
 export async function removeVtepInterface(session: SshSession): Promise<string> {

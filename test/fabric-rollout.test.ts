@@ -37,23 +37,15 @@ const fakeOriginals = new Map<string, string>();
 const prisma = () => t.app.services.prisma;
 
 /**
- * Lab nodes share this machine's file system: dpkg-divert on one would act on the machine's own
- * dpkg database, so a recording stand-in like apt-get's goes first on each node's PATH; and an
- * `mv` that refuses /etc/frr keeps a rendered config (with its password) off the machine's own
- * frr.conf should a test ever get that far on a node without a private /etc/frr.
+ * These lab nodes share this machine's /etc (no private /etc/frr): an `mv` that refuses /etc/frr
+ * keeps a rendered config (with its password) off the machine's own frr.conf should a test ever
+ * get that far here. (dpkg-divert on every lab node is the harness's recording stand-in.)
  */
-async function installFakeDivert(node: SshNode): Promise<void> {
+async function installLabGuard(node: SshNode): Promise<void> {
   await fs.writeFile(path.join(node.dir, 'bin', 'mv'), `#!/bin/sh
 for a in "$@"; do case "$a" in /etc/frr/*) echo "lab guard: not moving into /etc/frr" >&2; exit 1;; esac; done
 exec /bin/mv "$@"
 `, { mode: 0o755 });
-  const script = `#!/bin/sh
-printf '%s' 'dpkg-divert' >> '${node.dir}/calls.log'
-for a in "$@"; do printf ' %s' "$a" >> '${node.dir}/calls.log'; done
-printf '\\n' >> '${node.dir}/calls.log'
-exit 0
-`;
-  await fs.writeFile(path.join(node.dir, 'bin', 'dpkg-divert'), script, { mode: 0o755 });
 }
 
 /** Makes the node's apt-get take `seconds` (then succeed, recording the call); 0 restores it. */
@@ -116,7 +108,7 @@ async function hasVtep0(node: SshNode): Promise<boolean> {
 beforeAll(async () => {
   lab = await startSshNodes('rollout', [{ kind: 'no-sshd' }, { kind: 'silent' }, {}, {}]);
   [noSshd, silent, sshdA, sshdB] = lab.nodes as [SshNode, SshNode, SshNode, SshNode];
-  for (const node of lab.nodes) if (node.kind === 'sshd') await installFakeDivert(node);
+  for (const node of lab.nodes) if (node.kind === 'sshd') await installLabGuard(node);
   t = await startTestApp({ fabricBgpWaitMs: 1500, fabricSshConnectTimeoutMs: 1500, fabricNodeTimeoutMs: 60_000 });
   admin = t.adminToken;
   const tree = await makeTenantTree(prisma(), 'rollout', { pools: 1, nodesPerPool: lab.nodes.length });
