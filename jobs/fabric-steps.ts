@@ -195,8 +195,9 @@ export async function verifyBgp(session: SshSession, expected: readonly string[]
       throw new StepFailure('bgpd did not answer `show bgp summary json`');
     }
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, pollMs);
-      signal.addEventListener('abort', () => { clearTimeout(timer); resolve(); }, { once: true });
+      const onAbort = () => { clearTimeout(timer); resolve(); };
+      const timer = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve(); }, pollMs);
+      signal.addEventListener('abort', onAbort, { once: true });
     });
     if (signal.aborted) throw new StepFailure('aborted while waiting for BGP');
   }

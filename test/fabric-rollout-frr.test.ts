@@ -125,8 +125,10 @@ describe('fabric rollout over real FRR', () => {
     const config = await rest(t.url, admin, 'GET', PATH);
     expect(config.body).toMatchObject({ rollout_status: 'ready', last_job: null });
     const events = await prisma().event.findMany({ where: { subject: started.body.apply_job_id } });
-    expect(JSON.stringify(events)).not.toContain(BGP_PASSWORD);
+    expect(JSON.stringify(events.map((e) => e.payload))).not.toContain(BGP_PASSWORD);
     expect(events.filter((e) => e.type === 'fabric.node_ok')).toHaveLength(3);
+    // The password did reach the nodes, in their frr.conf only.
+    expect(await etc(host1, 'frr.conf')).toContain(`password ${BGP_PASSWORD}`);
 
     // Idempotent: the same apply again leaves every file and interface as it was.
     const before = await Promise.all(lab.nodes.map(async (n) => [await etc(n, 'frr.conf'), await etc(n, 'frr.conf.distrib'), await etc(n, 'daemons'), JSON.stringify((await addrs(n)).map((l) => [l.ifname, l.mtu, l.addr_info.map((a) => a.local)]))]));
@@ -184,5 +186,24 @@ describe('fabric rollout over real FRR', () => {
     expect(latest.body).toMatchObject({ job_id: started.body.apply_job_id, first_fail_error: reason });
     const checklist = await rest(t.url, admin, 'GET', `${PATH}/node/${host2.lanAddress}/postdeploy`);
     expect(checklist.body[7]).toMatchObject({ step: 'verify_bgp', status: 'failed', message: reason, progress: 0 });
+  });
+
+  it('some nodes fail, others succeed: partial, the fabric degraded, first_fail_* the failed node\'s step', async () => {
+    await lab.setFakeExit(host1, 'apt-get', 100);
+    try {
+      const started = await gql(t.url, admin, 'mutation { applyFabric { applyJobId created } }');
+      const job = await waitDone(started.data!.applyFabric.applyJobId);
+      expect(job).toMatchObject({ jobStatus: 'partial', state: 'apply_partial', completedNodes: 2, failedNodes: 1, error: '1 of 3 nodes failed',
+        firstFailNode: 'host1.lab.example', firstFailError: '`apt-get install -y frr` exited 100' });
+      const byIp = new Map<string, any>(job.nodes.map((n: any) => [n.nodeIp, n]));
+      expect(byIp.get(gw.lanAddress!)).toMatchObject({ ok: true });
+      expect(byIp.get(host2.lanAddress!)).toMatchObject({ ok: true });
+      expect(byIp.get(host2.lanAddress!).steps[7].message).toBe(`BGP neighbor ${gw.lanAddress} Established`);
+      const config = await rest(t.url, admin, 'GET', PATH);
+      expect(config.body.rollout_status).toBe('degraded');
+      expect(config.body.last_job).toMatchObject({ job_status: 'partial', first_fail_node: 'host1.lab.example' });
+    } finally {
+      await lab.setFakeExit(host1, 'apt-get', 0);
+    }
   });
 });
