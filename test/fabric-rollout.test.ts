@@ -5,7 +5,9 @@ import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { startSshNodes, type SshNode, type SshNodes } from './helpers/ssh-nodes';
 import { restStream, until, wsClient, wsSubscribe } from './helpers/streams';
-import { newId } from '../src/ids';
+import { newId, uuidv7 } from '../src/ids';
+import { failLostJob, runFabricJob } from '../jobs/fabric-rollout';
+import { QUEUES } from '../jobs/registry';
 
 /**
  * Fabric rollouts against real sshd nodes (test/helpers/ssh-nodes.ts): the failure paths, strict
@@ -377,5 +379,69 @@ describe('fabric rollout over real sshd', () => {
     expect(res.body.nodes[0].steps.every((s: any) => s.batch_id === batchId)).toBe(true);
     const viaGql = await gql(t.url, reader, 'query ($id: ID!) { fabricBatchPostdeploy(batchId: $id) { batchId nodes { nodeIp steps { step batchId } } } }', { id: batchId });
     expect(viaGql.data!.fabricBatchPostdeploy.nodes[0].steps[0]).toEqual({ step: 'connect', batchId });
+  });
+
+  it('a retried job resumes from its rows: finished nodes are not contacted again, the rest run, the counts add up', async () => {
+    await useNodes([sshdA, sshdB]);
+    await lab.setFakeExit(sshdB, 'apt-get', 100);
+    const callsBefore = (await lab.calls(sshdA)).length;
+    // What a crashed worker leaves: the job running, node A already finished ok, node B not.
+    const jobId = uuidv7();
+    const config = await prisma().fabricConfig.findUniqueOrThrow({ where: { id: 1 } });
+    await prisma().fabricJob.create({
+      data: { id: jobId, jobType: 'fabric_apply', scope: 'all', state: 'node_ok', totalNodes: 2, completedNodes: 1, progress: 50, configVersion: config.version },
+    });
+    await prisma().fabricJobNode.createMany({
+      data: [
+        { jobId, nodeId: metalIds[sshdA.index]!, position: 0, nodeIp: sshdA.address, fqdn: 'a', finished: true, ok: true, touched: true },
+        { jobId, nodeId: metalIds[sshdB.index]!, position: 1, nodeIp: sshdB.address, fqdn: 'b' },
+      ],
+    });
+    try {
+      // The handler pg-boss's retry calls, with the rows as the only input.
+      const services = t.app.services;
+      const deps = { prisma: services.prisma, secrets: services.secrets, log: services.log, bgpWaitMs: 1000, connectTimeoutMs: 1500, nodeTimeoutMs: 30_000 };
+      await runFabricJob(deps, jobId);
+      const job = await prisma().fabricJob.findUniqueOrThrow({ where: { id: jobId }, include: { nodes: true } });
+      expect(job).toMatchObject({ jobStatus: 'partial', state: 'apply_partial', completedNodes: 1, failedNodes: 1, firstFailNode: 'b', firstFailError: '`apt-get install -y frr` exited 100' });
+      expect((await lab.calls(sshdA)).length).toBe(callsBefore);
+      // A terminal job is left alone by a late duplicate delivery.
+      await runFabricJob(deps, jobId);
+      expect((await prisma().fabricJob.findUniqueOrThrow({ where: { id: jobId } })).updatedAt).toEqual(job.updatedAt);
+
+      // The dead-letter handler: a job whose worker died on every attempt is failed, never left running.
+      expect(QUEUES['fabric.rollout'].deadLetter).toBe('fabric.rollout.lost');
+      const lost = uuidv7();
+      await prisma().fabricJob.create({ data: { id: lost, jobType: 'fabric_apply', scope: 'all', state: 'node_step', totalNodes: 0 } });
+      await failLostJob(deps, lost);
+      expect(await prisma().fabricJob.findUniqueOrThrow({ where: { id: lost } })).toMatchObject({ jobStatus: 'failed', state: 'apply_failed', progress: 100, error: expect.stringMatching(/worker was lost/) });
+      expect((await prisma().fabricConfig.findUniqueOrThrow({ where: { id: 1 } })).rolloutStatus).toBe('failed');
+      expect((await eventsOf(lost)).map((e) => e.type)).toEqual(['fabric.apply_failed']);
+    } finally {
+      await lab.setFakeExit(sshdB, 'apt-get', 0);
+    }
+  });
+
+  it('GraphQL: per-node apply, teardown and the job by id walk the same rows as REST', async () => {
+    await useNodes([sshdA]);
+    await lab.setFakeExit(sshdA, 'apt-get', 100);
+    try {
+      const applied = await gql(t.url, admin, 'mutation ($ip: String!) { applyFabricNode(nodeIp: $ip) { applyJobId created id message job { scope targetNodeIp totalNodes } } }', { ip: sshdA.address });
+      expect(applied.errors).toBeUndefined();
+      expect(applied.data!.applyFabricNode).toMatchObject({ created: true, id: 1, message: `fabric apply started on node ${sshdA.address}`, job: { scope: 'node', targetNodeIp: sshdA.address, totalNodes: 1 } });
+      const job = await waitDone(applied.data!.applyFabricNode.applyJobId);
+      expect(job).toMatchObject({ scope: 'node', target_node_ip: sshdA.address, job_status: 'failed' });
+      const byId = await gql(t.url, reader, 'query ($id: ID!) { fabricJob(jobId: $id) { jobId jobStatus firstFailError nodes { nodeIp reachable steps { step status } } } }', { id: job.job_id });
+      expect(byId.data!.fabricJob).toMatchObject({ jobId: job.job_id, jobStatus: 'failed', firstFailError: '`apt-get install -y frr` exited 100', nodes: [{ nodeIp: sshdA.address, reachable: true }] });
+    } finally {
+      await lab.setFakeExit(sshdA, 'apt-get', 0);
+    }
+    const torn = await gql(t.url, admin, 'mutation ($ip: String!) { teardownFabricNode(nodeIp: $ip) { jobId removed steps message job { jobType } } }', { ip: sshdA.address });
+    expect(torn.errors).toBeUndefined();
+    expect(torn.data!.teardownFabricNode).toMatchObject({ job: { jobType: 'fabric_teardown' }, steps: ['connect', 'stop_frr', 'restore_config', 'remove_vtep', 'restore_mtu', 'release_vtep'] });
+    const done = await waitDone(torn.data!.teardownFabricNode.jobId);
+    expect(done).toMatchObject({ job_type: 'fabric_teardown', job_status: 'completed' });
+    const latest = await gql(t.url, reader, '{ fabricLatestJob { jobId jobType } }');
+    expect(latest.data!.fabricLatestJob).toEqual({ jobId: torn.data!.teardownFabricNode.jobId, jobType: 'fabric_teardown' });
   });
 });
