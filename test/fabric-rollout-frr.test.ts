@@ -188,6 +188,35 @@ describe('fabric rollout over real FRR', () => {
     expect(checklist.body[7]).toMatchObject({ step: 'verify_bgp', status: 'failed', message: reason, progress: 0 });
   });
 
+  it('cancel while a node waits for BGP: the node goes back to its baseline for real (files, daemons, vtep0, MTU)', async () => {
+    // The reflector is still torn down (previous test): host2's verify_bgp waits its full bound.
+    const started = await rest(t.url, admin, 'POST', `${PATH}/node/${host2.lanAddress}/apply`);
+    const jobId = started.body.apply_job_id as string;
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const r = await gql(t.url, admin, 'query ($id: ID!) { fabricJob(jobId: $id) { nodes { steps { step status } } } }', { id: jobId });
+      if (r.data!.fabricJob.nodes[0].steps.some((s: any) => s.step === 'verify_bgp' && s.status === 'running')) break;
+      if (Date.now() > deadline) throw new Error('verify_bgp never started');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect((await addrs(host2)).find((l) => l.ifname === 'eth1')!.mtu).toBe(1500);
+    expect(await exists(host2, 'frr.conf.distrib')).toBe(true);
+    const cancel = await rest(t.url, admin, 'POST', `${PATH}/apply/${jobId}/cancel`);
+    expect(cancel.status).toBe(202);
+    const job = await waitDone(jobId);
+    expect(job).toMatchObject({ jobStatus: 'failed', state: 'apply_cancelled', firstFailNode: '', error: 'cancelled: 1 of 1 touched node(s) back to baseline' });
+    expect(job.nodes[0]).toMatchObject({ rolledBack: true, error: 'cancelled before this node finished' });
+    expect(job.nodes[0].steps.find((s: any) => s.step === 'verify_bgp')).toMatchObject({ status: 'failed', message: 'cancelled before this node finished' });
+    expect(await etc(host2, 'frr.conf')).toBe(pristine.get(host2.index)!.conf);
+    expect(await etc(host2, 'daemons')).toBe(pristine.get(host2.index)!.daemons);
+    expect(await exists(host2, 'frr.conf.distrib')).toBe(false);
+    const links = await addrs(host2);
+    expect(links.some((l) => l.ifname === 'vtep0')).toBe(false);
+    expect(links.find((l) => l.ifname === 'eth1')!.mtu).toBe(ODD_MTU);
+    expect(await lab.frrDaemons(host2)).toEqual([]);
+    expect(await prisma().fabricVtep.count({ where: { nodeId: metalIds[host2.index]! } })).toBe(0);
+  });
+
   it('some nodes fail, others succeed: partial, the fabric degraded, first_fail_* the failed node\'s step', async () => {
     await lab.setFakeExit(host1, 'apt-get', 100);
     try {
