@@ -13,6 +13,8 @@ export const ERROR_CODES = [
   'UNVERIFIED_WIPE',
   'ABORTED',
   'INTERNAL',
+  // The fabric's VTEP pool changed: the switch's BGP listen range must be re-configured and acked first.
+  'REQUIRES_SWITCH_RECONFIG_ACK',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -29,6 +31,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   UNVERIFIED_WIPE: 422,
   ABORTED: 409,
   INTERNAL: 500,
+  REQUIRES_SWITCH_RECONFIG_ACK: 409,
 };
 
 export function isErrorCode(value: unknown): value is ErrorCode {

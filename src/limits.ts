@@ -27,6 +27,8 @@ export const LONG_FIELDS: Readonly<Record<string, number>> = {
   signature: 1024,
   /** An agent's report of a command's outcome. */
   message: 1024,
+  /** A compute node's own SSH private key (an RSA 4096 key in PEM is about 3.3 KB). */
+  sshPrivateKey: 16384,
 };
 
 /** `id`, `poolId`, `nodeIds`: fields that hold ids on the REST face. */

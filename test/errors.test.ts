@@ -24,6 +24,7 @@ const DOCUMENTED_STATUS: Record<ErrorCode, number> = {
   UNSUPPORTED: 422,
   UNVERIFIED_WIPE: 422,
   INTERNAL: 500,
+  REQUIRES_SWITCH_RECONFIG_ACK: 409,
 };
 
 /** Lines that look like a JavaScript stack frame, or file paths of this checkout. */

@@ -4,6 +4,10 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { DEFAULT_SETTINGS, mergeFabricInput, type FabricConfigInput, type FabricSettings } from '../src/modules/fabric/validate';
 import { fabricReady, requireFabricReady } from '../src/modules/fabric/config';
 import { AppError } from '../src/errors';
+import { createHash } from 'node:crypto';
+import { renderIntentOf } from '../src/modules/fabric/render-intent';
+import { renderAllListenRangeSnippets } from '../src/modules/fabric/render/switch';
+import { settingsOf } from '../src/modules/fabric/config';
 
 const PATH = '/controlnode/fabric-config';
 const BGP_PASSWORD = 'bgp-S3cret-zq81';
@@ -33,7 +37,8 @@ const BASE_BODY = {
 const FULL = `fragment F on FabricConfig { as fabricSwitchAs bgpMode advertiseAllVni bfdEnabled externalRouteReflector bgpPasswordIsSet
   fabricSwitchName fabricSwitchNos fabricSwitchPeeringIp fabricSwitchRole managementCidr routerIdBase routerIdPrefixLen routerIdCidr
   ospfEnabled ospfArea ospfFabricInterface ospfHelloInterval ospfDeadInterval ospfAutoRefBw ospfAuthType ospfAuthKeyId ospfAuthKeyIsSet
-  expectedNodes expectedVms vxlanMtu publicMtu rolloutStatus frrHmacShaCapable physnet lastJob version createdAt updatedAt }`;
+  expectedNodes expectedVms vxlanMtu publicMtu rolloutStatus frrHmacShaCapable physnet lastJob
+  lastSwitchAckKind lastSwitchAckBy lastSwitchAckAt lastSwitchAckNos lastSwitchAckHash version createdAt updatedAt }`;
 const GET = `query { fabricConfig { ...F } } ${FULL}`;
 const UPSERT = `mutation ($i: FabricConfigInput!) { upsertFabricConfig(input: $i) { created config { ...F } } } ${FULL}`;
 const DELETE = 'mutation { deleteFabricConfig { deleted } }';
@@ -464,5 +469,199 @@ describe('fabric config over REST and GraphQL (real service and database)', () =
     await prisma().fabricConfig.create({ data: { id: 1, as: 65000n } });
     await expect(prisma().$executeRawUnsafe(`UPDATE fabric_config SET rollout_status = 'unknown'`)).rejects.toThrow(/fabric_config_rollout_status/);
     await expect(prisma().$executeRawUnsafe(`UPDATE fabric_config SET bgp_password_ref = 'plaintext'`)).rejects.toThrow(/fabric_config_secret_refs/);
+  });
+  // ---- the switch re-config ack gate (issue 10 item 3) ----
+
+  const sha = (text: string) => createHash('sha256').update(text).digest('hex');
+  const maxEvent = async () => (await prisma().event.aggregate({ _max: { id: true } }))._max.id ?? 0n;
+  const fabricEventsSince = (since: bigint) =>
+    prisma().event.findMany({ where: { id: { gt: since }, type: { startsWith: 'fabric.' } }, orderBy: { id: 'asc' } });
+  /** The snippets the module renders for this exact before/after (what the 409 must carry). */
+  const expectedSnippets = (before: FabricSettings, after: FabricSettings) =>
+    renderAllListenRangeSnippets(renderIntentOf(before), renderIntentOf(after))
+      .map((x) => ({ nos: x.nos, snippet: x.snippet, verify_command: x.verifyCommand, sha256: x.sha256 }));
+
+  it('ack gate: a VTEP pool change answers 409 REQUIRES_SWITCH_RECONFIG_ACK with every NOS\'s snippet and nothing is written; the acked re-POST goes through and is audited', async () => {
+    await reset();
+    expect((await call(admin, 'POST', PATH, { ...BASE_BODY, bgp_password: BGP_PASSWORD })).status).toBe(200);
+    const before = (await row())!;
+    const since = await maxEvent();
+
+    const gated = await call(admin, 'POST', PATH, { router_id_cidr: '10.255.0.1/23' });
+    expect(gated.status).toBe(409);
+    expect(gated.body.error.code).toBe('REQUIRES_SWITCH_RECONFIG_ACK');
+    const details = gated.body.error.details;
+    expect(details.default_nos).toBe('sonic');
+    expect(details.pool_before).toBe('10.255.0.1/24');
+    expect(details.pool_after).toBe('10.255.0.1/23');
+    expect(details.snippets.map((x: { nos: string }) => x.nos)).toEqual(['sonic', 'cumulus', 'nxos', 'eos', 'other']);
+    for (const x of details.snippets) expect([x.nos, x.sha256]).toEqual([x.nos, sha(x.snippet)]);
+    const after = { ...settingsOf(before), routerIdPrefixLen: 23 };
+    expect(details.snippets).toEqual(expectedSnippets(settingsOf(before), after));
+    const sonic = details.snippets[0];
+    expect(sonic.snippet).toContain('no bgp listen range 10.255.0.0/24 peer-group HOSTS');
+    expect(sonic.snippet).toContain('bgp listen range 10.255.0.0/23 peer-group HOSTS');
+    expect(sonic.verify_command).toMatch(/show bgp peer-group HOSTS/);
+    // The same change through the one-field form and the two-field form is the same gate.
+    const twoFields = await call(admin, 'POST', PATH, { router_id_base: '10.255.0.1', router_id_prefix_len: 23 });
+    expect(twoFields.status).toBe(409);
+    expect(twoFields.body.error.details.snippets).toEqual(details.snippets);
+    const moved = await call(admin, 'POST', PATH, { router_id_base: '10.254.0.1' });
+    expect([moved.status, moved.body.error.code]).toEqual([409, 'REQUIRES_SWITCH_RECONFIG_ACK']);
+
+    // Incomplete or wrong acks: 400 naming the field, or the same 409 (with fresh snippets) for a hash that does not match.
+    const eos = details.snippets.find((x: { nos: string }) => x.nos === 'eos');
+    const incomplete: [Record<string, unknown>, string][] = [
+      [{ switch_acked: true, switch_snippet_hash: sonic.sha256 }, 'body.acked_by'],
+      [{ switch_acked: true, acked_by: 'jdoe' }, 'body.switch_snippet_hash'],
+      [{ switch_acked: true, acked_by: 'jdoe', switch_snippet_hash: 'abc' }, 'body.switch_snippet_hash'],
+      [{ switch_acked: true, acked_by: 'jdoe', switch_snippet_hash: sonic.sha256.toUpperCase() }, 'body.switch_snippet_hash'],
+      [{ switch_acked: true, acked_by: 'jdoe', switch_snippet_hash: sonic.sha256, switch_nos: 'junos' }, 'body.switch_nos'],
+      [{ switch_acked: true, acked_by: 'jd\u0007oe', switch_snippet_hash: sonic.sha256 }, 'body.acked_by'],
+      [{ switch_acked: true, acked_by: 'jd\u0000oe', switch_snippet_hash: sonic.sha256 }, 'body.acked_by'],
+      [{ switch_acked: true, acked_by: 'jd\ud800oe', switch_snippet_hash: sonic.sha256 }, 'body.acked_by'],
+      [{ switch_acked: true, acked_by: 'jdoe', switch_snippet_hash: sonic.sha256, switch_nos: 's'.repeat(5000) }, 'body.switch_nos'],
+      [{ switch_acked: true, acked_by: ['jdoe'], switch_snippet_hash: sonic.sha256 }, 'body.acked_by'],
+      [{ switch_acked: true, acked_by: '   ', switch_snippet_hash: sonic.sha256 }, 'body.acked_by'],
+      [{ switch_acked: true, acked_by: 'j'.repeat(129), switch_snippet_hash: sonic.sha256 }, 'body.acked_by'],
+      [{ switch_acked: 'yes', acked_by: 'jdoe', switch_snippet_hash: sonic.sha256 }, 'body.switch_acked'],
+      [{ switch_acked: true, skip_switch_ack: true, acked_by: 'jdoe', switch_snippet_hash: sonic.sha256 }, 'body.skip_switch_ack'],
+    ];
+    for (const [extra, field] of incomplete) {
+      const answer = await call(admin, 'POST', PATH, { router_id_cidr: '10.255.0.1/23', ...extra });
+      expect([field, answer.status, answer.body.error.details?.field]).toEqual([field, 400, field]);
+    }
+    for (const [extra, nos] of [[{ switch_snippet_hash: eos.sha256 }, 'sonic'], [{ switch_snippet_hash: sonic.sha256, switch_nos: 'eos' }, 'eos']] as const) {
+      const mismatch = await call(admin, 'POST', PATH, { router_id_cidr: '10.255.0.1/23', switch_acked: true, acked_by: 'jdoe', ...extra });
+      expect([nos, mismatch.status, mismatch.body.error.code]).toEqual([nos, 409, 'REQUIRES_SWITCH_RECONFIG_ACK']);
+      expect(mismatch.body.error.details.field).toBe('body.switch_snippet_hash');
+      expect(mismatch.body.error.message).toContain(`${nos} snippet`);
+      expect(mismatch.body.error.details.snippets).toEqual(details.snippets);
+    }
+    // A hash for another change (the /22 one) does not ack this one.
+    const other22 = expectedSnippets(settingsOf(before), { ...settingsOf(before), routerIdPrefixLen: 22 })[0]!;
+    const stale = await call(admin, 'POST', PATH, { router_id_cidr: '10.255.0.1/23', switch_acked: true, acked_by: 'jdoe', switch_snippet_hash: other22.sha256 });
+    expect([stale.status, stale.body.error.code]).toEqual([409, 'REQUIRES_SWITCH_RECONFIG_ACK']);
+    // None of the refusals wrote anything.
+    expect(await row()).toEqual(before);
+    expect(await fabricEventsSince(since)).toEqual([]);
+
+    // The ack for the NOS the operator configured (eos here, not the default) goes through.
+    const acked = await call(admin, 'POST', PATH, {
+      router_id_cidr: '10.255.0.1/23', switch_acked: true, switch_nos: 'eos', switch_snippet_hash: eos.sha256, acked_by: 'jdoe@example.com',
+    });
+    expect(acked.status).toBe(200);
+    expect(acked.body.config).toMatchObject({
+      router_id_cidr: '10.255.0.1/23', version: before.version + 1, last_switch_ack_kind: 'acked', last_switch_ack_by: 'jdoe@example.com',
+      last_switch_ack_nos: 'eos', last_switch_ack_hash: eos.sha256,
+    });
+    const ackedAt = Date.parse(acked.body.config.last_switch_ack_at);
+    expect(ackedAt).toBeGreaterThanOrEqual(before.updatedAt.getTime());
+    // The transient fields are not part of the view, and GET shows the audit record read-only.
+    for (const key of ['switch_acked', 'switch_nos', 'switch_snippet_hash', 'acked_by', 'skip_switch_ack', 'plan_hash']) expect(acked.body.config).not.toHaveProperty(key);
+    const got = await call(platformReader, 'GET', PATH);
+    expect(got.body).toMatchObject({ last_switch_ack_by: 'jdoe@example.com', last_switch_ack_nos: 'eos', last_switch_ack_at: acked.body.config.last_switch_ack_at });
+    // Posting the audit fields back changes nothing (read-only).
+    const roundTrip = await call(admin, 'POST', PATH, { ...got.body, last_switch_ack_by: 'mallory', last_switch_ack_kind: 'skipped' });
+    expect(roundTrip.status).toBe(200);
+    expect(roundTrip.body.config).toMatchObject({ last_switch_ack_by: 'jdoe@example.com', last_switch_ack_kind: 'acked' });
+    // No pool change: no gate, ack fields ignored, the audit record kept.
+    const same = await call(admin, 'POST', PATH, { router_id_cidr: '10.255.0.1/23', bfd_enabled: true, switch_acked: true, acked_by: 'someone-else', switch_snippet_hash: eos.sha256 });
+    expect(same.status).toBe(200);
+    expect(same.body.config).toMatchObject({ bfd_enabled: true, last_switch_ack_by: 'jdoe@example.com' });
+
+    const events = await fabricEventsSince(since);
+    expect(events.map((e) => e.type)).toEqual(['fabric.config.updated', 'fabric.config.updated', 'fabric.config.updated']);
+    const payload = events[0]!.payload as { changed: string[]; switchAck: Record<string, unknown> };
+    expect(payload.changed).toEqual(['routerIdPrefixLen']);
+    expect(payload.switchAck).toEqual({ kind: 'acked', by: 'jdoe@example.com', principal: expect.any(String), nos: 'eos', hash: eos.sha256 });
+    expect(events[2]!.payload).not.toHaveProperty('switchAck');
+    // The gate's answers carry no secret.
+    expect([JSON.stringify(gated.body), JSON.stringify(events.map((e) => e.payload))].join('')).not.toContain(BGP_PASSWORD);
+  });
+
+  it('ack gate: a first pool needs no ack (new row, or a row without a pool); a set pool cannot be unset', async () => {
+    await reset();
+    expect((await call(admin, 'POST', PATH, BASE_BODY)).status).toBe(200); // a new row with a pool
+    await reset();
+    await prisma().fabricConfig.create({ data: { id: 1, as: 64512n } }); // a row without a pool
+    const first = await call(admin, 'POST', PATH, { router_id_cidr: '10.250.0.1/24' });
+    expect(first.status).toBe(200);
+    expect(first.body.config).toMatchObject({ router_id_cidr: '10.250.0.1/24', last_switch_ack_kind: null, last_switch_ack_by: null, last_switch_ack_at: null });
+    const version = (await row())!.version;
+    const unset = await call(admin, 'POST', PATH, { router_id_base: '', router_id_prefix_len: 0 });
+    expect([unset.status, unset.body.error.details.field]).toEqual([400, 'body.router_id_base']);
+    expect((await row())!.version).toBe(version);
+  });
+
+  it('ack gate: skip_switch_ack needs fabric:admin (PERMISSION_DENIED otherwise, nothing written); fabric:write writes and acks; the skip is audited with who', async () => {
+    await reset();
+    expect((await call(admin, 'POST', PATH, BASE_BODY)).status).toBe(200);
+    const writer = await makeToken(prisma(), null, [{ permission: 'fabric:write', scopeType: 'platform', scopeId: null }]);
+    const fabricAdmin = await makeToken(prisma(), null, [{ permission: 'fabric:admin', scopeType: 'platform', scopeId: null }]);
+    const since = await maxEvent();
+    const version = (await row())!.version;
+    for (const body of [{ router_id_cidr: '10.255.0.1/22', skip_switch_ack: true }, { bfd_enabled: true, skip_switch_ack: true }]) {
+      const denied = await call(writer, 'POST', PATH, body);
+      expect([denied.status, denied.body.error.code, denied.body.error.details.permission]).toEqual([403, 'PERMISSION_DENIED', 'fabric:admin']);
+    }
+    expect(codeOf(await query(writer, UPSERT, { i: { routerIdCidr: '10.255.0.1/22', skipSwitchAck: true } }))).toBe('PERMISSION_DENIED');
+    expect(codeOf(await query(platformReader, UPSERT, { i: { bfdEnabled: true, skipSwitchAck: true } }))).toBe('PERMISSION_DENIED');
+    expect((await row())!.version).toBe(version);
+    expect(await fabricEventsSince(since)).toEqual([]);
+
+    // fabric:write may write, through the gate.
+    const gated = await call(writer, 'POST', PATH, { router_id_cidr: '10.255.0.1/22' });
+    expect(gated.status).toBe(409);
+    const sonic = gated.body.error.details.snippets[0];
+    const acked = await call(writer, 'POST', PATH, { router_id_cidr: '10.255.0.1/22', switch_acked: true, switch_snippet_hash: sonic.sha256, acked_by: 'writer' });
+    expect(acked.status).toBe(200);
+    expect(acked.body.config).toMatchObject({ last_switch_ack_kind: 'acked', last_switch_ack_nos: 'sonic' });
+
+    // fabric:admin and platform admin skip; the record says skipped and names the token.
+    const skipped = await call(fabricAdmin, 'POST', PATH, { router_id_cidr: '10.255.0.1/21', skip_switch_ack: true });
+    expect(skipped.status).toBe(200);
+    expect(skipped.body.config).toMatchObject({ router_id_cidr: '10.255.0.1/21', last_switch_ack_kind: 'skipped', last_switch_ack_by: 'fixture', last_switch_ack_nos: null, last_switch_ack_hash: null });
+    const viaGql = await query(admin, UPSERT, { i: { routerIdCidr: '10.255.0.1/20', skipSwitchAck: true } });
+    expect(viaGql.errors).toBeUndefined();
+    expect(viaGql.data!.upsertFabricConfig.config).toMatchObject({ routerIdCidr: '10.255.0.1/20', lastSwitchAckKind: 'skipped' });
+    const events = await fabricEventsSince(since);
+    expect(events.map((e) => (e.payload as { switchAck?: { kind: string; principal: string } }).switchAck)).toEqual([
+      { kind: 'acked', by: 'writer', principal: 'fixture', nos: 'sonic', hash: sonic.sha256 },
+      { kind: 'skipped', by: 'fixture', principal: 'fixture', nos: null, hash: null },
+      { kind: 'skipped', by: expect.any(String), principal: expect.any(String), nos: null, hash: null },
+    ]);
+  });
+
+  it('ack gate over GraphQL: the refusal\'s extensions carry the snippets; the acked mutation goes through', async () => {
+    await reset();
+    expect((await call(admin, 'POST', PATH, { ...BASE_BODY, fabric_switch_nos: '', external_route_reflector: false })).status).toBe(200);
+    const before = (await row())!;
+    const gated = await query(admin, UPSERT, { i: { routerIdPrefixLen: 25 } });
+    expect(codeOf(gated)).toBe('REQUIRES_SWITCH_RECONFIG_ACK');
+    const details = gated.errors![0]!.extensions!.details as { default_nos: string; snippets: { nos: string; sha256: string; snippet: string }[] };
+    expect(details.default_nos).toBe('other'); // no fabric_switch_nos stored
+    expect(details.snippets).toEqual(expectedSnippets(settingsOf(before), { ...settingsOf(before), routerIdPrefixLen: 25 }));
+    expect((await row())!.version).toBe(before.version);
+    const other = details.snippets.find((x) => x.nos === 'other')!;
+    const wrong = await query(admin, UPSERT, { i: { routerIdPrefixLen: 25, switchAcked: true, ackedBy: 'ops', switchSnippetHash: details.snippets[0]!.sha256 } });
+    expect(codeOf(wrong)).toBe('REQUIRES_SWITCH_RECONFIG_ACK');
+    expect((wrong.errors![0]!.extensions!.details as { field: string }).field).toBe('input.switchSnippetHash');
+    const badNul = await query(admin, UPSERT, { i: { routerIdPrefixLen: 25, switchAcked: true, ackedBy: 'o\u0000ps', switchSnippetHash: other.sha256 } });
+    expect(codeOf(badNul)).toBe('INVALID_INPUT');
+    expect(badNul.errors![0]!.message).toMatch(/^\$i\.ackedBy: /);
+    const lone = await query(admin, UPSERT, { i: { routerIdPrefixLen: 25, switchAcked: true, ackedBy: 'o\ud800ps', switchSnippetHash: other.sha256 } });
+    expect(codeOf(lone)).toBe('INVALID_INPUT');
+    expect((await row())!.version).toBe(before.version);
+    const ok = await query(admin, UPSERT, { i: { routerIdPrefixLen: 25, switchAcked: true, ackedBy: 'ops', switchSnippetHash: other.sha256 } });
+    expect(ok.errors).toBeUndefined();
+    expect(ok.data!.upsertFabricConfig.config).toMatchObject({ routerIdPrefixLen: 25, lastSwitchAckKind: 'acked', lastSwitchAckBy: 'ops', lastSwitchAckNos: 'other', lastSwitchAckHash: other.sha256 });
+  });
+
+  it('the audit columns hold together whoever writes them', async () => {
+    await reset();
+    await prisma().fabricConfig.create({ data: { id: 1, as: 65000n } });
+    await expect(prisma().$executeRawUnsafe(`UPDATE fabric_config SET last_switch_ack_kind = 'acked', last_switch_ack_by = 'x', last_switch_ack_at = now()`)).rejects.toThrow(/fabric_config_switch_ack/);
+    await expect(prisma().$executeRawUnsafe(`UPDATE fabric_config SET last_switch_ack_kind = 'maybe', last_switch_ack_by = 'x', last_switch_ack_at = now()`)).rejects.toThrow(/fabric_config_switch_ack/);
   });
 });

@@ -27,6 +27,8 @@ let lab: SshNodes;
 let admin: string;
 let reader: string;
 let tenantAdmin: string;
+let fabricWriter: string;
+let fabricAdmin: string;
 let noSshd: SshNode;
 let silent: SshNode;
 let sshdA: SshNode;
@@ -121,6 +123,8 @@ beforeAll(async () => {
   await prisma().node.updateMany({ where: { id: { in: metalIds } }, data: { provisionState: 'deployed' } });
   reader = await makeToken(prisma(), null, [{ permission: 'compute:sites:read', scopeType: 'platform', scopeId: null }]);
   tenantAdmin = await makeToken(prisma(), tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+  fabricWriter = await makeToken(prisma(), null, [{ permission: 'fabric:write', scopeType: 'platform', scopeId: null }]);
+  fabricAdmin = await makeToken(prisma(), null, [{ permission: 'fabric:admin', scopeType: 'platform', scopeId: null }]);
   const saved = await rest(t.url, admin, 'POST', PATH, {
     as: 65000, fabric_switch_as: 65000, external_route_reflector: true, fabric_switch_nos: 'sonic', fabric_switch_peering_ip: SWITCH_PEER,
     fabric_switch_name: 'spine1', router_id_cidr: '10.255.0.1/24', management_cidr: '10.0.0.0/8', ospf_enabled: false,
@@ -322,14 +326,18 @@ describe('fabric rollout over real sshd', () => {
     expect(types[types.length - 1]).toBe('fabric.teardown_completed');
   });
 
-  it('permissions: writes need platform admin, reads a platform grant; a tenant admin is refused both', async () => {
+  it('permissions: rollouts need fabric:admin (platform admin holds it), reads a platform grant; fabric:write and a tenant admin are refused', async () => {
     await useNodes([sshdA]);
     for (const [method, url] of [['POST', `${PATH}/apply`], ['POST', `${PATH}/node/${sshdA.address}/apply`], ['DELETE', `${PATH}/node/${sshdA.address}`],
       ['POST', `${PATH}/apply/00000000-0000-7000-8000-000000000000/cancel`]] as const) {
       expect([url, (await rest(t.url, reader, method, url)).status]).toEqual([url, 403]);
+      expect([url, (await rest(t.url, fabricWriter, method, url)).status]).toEqual([url, 403]);
       expect([url, (await rest(t.url, tenantAdmin, method, url)).status]).toEqual([url, 403]);
       expect([url, (await rest(t.url, null, method, url)).status]).toEqual([url, 401]);
     }
+    // fabric:admin passes the decision: an unknown job is then NOT_FOUND, not PERMISSION_DENIED.
+    expect((await rest(t.url, fabricAdmin, 'POST', `${PATH}/apply/00000000-0000-7000-8000-000000000000/cancel`)).status).toBe(404);
+    expect((await rest(t.url, fabricAdmin, 'POST', `${PATH}/node/10.9.9.9/apply`)).status).toBe(404);
     expect((await rest(t.url, reader, 'GET', `${PATH}/latest`)).status).toBe(200);
     expect((await rest(t.url, tenantAdmin, 'GET', `${PATH}/latest`)).status).toBe(403);
     expect((await rest(t.url, tenantAdmin, 'GET', `${PATH}/node/${sshdA.address}/postdeploy`)).status).toBe(403);

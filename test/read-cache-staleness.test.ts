@@ -54,6 +54,19 @@ async function profileWithOneVersion(w: World, name: string): Promise<string> {
   return id;
 }
 
+/** A metal node in `state` with compute access recorded (the fabric's compute node). */
+async function computeNode(w: World, name: string, state: 'ready' | 'deployed', osIp: string, bmc: string): Promise<string> {
+  const id = newId('MetalNode');
+  await w.t.app.database.prisma.node.create({
+    data: { id, tenantId: w.tree.tenant.id, siteId: w.tree.site.id, poolId: w.tree.pools[0]!.id, name, provisionState: state, bmcAddress: bmc, bmcDriver: 'redfish', bmcCredentialsRef: 'secret://probe' },
+  });
+  await w.sql.query(`INSERT INTO compute_node (node_id, os_ip) VALUES ($1, $2)`, [id, osIp]);
+  return id;
+}
+
+const VTEP_POOL_24 = `INSERT INTO fabric_config (id, "as", expected_nodes, expected_vms, router_id_base, router_id_prefix_len) VALUES (1, 65000, 1, 1, '10.255.0.1', 24)
+  ON CONFLICT (id) DO UPDATE SET router_id_base = '10.255.0.1', router_id_prefix_len = 24`;
+
 const PROBES: Probe[] = [
   {
     table: 'fabric_config', name: 'fabricConfig after an update',
@@ -242,6 +255,46 @@ const PROBES: Probe[] = [
     },
     change: async (w, v) => void (await w.sql.query(`UPDATE command_batch SET status = 'approved', approvals = '[{"keyId": "k"}]' WHERE id = $1`, [v.id])),
     shows: (d) => d.node.status === 'approved' && d.node.approvals.length === 1,
+  },
+  // The fabric's admin surface (after the fabricConfig probe, which creates the config row).
+  {
+    table: 'fabric_config', name: 'fabricVtepPool after the pool is widened',
+    query: '{ fabricVtepPool { subnetCidr totalUsable } }',
+    token: (w) => w.t.adminToken,
+    prepare: async (w) => {
+      await w.sql.query(VTEP_POOL_24);
+      return {};
+    },
+    change: async (w) => void (await w.sql.query(`UPDATE fabric_config SET router_id_prefix_len = 22`)),
+    shows: (d) => d.fabricVtepPool.subnetCidr === '10.255.0.0/22' && d.fabricVtepPool.totalUsable === 1016,
+  },
+  {
+    table: 'fabric_vtep', name: 'computeNodes and fabricVtepPool after an allocation',
+    query: '{ computeNodes { nodeId vtepIp } fabricVtepPool { allocated lastAllocatedIp } }',
+    token: (w) => w.t.adminToken,
+    prepare: async (w) => {
+      await w.sql.query(VTEP_POOL_24);
+      return { id: await computeNode(w, 'probe-vtep', 'deployed', '192.168.77.1', '10.9.7.1') };
+    },
+    change: async (w, v) => void (await w.sql.query(`INSERT INTO fabric_vtep (ip, node_id) VALUES ('10.255.0.9', $1)`, [v.id])),
+    shows: (d, v) => d.fabricVtepPool.allocated === 1 && d.fabricVtepPool.lastAllocatedIp === '10.255.0.9'
+      && d.computeNodes.some((n: any) => n.nodeId === v.id && n.vtepIp === '10.255.0.9'),
+  },
+  {
+    table: 'compute_node', name: 'computeNodes after an SSH port change',
+    query: '{ computeNodes { nodeId sshPort } }',
+    token: (w) => w.t.adminToken,
+    prepare: async (w) => ({ id: await computeNode(w, 'probe-port', 'deployed', '192.168.77.2', '10.9.7.2') }),
+    change: async (w, v) => void (await w.sql.query(`UPDATE compute_node SET ssh_port = 2222 WHERE node_id = $1`, [v.id])),
+    shows: (d, v) => d.computeNodes.some((n: any) => n.nodeId === v.id && n.sshPort === 2222),
+  },
+  {
+    table: 'node', name: 'computeNodes after a node becomes deployed',
+    query: '{ computeNodes { nodeId fqdn } }',
+    token: (w) => w.t.adminToken,
+    prepare: async (w) => ({ id: await computeNode(w, 'probe-deploy', 'ready', '192.168.77.3', '10.9.7.3') }),
+    change: async (w, v) => void (await w.sql.query(`UPDATE node SET provision_state = 'deployed' WHERE id = $1`, [v.id])),
+    shows: (d, v) => d.computeNodes.some((n: any) => n.nodeId === v.id && n.fqdn === 'probe-deploy'),
   },
 ];
 

@@ -1,8 +1,13 @@
 /**
  * The permission names a grant can carry: the seed's, plus `admin` (everything within the scope)
  * and `site:agent` (what a site agent's token holds on its site: report status, run commands).
+ * The fabric's two (platform scope): `fabric:write` changes the fabric config (the switch re-config
+ * ack gate applies); `fabric:admin` holds fabric:write and may also skip that gate (the seed's
+ * FABRIC_ADMIN, a lab/CI bypass). Platform `admin` holds both.
  */
-export const PERMISSIONS = ['admin', 'compute:nodes:provision', 'compute:nodes:power', 'compute:sites:read', 'site:agent'] as const;
+export const PERMISSIONS = [
+  'admin', 'compute:nodes:provision', 'compute:nodes:power', 'compute:sites:read', 'site:agent', 'fabric:write', 'fabric:admin',
+] as const;
 export type Permission = (typeof PERMISSIONS)[number];
 /** `read` is not grantable: any grant lets its holder read its scope, what is under it and the path to it. */
 export type Action = Permission | 'read';

@@ -26,6 +26,10 @@ export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> =
   // The one fabric_config row with its derived fields (physnet is null until the network module
   // exists, then its tables join this list; lastJob is never cached, see NEVER_CACHED_FIELDS).
   FabricConfig: ['fabric_config'],
+  // The pool's bounds from fabric_config, its use from fabric_vtep.
+  FabricVtepPool: ['fabric_config', 'fabric_vtep'],
+  // A compute node is listed while its metal node is deployed; its VTEP address is fabric_vtep's.
+  ComputeNode: ['compute_node', 'node', 'fabric_vtep'],
   // The method table is part of the build.
   ApiMethod: [],
   // Only ever inside its connection, which is dropped with its node type's table.
@@ -50,6 +54,10 @@ export const NEVER_CACHED_FIELDS: Readonly<Record<string, string>> = {
   'Query.fabricJob': 'a running rollout changes it continuously',
   'Query.fabricNodePostdeploy': 'rollout steps, which change continuously while a rollout runs',
   'Query.fabricBatchPostdeploy': 'rollout steps, which change continuously while a rollout runs',
+  // The first read creates the key pair: a stored result must not stand in for that write.
+  'Query.serviceSshKey': 'creates the service key pair on first read',
+  // Its risks read the preflight's MTU consensus (fabric_preflight has no cache trigger); a plan costs one render.
+  'Query.fabricPlan': 'reads fabric_preflight, which sends no notification',
 };
 
 /**
@@ -63,6 +71,8 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   fabric_job: 'read only by never-cached fields (rollout jobs: see NEVER_CACHED_FIELDS) and the rollout worker',
   fabric_job_node: 'read only by never-cached fields (rollout jobs and post-deploy checklists) and the rollout worker',
   fabric_node_baseline: 'read only by the rollout worker (the MTU a teardown restores)',
+  service_ssh_key: 'read only by Query.serviceSshKey, never cached (its first read writes the row)',
+  fabric_preflight: 'read only by the fabricPreflight mutation, fabric-config writes (the MTU drift check) and Query.fabricPlan (never cached), never by a cached query',
   secret: 'never read by GraphQL: a node view says only whether it holds a secret:// reference',
 };
 

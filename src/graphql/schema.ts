@@ -1,22 +1,24 @@
 import { isObjectType, lexicographicSortSchema, printSchema, type GraphQLSchema } from 'graphql';
 import { builder } from './builder';
 // Each module registers its types and fields on the builder when loaded.
-import '../modules/tenancy/tenant';
-import '../modules/tenancy/site';
+import '../modules/tenancy/tenant-graphql';
+import '../modules/tenancy/site-graphql';
 import '../modules/tenancy/pool-graphql';
-import '../modules/tenancy/hardware-profile';
+import '../modules/tenancy/hardware-profile-graphql';
 import '../modules/tenancy/token-graphql';
-import '../modules/metal/node';
+import '../modules/metal/node-graphql';
 import '../modules/metal/deploy-profile-graphql';
-import '../modules/metal/mutations';
-import '../modules/metal/api-methods';
-import '../modules/metal/power';
+import '../modules/metal/verbs-graphql';
+import '../modules/metal/api-methods-graphql';
+import '../modules/metal/power-graphql';
 import '../modules/metal/bulk-graphql';
 import '../modules/metal/discovery-graphql';
 import '../modules/sites/agent-graphql';
 import '../modules/fabric/graphql';
 import '../modules/fabric/rollout-graphql';
 import '../modules/fabric/preflight-graphql';
+import '../modules/fabric/vtep-graphql';
+import '../modules/fabric/compute-graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;

@@ -17,6 +17,7 @@ const CODE_MEANING: Record<ErrorCode, string> = {
   UNVERIFIED_WIPE: 'the wipe could not be attested',
   ABORTED: 'the stream or workflow was stopped',
   INTERNAL: 'a fault of the service: quote the requestId',
+  REQUIRES_SWITCH_RECONFIG_ACK: 'the VTEP pool changed: paste details.snippets[] on the fabric switch, then re-POST with switch_acked, switch_snippet_hash and acked_by',
 };
 
 /** Every route may answer these, whatever it does. */

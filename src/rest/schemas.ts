@@ -25,7 +25,7 @@ const view = (properties: Record<string, JsonSchema>, extra: JsonSchema = {}): J
 });
 
 const ERROR_CODE_ENUM = ['INVALID_INPUT', 'UNAUTHENTICATED', 'PERMISSION_DENIED', 'NOT_FOUND', 'CONFLICT', 'INVALID_STATE',
-  'INVALID_CONFIG', 'UNSUPPORTED', 'UNVERIFIED_WIPE', 'ABORTED', 'INTERNAL'];
+  'INVALID_CONFIG', 'UNSUPPORTED', 'UNVERIFIED_WIPE', 'ABORTED', 'INTERNAL', 'REQUIRES_SWITCH_RECONFIG_ACK'];
 
 const driverBindings = view({ power: str, management: str, virtualMedia: str });
 const grant = view({ permission: str, scopeType: { type: 'string', enum: ['platform', 'tenant', 'site', 'pool', 'node'] }, scopeId: nullable(str) });

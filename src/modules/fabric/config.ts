@@ -1,22 +1,38 @@
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { decide } from '../../auth/decide';
-import { AppError, notFound } from '../../errors';
+import { can, decide } from '../../auth/decide';
+import type { Principal } from '../../auth/permissions';
+import { AppError, invalidInput, notFound } from '../../errors';
 import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
 import type { FabricConfig as FabricConfigRow, PrismaClient } from '../../generated/prisma/client';
 import { lastJobFor } from './rollout';
+import { RenderError, type SwitchNos } from './intent';
+import { planFabric } from './plan';
+import { renderIntentOf } from './render-intent';
+import { renderAllListenRangeSnippets } from './render/switch';
+import {
+  bgpModeOf, checkSwitchAckFields, mergeFabricInput, rolloutStatusOf,
+  type FabricConfigInput, type FabricSettings, type FabricWriteControls, type RolloutStatus,
+} from './validate';
 import { checkMtuDrift } from './preflight';
-import { bgpModeOf, mergeFabricInput, rolloutStatusOf, type FabricConfigInput, type FabricSettings, type RolloutStatus } from './validate';
 
 /**
  * The cluster-wide fabric config (issue 10 item 1): one row, read, upserted and hard-deleted here.
  * Authorization: the fabric belongs to the platform, not to a tenant, so the decision is on the
- * platform resource: reading needs any platform-scoped grant (`read`), writing needs platform
- * `admin`. A tenant's token sees PERMISSION_DENIED (the config's existence is no tenant's secret).
+ * platform resource: reading needs any platform-scoped grant (`read`), writing needs `fabric:write`
+ * (held by `fabric:admin` and platform `admin`), skipping the switch re-config ack `fabric:admin`.
+ * A tenant's token sees PERMISSION_DENIED (the config's existence is no tenant's secret).
  */
 
 const SINGLETON_ID = 1;
+const PLATFORM = { type: 'platform' } as const;
+
+/** fabric:admin holds fabric:write (decide() matches a grant's permission exactly, admin aside). */
+function decideFabric(principal: Principal, action: 'fabric:write' | 'fabric:admin'): void {
+  if (action === 'fabric:write' && can(principal, 'fabric:admin', PLATFORM)) return;
+  decide(principal, action, PLATFORM);
+}
 /** Serializes every fabric config write, including the first insert, which has no row to lock. */
 const WRITE_LOCK = 0x66616272; // "fabr"
 
@@ -36,6 +52,12 @@ export interface FabricConfigView extends Omit<FabricSettings, 'bgpPasswordSet' 
    * wire shape of GET .../latest (rollout.ts wireJobView); null otherwise.
    */
   lastJob: Record<string, unknown> | null;
+  /** The switch re-config ack gate's audit record: the latest ack ('acked') or bypass ('skipped'). */
+  lastSwitchAckKind: 'acked' | 'skipped' | null;
+  lastSwitchAckBy: string | null;
+  lastSwitchAckAt: Date | null;
+  lastSwitchAckNos: string | null;
+  lastSwitchAckHash: string | null;
   version: number;
   createdAt: Date;
   updatedAt: Date;
@@ -85,6 +107,11 @@ export function viewOf(row: FabricConfigRow, lastJob: Record<string, unknown> | 
     rolloutStatus: rolloutStatusOf(row.rolloutStatus),
     physnet: null,
     lastJob,
+    lastSwitchAckKind: row.lastSwitchAckKind as FabricConfigView['lastSwitchAckKind'],
+    lastSwitchAckBy: row.lastSwitchAckBy,
+    lastSwitchAckAt: row.lastSwitchAckAt,
+    lastSwitchAckNos: row.lastSwitchAckNos,
+    lastSwitchAckHash: row.lastSwitchAckHash,
     version: row.version,
     createdAt: row.createdAt,
     updatedAt: row.updatedAt,
@@ -92,7 +119,7 @@ export function viewOf(row: FabricConfigRow, lastJob: Record<string, unknown> | 
 }
 
 export async function getFabricConfig(ctx: Context): Promise<FabricConfigView | null> {
-  decide(requirePrincipal(ctx), 'read', { type: 'platform' });
+  decide(requirePrincipal(ctx), 'read', PLATFORM);
   const row = await ctx.prisma.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });
   return row ? viewOf(row, await lastJobFor(ctx.prisma, rolloutStatusOf(row.rolloutStatus))) : null;
 }
@@ -120,8 +147,11 @@ export interface UpsertResult {
  * empty secret keeps the stored one, `clear*` removes it. Every rule is checked on the merged
  * intent before anything is written; the row, its new secrets and the event commit together.
  */
-export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput): Promise<UpsertResult> {
-  decide(requirePrincipal(ctx), 'admin', { type: 'platform' });
+export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput & FabricWriteControls): Promise<UpsertResult> {
+  const principal = requirePrincipal(ctx);
+  decideFabric(principal, 'fabric:write');
+  checkSwitchAckFields(input);
+  if (input.skipSwitchAck) decideFabric(principal, 'fabric:admin');
   const wantsSecret = Boolean(input.bgpPassword) || Boolean(input.ospfAuthKey);
   if (wantsSecret && !ctx.secrets) {
     throw new AppError('INVALID_CONFIG', 'no secret broker is configured (SECRET_KEY): a fabric password cannot be stored');
@@ -133,6 +163,8 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput)
     const before = row ? settingsOf(row) : null;
     const next = mergeFabricInput(before, input);
     await checkMtuDrift(tx, next.vxlanMtu);
+    if (input.planHash) checkPlanHash(next, before, input.planHash);
+    const ack = before ? switchAckGate(before, next, input, principal) : null;
 
     let bgpPasswordRef = row?.bgpPasswordRef ?? null;
     let ospfAuthKeyRef = row?.ospfAuthKeyRef ?? null;
@@ -148,7 +180,10 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput)
     const changed = changedFields(before, next, input);
     // A saved change is not on the nodes until a rollout carries it (the rollout compares versions).
     const rolloutStatus = changed.length > 0 ? { rolloutStatus: 'pending' } : {};
-    const data = { ...plain, as: BigInt(as), fabricSwitchAs: BigInt(fabricSwitchAs), bgpPasswordRef, ospfAuthKeyRef, ...rolloutStatus };
+    const audit = ack
+      ? { lastSwitchAckKind: ack.kind, lastSwitchAckBy: ack.by, lastSwitchAckAt: new Date(), lastSwitchAckNos: ack.nos, lastSwitchAckHash: ack.hash }
+      : {};
+    const data = { ...plain, as: BigInt(as), fabricSwitchAs: BigInt(fabricSwitchAs), bgpPasswordRef, ospfAuthKeyRef, ...audit, ...rolloutStatus };
     const saved = row
       ? await tx.fabricConfig.update({ where: { id: SINGLETON_ID }, data: { ...data, version: { increment: 1 }, updatedAt: new Date() } })
       : await tx.fabricConfig.create({ data: { id: SINGLETON_ID, ...data } });
@@ -156,12 +191,93 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput)
       type: row ? 'fabric.config.updated' : 'fabric.config.created',
       tenantId: null,
       subject: 'fabric-config',
-      payload: { version: saved.version, changed, bgpPasswordIsSet: bgpPasswordRef !== null, ospfAuthKeyIsSet: ospfAuthKeyRef !== null },
+      payload: {
+        version: saved.version, changed, bgpPasswordIsSet: bgpPasswordRef !== null, ospfAuthKeyIsSet: ospfAuthKeyRef !== null,
+        ...(ack ? { switchAck: { ...ack, principal: principal.name } } : {}),
+        ...(input.planHash ? { planHash: input.planHash } : {}),
+      },
     });
     return { created: row === null, config: viewOf(saved, await lastJobFor(tx, rolloutStatusOf(saved.rolloutStatus))) };
   });
   await retireSecrets(ctx, retired);
   return result;
+}
+
+/** A renderer's refusal as the input field it came from (`management_cidr` -> input.managementCidr). */
+function renderOrInvalid<T>(render: () => T): T {
+  try {
+    return render();
+  } catch (error) {
+    if (error instanceof RenderError) {
+      const field = `input.${error.field.replace(/_([a-z0-9])/g, (_m, c: string) => c.toUpperCase())}`;
+      throw invalidInput(field, `${error.message.slice(error.field.length + 2)} (needed to render the switch config)`);
+    }
+    throw error;
+  }
+}
+
+/**
+ * "Apply what you saw, or nothing": the plan of the intent this POST would store must still have
+ * the hash the operator reviewed. CONFLICT otherwise (the stored config or the request moved on);
+ * the current hash is not given back, so the way forward is a fresh plan, reviewed.
+ */
+function checkPlanHash(next: FabricSettings, before: FabricSettings | null, reviewed: string): void {
+  const plan = renderOrInvalid(() => planFabric(next, before));
+  if (plan.planHash !== reviewed) {
+    throw new AppError('CONFLICT',
+      'input.planHash: the plan of the config this POST would store no longer has the hash that was reviewed; plan again (POST /controlnode/fabric-config/plan), review it, then POST with its plan_hash',
+      { field: 'input.planHash' });
+  }
+}
+
+export interface SwitchAck {
+  kind: 'acked' | 'skipped';
+  /** acked: the operator's acked_by; skipped: the token's name. */
+  by: string;
+  nos: SwitchNos | null;
+  hash: string | null;
+}
+
+const poolOf = (s: FabricSettings) => (s.routerIdBase !== '' && s.routerIdPrefixLen > 0 ? `${s.routerIdBase}/${s.routerIdPrefixLen}` : null);
+
+/**
+ * The switch re-config gate (seed: 409 REQUIRES_SWITCH_RECONFIG_ACK). A change of a set VTEP pool
+ * (base or prefix length) changes the range the switch accepts BGP sessions from, so it goes
+ * through only with the operator's ack of that exact change: the sha256 of the snippet rendered
+ * for this before/after and the NOS acked. A hash that does not match answers the same 409 again,
+ * with the fresh snippets, rather than a 400: it is well-formed, and the usual cause is that the
+ * change (or the stored config) differs from the one whose snippet was pasted, so what the
+ * operator needs next is the snippet for this change. A first pool needs no ack (no switch has the
+ * old range); skip_switch_ack (fabric:admin, checked before) bypasses the gate, recorded as such.
+ */
+function switchAckGate(before: FabricSettings, next: FabricSettings, input: FabricWriteControls, principal: Principal): SwitchAck | null {
+  const oldPool = poolOf(before);
+  const newPool = poolOf(next);
+  if (oldPool === null || oldPool === newPool) return null;
+  if (newPool === null) {
+    throw invalidInput('input.routerIdBase', 'a set VTEP pool cannot be unset (nodes hold addresses from it): change it, or DELETE the fabric config');
+  }
+  if (input.skipSwitchAck) return { kind: 'skipped', by: principal.name, nos: null, hash: null };
+  const snippets = renderOrInvalid(() => renderAllListenRangeSnippets(renderIntentOf(before), renderIntentOf(next)));
+  const defaultNos: SwitchNos = (snippets.find((s) => s.nos === next.fabricSwitchNos)?.nos) ?? 'other';
+  const details = {
+    pool_before: oldPool,
+    pool_after: newPool,
+    default_nos: defaultNos,
+    snippets: snippets.map((s) => ({ nos: s.nos, snippet: s.snippet, verify_command: s.verifyCommand, sha256: s.sha256 })),
+  };
+  const how = `paste details.snippets[] for your NOS (default ${defaultNos}) on the fabric switch, run its verify_command, then re-POST with switch_acked true, switch_snippet_hash (its sha256), switch_nos and acked_by`;
+  if (!input.switchAcked) {
+    throw new AppError('REQUIRES_SWITCH_RECONFIG_ACK', `the VTEP pool changes from ${oldPool} to ${newPool}, so the fabric switch's BGP listen range must change with it: ${how}`, details);
+  }
+  const nos = (input.switchNos || defaultNos) as SwitchNos;
+  const snippet = snippets.find((s) => s.nos === nos)!;
+  if (input.switchSnippetHash !== snippet.sha256) {
+    throw new AppError('REQUIRES_SWITCH_RECONFIG_ACK',
+      `input.switchSnippetHash: is not the sha256 of the ${nos} snippet for this change (${oldPool} to ${newPool}); ${how}`,
+      { ...details, field: 'input.switchSnippetHash' });
+  }
+  return { kind: 'acked', by: input.ackedBy!, nos, hash: snippet.sha256 };
 }
 
 /**
@@ -180,7 +296,7 @@ async function retireSecrets(ctx: Context, refs: string[]): Promise<void> {
 
 /** Hard delete: the row and its secrets. NOT_FOUND when there is no config. */
 export async function deleteFabricConfig(ctx: Context): Promise<void> {
-  decide(requirePrincipal(ctx), 'admin', { type: 'platform' });
+  decideFabric(requirePrincipal(ctx), 'fabric:write');
   const retired = await ctx.prisma.$transaction(async (tx) => {
     await tx.$executeRawUnsafe('SELECT pg_advisory_xact_lock($1)', WRITE_LOCK);
     const row = await tx.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });

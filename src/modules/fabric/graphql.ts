@@ -1,6 +1,7 @@
 import { builder } from '../../graphql/builder';
 import { deleteFabricConfig, getFabricConfig, upsertFabricConfig, type FabricConfigView, type UpsertResult } from './config';
-import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES, SWITCH_ROLES } from './validate';
+import { planFabricConfig, type FabricPlan, type PlannedConfig } from './plan';
+import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES, SNIPPET_NOS, SWITCH_ROLES } from './validate';
 
 /**
  * AS numbers go up to 4294967295, past GraphQL's 32-bit Int: they are Float here (exact for every
@@ -46,6 +47,11 @@ export const FabricConfigRef = builder.objectRef<FabricConfigView>('FabricConfig
     }),
     physnet: t.expose('physnet', { type: 'JSON', nullable: true, description: 'The VXLAN physnet projection: null until a network module exists' }),
     lastJob: t.expose('lastJob', { type: 'JSON', nullable: true, description: 'The latest apply/teardown job when rolloutStatus is failed or degraded' }),
+    lastSwitchAckKind: t.exposeString('lastSwitchAckKind', { nullable: true, description: 'Audit of the switch re-config ack gate: acked | skipped (fabric:admin), null = never' }),
+    lastSwitchAckBy: t.exposeString('lastSwitchAckBy', { nullable: true, description: 'acked: the operator\'s ackedBy; skipped: the token\'s name' }),
+    lastSwitchAckAt: t.expose('lastSwitchAckAt', { type: 'DateTime', nullable: true }),
+    lastSwitchAckNos: t.exposeString('lastSwitchAckNos', { nullable: true, description: 'The NOS whose snippet was acked' }),
+    lastSwitchAckHash: t.exposeString('lastSwitchAckHash', { nullable: true, description: 'The sha256 of the acked snippet' }),
     version: t.exposeInt('version'),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
     updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
@@ -88,6 +94,13 @@ export const FabricConfigInputRef = builder.inputType('FabricConfigInput', {
     expectedVms: t.int({ required: false }),
     vxlanMtu: t.int({ required: false }),
     publicMtu: t.int({ required: false }),
+    // Transient: read by the write, never stored (the ack's audit record aside).
+    switchAcked: t.boolean({ required: false, description: 'The switch was re-configured with the snippet of the REQUIRES_SWITCH_RECONFIG_ACK answer' }),
+    switchNos: t.string({ required: false, description: `The NOS acked (${SNIPPET_NOS.join(', ')}); empty = fabricSwitchNos, or other when unset` }),
+    switchSnippetHash: t.string({ required: false, description: 'The sha256 of the acked snippet, echoed from the REQUIRES_SWITCH_RECONFIG_ACK answer' }),
+    ackedBy: t.string({ required: false, description: 'Who re-configured the switch (required with switchAcked), recorded with the time' }),
+    skipSwitchAck: t.boolean({ required: false, description: 'Lab/CI bypass of the ack gate; needs fabric:admin' }),
+    planHash: t.string({ required: false, description: 'The planHash of the fabricPlan reviewed: CONFLICT when the plan of what would be stored no longer has it' }),
   }),
 });
 
@@ -128,5 +141,75 @@ builder.mutationField('deleteFabricConfig', (t) =>
       await deleteFabricConfig(ctx);
       return { deleted: true };
     },
+  }),
+);
+
+export const FabricPlanInputRef = builder.inputType('FabricPlanInput', {
+  description: 'The plan request (seed: POST /controlnode/fabric-config/plan). 0 / empty = the stored value, else the planner\'s pick.',
+  fields: (t) => ({
+    expectedNodes: t.int({ required: false, description: 'Sizing hint for the VTEP pool, 1..1000 (0 = unset: a /24)' }),
+    expectedVms: t.int({ required: false, description: 'Sizing hint for tenant networks (notes only), 1..10000' }),
+    fabricSwitchAs: t.float({ required: false, description: `0 = the planner suggests; ${AS_DOC}` }),
+    fabricSwitchName: t.string({ required: false }),
+    fabricSwitchNos: t.string({ required: false, description: 'sonic | cumulus | nxos | eos | other (required)' }),
+    fabricSwitchPeeringIp: t.string({ required: false, description: 'empty = the planner suggests' }),
+    fabricSwitchRole: t.string({ required: false, description: 'spine | leaf | border-leaf' }),
+    localAs: t.float({ required: false, description: `0 = auto-pick (65000); ${AS_DOC}` }),
+    managementCidr: t.string({ required: false, description: 'e.g. 192.168.111.0/24 (required)' }),
+    publicMtu: t.int({ required: false, description: 'VR public-side MTU: required in DC mode, ignored in Cube' }),
+    routerIdBase: t.string({ required: false, description: 'empty = 10.255.0.0' }),
+    routerIdPrefixLen: t.int({ required: false, description: '0 = auto-size; a value is kept verbatim' }),
+    underlayMode: t.string({ required: false, description: '"" / ospf (default) | bgp' }),
+    vxlanMtu: t.int({ required: false, description: 'Fabric MTU, 1280..9216 (required)' }),
+  }),
+});
+
+const FabricPlanConfigRef = builder.objectRef<PlannedConfig>('FabricPlanConfig').implement({
+  description: 'The planned fabric config (what POST fabric-config would store). Never a secret: bgpPassword is always empty.',
+  fields: (t) => ({
+    advertiseAllVni: t.exposeBoolean('advertiseAllVni'),
+    as: t.exposeFloat('as'),
+    bfdEnabled: t.exposeBoolean('bfdEnabled'),
+    bgpPassword: t.exposeString('bgpPassword', { description: 'Always empty' }),
+    fabricSwitchAs: t.exposeFloat('fabricSwitchAs'),
+    fabricSwitchName: t.exposeString('fabricSwitchName'),
+    fabricSwitchNos: t.exposeString('fabricSwitchNos'),
+    fabricSwitchPeeringIp: t.exposeString('fabricSwitchPeeringIp'),
+    fabricSwitchRole: t.exposeString('fabricSwitchRole'),
+    managementCidr: t.exposeString('managementCidr'),
+    ospfArea: t.exposeString('ospfArea'),
+    ospfAutoRefBw: t.exposeInt('ospfAutoRefBw'),
+    ospfDeadInterval: t.exposeInt('ospfDeadInterval'),
+    ospfEnabled: t.exposeBoolean('ospfEnabled'),
+    ospfFabricInterface: t.exposeString('ospfFabricInterface'),
+    ospfHelloInterval: t.exposeInt('ospfHelloInterval'),
+    publicMtu: t.exposeInt('publicMtu'),
+    rolloutStatus: t.exposeString('rolloutStatus'),
+    routerIdBase: t.exposeString('routerIdBase'),
+    routerIdPrefixLen: t.exposeInt('routerIdPrefixLen'),
+    vxlanMtu: t.exposeInt('vxlanMtu'),
+  }),
+});
+
+const FabricPlanRef = builder.objectRef<FabricPlan>('FabricPlan').implement({
+  description: 'A dry run of a fabric config: nothing is written.',
+  fields: (t) => ({
+    config: t.field({ type: FabricPlanConfigRef, resolve: (p) => p.config }),
+    deploymentMode: t.exposeString('deploymentMode', { description: 'dc (external route reflector, a VR) | cube (the GW node\'s software RR)' }),
+    underlayMode: t.exposeString('underlayMode', { description: 'ospf | bgp' }),
+    notes: t.exposeStringList('notes'),
+    risks: t.exposeStringList('risks', { description: 'Operator-actionable: each says what to change' }),
+    planHash: t.exposeString('planHash', { description: 'sha256 of the planned config and switchConfig: pass it as planHash to upsertFabricConfig' }),
+    switchConfig: t.exposeString('switchConfig', { description: 'Rendered for config.fabricSwitchNos only; other = vendor-neutral reference' }),
+    vtepCapacity: t.exposeInt('vtepCapacity', { description: 'Usable VTEP addresses of the planned pool' }),
+  }),
+});
+
+builder.queryField('fabricPlan', (t) =>
+  t.field({
+    type: FabricPlanRef,
+    description: 'Dry-runs a fabric config: auto-sized VTEP pool, suggested switch ASN and peering IP, VNI range, planHash, risks and notes. No write. Needs a platform-scoped grant.',
+    args: { input: t.arg({ type: FabricPlanInputRef, required: true }) },
+    resolve: (_root, { input }, ctx) => planFabricConfig(ctx, input),
   }),
 );

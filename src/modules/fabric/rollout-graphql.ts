@@ -164,7 +164,7 @@ builder.queryField('fabricBatchPostdeploy', (t) =>
 builder.mutationField('applyFabric', (t) =>
   t.field({
     type: ApplyPayload,
-    description: 'Rolls the fabric out to every compute node (a queued job; follow it with fabricRollout). strict: on the first node failure every touched node goes back to baseline. Needs platform admin.',
+    description: 'Rolls the fabric out to every compute node (a queued job; follow it with fabricRollout). strict: on the first node failure every touched node goes back to baseline. Needs fabric:admin (platform admin holds it).',
     args: { strict: t.arg.boolean({ required: false }) },
     resolve: (_root, { strict }, ctx) => requestApply(ctx, { strict }),
   }),
@@ -173,7 +173,7 @@ builder.mutationField('applyFabric', (t) =>
 builder.mutationField('applyFabricNode', (t) =>
   t.field({
     type: ApplyPayload,
-    description: 'Rolls the fabric out to one compute node, by OS address. Needs platform admin.',
+    description: 'Rolls the fabric out to one compute node, by OS address. Needs fabric:admin (platform admin holds it).',
     args: { nodeIp: t.arg.string({ required: true }), strict: t.arg.boolean({ required: false }) },
     resolve: (_root, { nodeIp, strict }, ctx) => requestApply(ctx, { nodeIp, strict }),
   }),
@@ -182,7 +182,7 @@ builder.mutationField('applyFabricNode', (t) =>
 builder.mutationField('teardownFabricNode', (t) =>
   t.field({
     type: TeardownPayload,
-    description: 'Tears EVPN/FRR down on one compute node back to its baseline (a queued job). Needs platform admin.',
+    description: 'Tears EVPN/FRR down on one compute node back to its baseline (a queued job). Needs fabric:admin (platform admin holds it).',
     args: { nodeIp: t.arg.string({ required: true }) },
     resolve: (_root, { nodeIp }, ctx) => requestTeardown(ctx, nodeIp),
   }),

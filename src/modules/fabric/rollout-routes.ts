@@ -13,7 +13,7 @@ import { wireJobView } from './rollout';
 
 const { str, int, bool } = schemaTypes;
 const nullableStr: JsonSchema = { anyOf: [str, { type: 'null' }] };
-const AUTH_WRITE = 'Needs platform admin.';
+const AUTH_WRITE = 'Needs fabric:admin on the platform (platform admin holds it).';
 const AUTH_READ = 'Needs a platform-scoped grant (any permission).';
 const NODE_IP: Record<string, JsonSchema> = { node_ip: { ...str, description: 'the node\'s OS address (IPv4)' } };
 

@@ -16,8 +16,9 @@ import type { RolloutStatus } from './validate';
  * teardown of one node, cancel, and the job views. A request records its intent in one
  * transaction (the fabric_job row, one fabric_job_node row per target, the rollout status, the
  * first event and the pg-boss job that names the row) and returns at once; jobs/fabric-rollout.ts
- * does the work. Authorization is the fabric config's: reading needs a platform-scoped grant,
- * everything that changes nodes needs platform admin.
+ * does the work. Reading needs a platform-scoped grant (as the fabric config); everything that
+ * changes nodes needs fabric:admin on the platform (platform admin holds it): a rollout touches
+ * every compute node, more than the fabric:write that saves the intent.
  *
  * Decisions:
  * - One fabric job runs at a time, apply or teardown (a partial unique index backs it). A request
@@ -311,7 +312,7 @@ async function createJob(ctx: Context, tx: Tx, job: NewJob, configVersion: numbe
  * there is no fabric config; NOT_FOUND for an address that is not a deployed compute node.
  */
 export async function requestApply(ctx: Context, request: ApplyRequest): Promise<ApplyResult> {
-  decide(requirePrincipal(ctx), 'admin', { type: 'platform' });
+  decide(requirePrincipal(ctx), 'fabric:admin', { type: 'platform' });
   const nodeIp = request.nodeIp == null ? null : checkNodeIp(request.nodeIp);
   const strict = request.strict ?? false;
   return ctx.prisma.$transaction(async (tx) => {
@@ -351,7 +352,7 @@ export interface TeardownResult {
 
 /** DELETE .../node/{node_ip}: queues a teardown of one node back to its baseline. */
 export async function requestTeardown(ctx: Context, nodeIpInput: string): Promise<TeardownResult> {
-  decide(requirePrincipal(ctx), 'admin', { type: 'platform' });
+  decide(requirePrincipal(ctx), 'fabric:admin', { type: 'platform' });
   const nodeIp = checkNodeIp(nodeIpInput);
   return ctx.prisma.$transaction(async (tx) => {
     await tx.$executeRawUnsafe('SELECT pg_advisory_xact_lock($1)', WRITE_LOCK);
@@ -391,7 +392,7 @@ export interface CancelResult {
  * a second event.
  */
 export async function requestCancel(ctx: Context, jobId: string): Promise<CancelResult> {
-  decide(requirePrincipal(ctx), 'admin', { type: 'platform' });
+  decide(requirePrincipal(ctx), 'fabric:admin', { type: 'platform' });
   const missing = () => new AppError('NOT_FOUND', 'no in-flight fabric apply has this job id');
   if (!isUuid(jobId)) throw missing();
   return ctx.prisma.$transaction(async (tx) => {

@@ -7,8 +7,13 @@ import { invalidInput } from '../../errors';
  * are the GraphQL input's (`input.fabricSwitchAs`); the REST routes rename them to the body's
  * snake_case (`body.fabric_switch_as`). No message repeats a secret's value.
  *
- * Not here yet: MTU drift against the preflight's underlay consensus (needs the preflight, a later
- * session) and the switch re-config ack gate (needs the per-NOS snippet renderer).
+ * The checks come in three parts so that the plan (plan.ts) reuses them without the stored-row
+ * rules: {@link checkFabricFields} (each given field alone), {@link applyFabricInput} (the input
+ * onto an intent) and {@link checkFabricRules} (across fields, on the merged intent).
+ * {@link checkSwitchAckFields} checks the POST's transient ack / plan_hash fields.
+ *
+ * MTU drift against the preflight's underlay consensus is preflight.ts's checkMtuDrift (it reads
+ * the preflight's row); the write calls it on the merged intent.
  */
 
 export const OSPF_AUTH_TYPES = ['', 'none', 'message-digest', 'hmac-sha-256'] as const;
@@ -187,9 +192,18 @@ const given = <T>(value: T | null | undefined): value is T => value !== undefine
  * (the caller stores them), the result only says whether each will be set.
  */
 export function mergeFabricInput(stored: FabricSettings | null, input: FabricConfigInput): FabricSettings {
-  const next: FabricSettings = { ...(stored ?? DEFAULT_SETTINGS) };
+  checkFabricFields(input);
+  const next = applyFabricInput(stored ?? DEFAULT_SETTINGS, input);
+  checkFabricRules(next, stored);
+  if (given(input.bgpPassword) && input.bgpPassword !== '') secret('bgpPassword', input.bgpPassword, BGP_PASSWORD_MAX);
+  if (given(input.ospfAuthKey) && input.ospfAuthKey !== '') {
+    secret('ospfAuthKey', input.ospfAuthKey, next.ospfAuthType === 'hmac-sha-256' ? OSPF_HMAC_KEY_MAX : OSPF_MD5_KEY_MAX);
+  }
+  return next;
+}
 
-  // Field by field: type and range of what was given.
+/** Each given field on its own: type, range, syntax (IP library, not regexes, for addresses). */
+export function checkFabricFields(input: FabricConfigInput): void {
   if (given(input.as)) integerIn('as', input.as, 1, AS_MAX);
   if (given(input.fabricSwitchAs)) integerIn('fabricSwitchAs', input.fabricSwitchAs, 1, AS_MAX, true);
   if (given(input.routerIdPrefixLen)) integerIn('routerIdPrefixLen', input.routerIdPrefixLen, ROUTER_ID_PREFIX_MIN, ROUTER_ID_PREFIX_MAX, true);
@@ -224,7 +238,6 @@ export function mergeFabricInput(stored: FabricSettings | null, input: FabricCon
   if (input.clearOspfAuthKey && given(input.ospfAuthKey) && input.ospfAuthKey !== '') {
     throw invalidInput(f('clearOspfAuthKey'), 'cannot be true together with a new input.ospfAuthKey');
   }
-
   // router_id_cidr is the one-field form of base + prefix length; both forms must agree.
   if (given(input.routerIdCidr) && input.routerIdCidr !== '') {
     const cidr = parseIPv4Cidr(input.routerIdCidr);
@@ -235,6 +248,14 @@ export function mergeFabricInput(stored: FabricSettings | null, input: FabricCon
     if ((given(input.routerIdBase) && input.routerIdBase !== cidr.address) || (given(input.routerIdPrefixLen) && input.routerIdPrefixLen !== cidr.prefixLen)) {
       throw invalidInput(f('routerIdCidr'), 'disagrees with input.routerIdBase / input.routerIdPrefixLen: send one form');
     }
+  }
+}
+
+/** The (field-checked) input onto `base`: given fields replace, secrets only say whether they will be set. */
+export function applyFabricInput(base: FabricSettings, input: FabricConfigInput): FabricSettings {
+  const next: FabricSettings = { ...base };
+  if (given(input.routerIdCidr) && input.routerIdCidr !== '') {
+    const cidr = parseIPv4Cidr(input.routerIdCidr)!;
     next.routerIdBase = cidr.address;
     next.routerIdPrefixLen = cidr.prefixLen;
   }
@@ -253,8 +274,14 @@ export function mergeFabricInput(stored: FabricSettings | null, input: FabricCon
   else if (given(input.bgpPassword) && input.bgpPassword !== '') next.bgpPasswordSet = true;
   if (input.clearOspfAuthKey) next.ospfAuthKeySet = false;
   else if (given(input.ospfAuthKey) && input.ospfAuthKey !== '') next.ospfAuthKeySet = true;
+  return next;
+}
 
-  // Rules across fields, on the merged intent (a change elsewhere cannot leave it broken).
+/**
+ * The rules across fields, on the merged intent (a change elsewhere cannot leave it broken).
+ * `stored` is the row before the change (null for a new row): it decides the legacy exemption.
+ */
+export function checkFabricRules(next: FabricSettings, stored: FabricSettings | null): void {
   if (next.as === 0) throw invalidInput(f('as'), `is required (1..${AS_MAX})`);
   if ((next.routerIdBase === '') !== (next.routerIdPrefixLen === 0)) {
     throw invalidInput(next.routerIdBase === '' ? f('routerIdBase') : f('routerIdPrefixLen'),
@@ -281,20 +308,62 @@ export function mergeFabricInput(stored: FabricSettings | null, input: FabricCon
     }
     if (!next.ospfAuthKeySet) throw invalidInput(f('ospfAuthKey'), `is required when input.ospfAuthType is ${next.ospfAuthType}`);
   }
-  if (given(input.bgpPassword) && input.bgpPassword !== '') secret('bgpPassword', input.bgpPassword, BGP_PASSWORD_MAX);
-  if (given(input.ospfAuthKey) && input.ospfAuthKey !== '') {
-    secret('ospfAuthKey', input.ospfAuthKey, next.ospfAuthType === 'hmac-sha-256' ? OSPF_HMAC_KEY_MAX : OSPF_MD5_KEY_MAX);
-  }
 
   // Sizing hints: 0 = unset is accepted only from a row that predates them (both still 0), which
   // skips the check; every other row needs both in range.
   const legacy = stored !== null && stored.expectedNodes === 0 && stored.expectedVms === 0;
-  for (const [name, max] of [['expectedNodes', EXPECTED_NODES_MAX], ['expectedVms', EXPECTED_VMS_MAX]] as const) {
-    const value = next[name];
-    if (legacy && value === 0) continue;
-    if (value < 1 || value > max) throw invalidInput(f(name), `must be between 1 and ${max}`);
+  for (const name of ['expectedNodes', 'expectedVms'] as const) {
+    if (legacy && next[name] === 0) continue;
+    checkSizingHint(name, next[name], false);
   }
-  return next;
+}
+
+/** A sizing hint's range (1..1000 nodes, 1..10000 VMs); `zeroIsUnset` lets 0 through (the plan's "unset"). */
+export function checkSizingHint(name: 'expectedNodes' | 'expectedVms', value: number, zeroIsUnset: boolean): void {
+  integerIn(name, value, 1, name === 'expectedNodes' ? EXPECTED_NODES_MAX : EXPECTED_VMS_MAX, zeroIsUnset);
+}
+
+/**
+ * The POST's transient fields: the switch re-config ack (seed: switch_acked, switch_nos,
+ * switch_snippet_hash, acked_by, skip_switch_ack) and the plan_hash the operator reviewed. Never
+ * stored, except the ack's audit record (who, when, which NOS and hash).
+ */
+export interface FabricWriteControls {
+  switchAcked?: boolean | null;
+  switchNos?: string | null;
+  switchSnippetHash?: string | null;
+  ackedBy?: string | null;
+  skipSwitchAck?: boolean | null;
+  planHash?: string | null;
+}
+
+/** The NOSes a snippet is rendered for (intent.ts's SWITCH_NOS; `other` = vendor-neutral). */
+export const SNIPPET_NOS = [...EVPN_CAPABLE_NOS, 'other'] as const;
+/** An operator identity for the audit record: a name or an e-mail, not a document. */
+export const ACKED_BY_MAX = 128;
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+/** No control or format characters (an audit line must print as one line, as it was typed). */
+const PRINTABLE_LINE = /^[^\p{Cc}\p{Cf}\p{Zl}\p{Zp}]+$/u;
+
+const w = (name: keyof FabricWriteControls) => `input.${name}`;
+
+export function checkSwitchAckFields(input: FabricWriteControls): void {
+  if (given(input.switchNos) && input.switchNos !== '' && !(SNIPPET_NOS as readonly string[]).includes(input.switchNos)) {
+    throw invalidInput(w('switchNos'), `must be one of ${SNIPPET_NOS.join(', ')} (empty = fabric_switch_nos)`);
+  }
+  for (const name of ['switchSnippetHash', 'planHash'] as const) {
+    const value = input[name];
+    if (given(value) && value !== '' && !SHA256_HEX.test(value)) throw invalidInput(w(name), 'must be a sha256 in lowercase hex (64 characters)');
+  }
+  if (given(input.ackedBy) && input.ackedBy !== '') {
+    if (input.ackedBy.length > ACKED_BY_MAX) throw invalidInput(w('ackedBy'), `must be at most ${ACKED_BY_MAX} characters`);
+    if (!PRINTABLE_LINE.test(input.ackedBy) || input.ackedBy.trim() === '') throw invalidInput(w('ackedBy'), 'must be a printable name on one line');
+  }
+  if (input.switchAcked && input.skipSwitchAck) throw invalidInput(w('skipSwitchAck'), 'cannot be true together with input.switchAcked: ack or skip');
+  if (input.switchAcked) {
+    if (!input.ackedBy) throw invalidInput(w('ackedBy'), 'is required when input.switchAcked is true (who re-configured the switch, for the audit record)');
+    if (!input.switchSnippetHash) throw invalidInput(w('switchSnippetHash'), 'is required when input.switchAcked is true (the sha256 of the snippet that was applied)');
+  }
 }
 
 /** ibgp when the switch shares the core AS (or has none of its own), ebgp otherwise. */

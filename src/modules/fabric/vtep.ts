@@ -14,6 +14,8 @@ import { vtepPoolCapacity } from './intent';
  * - The lowest free usable address is taken. Usable follows the seed's total_usable rule
  *   (vtepPoolCapacity): below /24 every /24 block loses its .0 and .255; from /24 on, the subnet's
  *   network and broadcast addresses.
+ * - The fabric switch's peering IP is reserved when it lies in the pool (a common layout puts the
+ *   switch's loopback at the pool's top): no node gets it, and `remaining` does not count it.
  * - A node keeps its address across allocations. After a pool change (which the switch
  *   re-configuration gate made the operator acknowledge) an address outside the new pool, or one
  *   the new pool does not count as usable, is not kept: the next allocation moves the node into
@@ -38,6 +40,8 @@ export interface VtepPool {
   network: number;
   broadcast: number;
   totalUsable: number;
+  /** Usable addresses no node may hold: the fabric switch's own loopback when it lies in the pool. */
+  reserved: string[];
 }
 
 export interface VtepPoolStatus {
@@ -53,7 +57,7 @@ export interface VtepPoolStatus {
   exhausted: boolean;
   /** The newest allocation inside the current pool; empty when there is none. */
   lastAllocatedIp: string;
-  /** Addresses from a former pool that the next allocation for their node replaces. */
+  /** Held addresses the next allocation for their node replaces: from a former pool, or the switch's own. */
   outsidePool: number;
 }
 
@@ -66,8 +70,12 @@ function toIp(n: number): string {
   return new ipaddr.IPv4([n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]).toString();
 }
 
-/** The pool the stored config describes; null when it has none (base and prefix go together). */
-export function poolOf(config: { routerIdBase: string; routerIdPrefixLen: number }): VtepPool | null {
+/**
+ * The pool the stored config describes; null when it has none (base and prefix go together).
+ * The fabric switch's peering IP is often the pool's top address (10.255.0.254 in a 10.255.0.0/24
+ * pool): it is reserved, or the 254th node would take the switch's address.
+ */
+export function poolOf(config: { routerIdBase: string; routerIdPrefixLen: number; fabricSwitchPeeringIp?: string }): VtepPool | null {
   const { routerIdBase, routerIdPrefixLen: prefixLength } = config;
   if (routerIdBase === '' || prefixLength <= 0) return null;
   if (!ipaddr.IPv4.isValidFourPartDecimal(routerIdBase) || !Number.isInteger(prefixLength) || prefixLength > 32) {
@@ -75,14 +83,18 @@ export function poolOf(config: { routerIdBase: string; routerIdPrefixLen: number
   }
   const cidr = `${routerIdBase}/${prefixLength}`;
   const network = ipaddr.IPv4.networkAddressFromCIDR(cidr).toString();
-  return {
+  const pool = {
     routerIdBase, prefixLength, subnetCidr: `${network}/${prefixLength}`,
     network: toNumber(network), broadcast: toNumber(ipaddr.IPv4.broadcastAddressFromCIDR(cidr).toString()),
     totalUsable: vtepPoolCapacity(prefixLength),
+    reserved: [] as string[],
   };
+  const switchIp = config.fabricSwitchPeeringIp ?? '';
+  if (switchIp !== '' && ipaddr.IPv4.isValidFourPartDecimal(switchIp) && isUsable(pool, toNumber(switchIp))) pool.reserved.push(switchIp);
+  return pool;
 }
 
-function isUsable(pool: VtepPool, n: number): boolean {
+function isUsable(pool: Omit<VtepPool, 'reserved'>, n: number): boolean {
   if (n <= pool.network || n >= pool.broadcast) return false;
   if (pool.prefixLength >= 24) return true;
   const low = n & 255;
@@ -100,13 +112,18 @@ function nextUsable(pool: VtepPool, n: number): number {
   return next >= pool.broadcast ? pool.broadcast : next;
 }
 
-/** Whether `ip` is one of the pool's usable addresses. */
+/** Whether `ip` is one of the pool's usable addresses (reserved ones included). */
 export function inPool(pool: VtepPool, ip: string): boolean {
   return ipaddr.IPv4.isValidFourPartDecimal(ip) && isUsable(pool, toNumber(ip));
 }
 
+/** Whether a node may keep `ip`: usable in the current pool and not reserved. */
+export function holdable(pool: VtepPool, ip: string): boolean {
+  return inPool(pool, ip) && !pool.reserved.includes(ip);
+}
+
 async function storedPool(db: Db): Promise<VtepPool | null | undefined> {
-  const config = await db.fabricConfig.findUnique({ where: { id: 1 }, select: { routerIdBase: true, routerIdPrefixLen: true } });
+  const config = await db.fabricConfig.findUnique({ where: { id: 1 }, select: { routerIdBase: true, routerIdPrefixLen: true, fabricSwitchPeeringIp: true } });
   return config ? poolOf(config) : undefined;
 }
 
@@ -120,12 +137,12 @@ async function allocateIn(tx: Tx, nodeIds: string[]): Promise<Map<string, string
   if (missing.length > 0) throw new AppError('NOT_FOUND', `not a compute node: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', ...' : ''}`, { nodeIds: missing });
 
   const all = await tx.fabricVtep.findMany({ select: { ip: true, nodeId: true } });
-  const taken = new Set<number>();
+  const taken = new Set<number>(pool.reserved.map(toNumber));
   const result = new Map<string, string>();
   const stale: string[] = [];
   const wanted = new Set(nodeIds);
   for (const row of all) {
-    if (!inPool(pool, row.ip)) {
+    if (!holdable(pool, row.ip)) {
       if (wanted.has(row.nodeId)) stale.push(row.nodeId);
       continue;
     }
@@ -141,8 +158,8 @@ async function allocateIn(tx: Tx, nodeIds: string[]): Promise<Map<string, string
     while (n < pool.broadcast && taken.has(n)) n = nextUsable(pool, n);
     if (n >= pool.broadcast) {
       throw new AppError('INVALID_STATE',
-        `the VTEP pool ${pool.subnetCidr} is exhausted: ${pool.totalUsable} usable addresses, ${taken.size} allocated, ${needing.length} more needed; widen router_id_prefix_len`,
-        { pool: pool.subnetCidr, totalUsable: pool.totalUsable, allocated: taken.size, needed: needing.length });
+        `the VTEP pool ${pool.subnetCidr} is exhausted: ${pool.totalUsable} usable addresses, ${taken.size - pool.reserved.length} allocated${pool.reserved.length ? `, ${pool.reserved.length} reserved (the fabric switch)` : ''}, ${needing.length} more needed; widen the pool (a shorter router_id_prefix_len)`,
+        { pool: pool.subnetCidr, totalUsable: pool.totalUsable, allocated: taken.size - pool.reserved.length, reserved: pool.reserved.length, needed: needing.length });
     }
     fresh.push({ ip: toIp(n), nodeId });
     n = nextUsable(pool, n);
@@ -183,7 +200,7 @@ export async function vtepsOf(db: Db, nodeIds?: string[]): Promise<Map<string, s
 
 /** The pool's capacity and use; null when there is no fabric config. */
 export async function vtepPoolStatus(db: Db): Promise<VtepPoolStatus | null> {
-  const config = await db.fabricConfig.findUnique({ where: { id: 1 }, select: { routerIdBase: true, routerIdPrefixLen: true } });
+  const config = await db.fabricConfig.findUnique({ where: { id: 1 }, select: { routerIdBase: true, routerIdPrefixLen: true, fabricSwitchPeeringIp: true } });
   if (!config) return null;
   const pool = poolOf(config);
   const rows = await db.fabricVtep.findMany({ select: { ip: true, allocatedAt: true } });
@@ -193,10 +210,10 @@ export async function vtepPoolStatus(db: Db): Promise<VtepPoolStatus | null> {
       allocated: 0, remaining: 0, exhausted: true, lastAllocatedIp: '', outsidePool: rows.length,
     };
   }
-  const inside = rows.filter((r) => inPool(pool, r.ip)).map((r) => ({ n: toNumber(r.ip), at: r.allocatedAt.getTime(), ip: r.ip }));
+  const inside = rows.filter((r) => holdable(pool, r.ip)).map((r) => ({ n: toNumber(r.ip), at: r.allocatedAt.getTime(), ip: r.ip }));
   // Newest first; within one allocation (one timestamp) the addresses were handed out upwards.
   inside.sort((x, y) => y.at - x.at || y.n - x.n);
-  const remaining = Math.max(0, pool.totalUsable - inside.length);
+  const remaining = Math.max(0, pool.totalUsable - pool.reserved.length - inside.length);
   return {
     routerIdBase: pool.routerIdBase,
     prefixLength: pool.prefixLength,

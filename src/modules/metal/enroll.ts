@@ -8,7 +8,7 @@ import { createNode, prismaRunner } from './node-store';
 import { isSecretRef } from '../../../clients/secrets/broker';
 import { poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
-import { BMC_DRIVERS, type DriverBindings } from '../tenancy/hardware-profile';
+import { BMC_DRIVERS, type DriverBindings } from '../tenancy/tenancy';
 import { VERBS } from './states';
 import { lockSiteMacs, machineMac, refuseTakenMacs } from './mac';
 

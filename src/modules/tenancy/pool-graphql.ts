@@ -1,7 +1,7 @@
 import { builder } from '../../graphql/builder';
 import { readFilter } from '../../auth/decide';
 import { requirePrincipal } from '../../context';
-import { SiteRef } from './site';
+import { SiteRef } from './site-graphql';
 import { related, siteById } from '../../graphql/loaders';
 import type { Site } from '../../generated/prisma/client';
 import { createPool, readPolicy, updatePoolPolicy, type PoolPolicy } from './pool';

@@ -18,6 +18,10 @@ export async function resolveGrant(ctx: Pick<Context, 'prisma'>, tenantId: strin
   if (!(PERMISSIONS as readonly string[]).includes(grant.permission)) {
     throw invalidInput(`${field}.permission`, `must be one of ${PERMISSIONS.join(', ')}`);
   }
+  // The fabric is the platform's: a fabric permission on a tenant's scope would grant nothing.
+  if (grant.permission.startsWith('fabric:') && grant.scopeType !== 'platform') {
+    throw invalidInput(`${field}.scopeType`, `${grant.permission} is held on the platform scope only`);
+  }
   const base = { permission: grant.permission, scopeType: grant.scopeType, scopeId: grant.scopeId ?? null, siteId: null, poolId: null };
   if (grant.scopeType === 'platform') {
     if (tenantId !== null) throw invalidInput(`${field}.scopeType`, 'a tenant token cannot hold a platform grant');

@@ -1,19 +1,7 @@
 import { builder } from '../../graphql/builder';
-import { newId } from '../../ids';
-import { checkName } from './validate';
-import { AppError, invalidInput } from '../../errors';
+import { createHardwareProfile, type DriverBindings } from './tenancy';
 
-/** Which driver serves each hardware interface of a machine. */
-export interface DriverBindings {
-  power: string;
-  management: string;
-  virtualMedia: string;
-}
-
-/** The BMC drivers the service knows: Redfish, IPMI and the vendor flavours of Redfish. */
-export const BMC_DRIVERS = ['redfish', 'ipmi', 'idrac', 'ilo', 'xcc', 'cimc', 'supermicro'] as const;
-/** What a driver can drive on its own: IPMI has no virtual media. */
-export const VIRTUAL_MEDIA_DRIVERS: readonly string[] = BMC_DRIVERS.filter((d) => d !== 'ipmi');
+/** The hardware profiles' GraphQL face; the rules are tenancy.ts's. */
 
 const DriverBindingsRef = builder.objectRef<DriverBindings>('DriverBindings').implement({
   fields: (t) => ({
@@ -65,22 +53,8 @@ builder.mutationField('createHardwareProfile', (t) =>
     authScopes: { platformAdmin: true },
     args: { input: t.arg({ type: CreateHardwareProfileInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const name = checkName('input.name', input.name);
-      const bindings = input.driverBindings;
-      for (const key of ['power', 'management'] as const) {
-        if (!(BMC_DRIVERS as readonly string[]).includes(bindings[key])) {
-          throw invalidInput(`input.driverBindings.${key}`, `must be one of ${BMC_DRIVERS.join(', ')}`);
-        }
-      }
-      if (bindings.virtualMedia !== 'none' && !VIRTUAL_MEDIA_DRIVERS.includes(bindings.virtualMedia)) {
-        throw invalidInput('input.driverBindings.virtualMedia', `must be none or one of ${VIRTUAL_MEDIA_DRIVERS.join(', ')}`);
-      }
-      const clash = await ctx.prisma.hardwareProfile.findUnique({ where: { name } });
-      if (clash) throw new AppError('CONFLICT', `a hardware profile named "${name}" already exists`, { field: 'input.name' });
-      return ctx.prisma.hardwareProfile.create({
-        ...query,
-        data: { id: newId('HardwareProfile'), name, driverBindings: { ...bindings } },
-      });
+      const id = await createHardwareProfile(ctx, input);
+      return ctx.prisma.hardwareProfile.findUniqueOrThrow({ ...query, where: { id } });
     },
   }),
 );

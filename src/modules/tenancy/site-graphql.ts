@@ -1,10 +1,10 @@
 import { builder } from '../../graphql/builder';
-import { newId } from '../../ids';
-import { checkName } from './validate';
-import { absent, decide, readFilter } from '../../auth/decide';
+import { readFilter } from '../../auth/decide';
 import { requirePrincipal } from '../../context';
-import { siteResource, tenantResource } from './resources';
-import { AppError, invalidInput } from '../../errors';
+import { siteResource } from './resources';
+import { createSite } from './tenancy';
+
+/** The sites' GraphQL face; the rules are tenancy.ts's. */
 
 export const SiteRef = builder.prismaNode('Site', {
   id: { field: 'id' },
@@ -40,16 +40,8 @@ builder.mutationField('createSite', (t) =>
     description: 'Needs admin on the tenant.',
     args: { input: t.arg({ type: CreateSiteInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      const principal = requirePrincipal(ctx);
-      const tenantId = input.tenantId ?? principal.tenantId;
-      if (!tenantId) throw invalidInput('input.tenantId', 'is required for a platform token');
-      const tenant = await ctx.prisma.tenant.findUnique({ where: { id: tenantId } });
-      if (!tenant) throw absent('Tenant', tenantId);
-      decide(principal, 'admin', tenantResource(tenant));
-      const name = checkName('input.name', input.name);
-      const clash = await ctx.prisma.site.findUnique({ where: { tenantId_name: { tenantId, name } } });
-      if (clash) throw new AppError('CONFLICT', `the tenant already has a site named "${name}"`, { field: 'input.name' });
-      return ctx.prisma.site.create({ ...query, data: { id: newId('Site'), tenantId, name } });
+      const id = await createSite(ctx, input);
+      return ctx.prisma.site.findUniqueOrThrow({ ...query, where: { id } });
     },
   }),
 );

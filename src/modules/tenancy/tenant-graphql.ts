@@ -1,10 +1,9 @@
 import { builder } from '../../graphql/builder';
-import { newId } from '../../ids';
-import { checkName } from './validate';
-import { decide } from '../../auth/decide';
 import { requirePrincipal } from '../../context';
 import { tenantResource } from './resources';
-import { AppError } from '../../errors';
+import { createTenant } from './tenancy';
+
+/** The tenants' GraphQL face; the rules are tenancy.ts's. */
 
 export const TenantRef = builder.prismaNode('Tenant', {
   id: { field: 'id' },
@@ -42,11 +41,8 @@ builder.mutationField('createTenant', (t) =>
     authScopes: { platformAdmin: true },
     args: { input: t.arg({ type: CreateTenantInput, required: true }) },
     resolve: async (query, _root, { input }, ctx) => {
-      decide(requirePrincipal(ctx), 'admin', { type: 'platform' });
-      const name = checkName('input.name', input.name);
-      const clash = await ctx.prisma.tenant.findUnique({ where: { name } });
-      if (clash) throw new AppError('CONFLICT', `a tenant named "${name}" already exists`, { field: 'input.name' });
-      return ctx.prisma.tenant.create({ ...query, data: { id: newId('Tenant'), name } });
+      const id = await createTenant(ctx, input.name);
+      return ctx.prisma.tenant.findUniqueOrThrow({ ...query, where: { id } });
     },
   }),
 );
