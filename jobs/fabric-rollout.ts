@@ -464,7 +464,7 @@ class JobRunner {
     const failed = rows.filter((n) => !n.row.ok).length;
     if (this.job.strict && failed > 0) {
       await this.write((tx) => this.event(tx, 'apply_rolling_back', {}));
-      const touched = rows.filter((n) => n.row.touched);
+      const touched = rows.filter((n) => n.row.touched && !n.row.rolledBack);
       const left = await this.teardownAll(touched, true);
       const first = await this.prisma.fabricJob.findUniqueOrThrow({ where: { id: this.job.id } });
       return this.failJob(`strict mode: ${first.firstFailNode} failed (${first.firstFailError}); ${touched.length - left} of ${touched.length} touched node(s) rolled back to baseline${left ? `, ${left} could not be` : ''}`, 'failed');
@@ -545,13 +545,47 @@ export async function coverageStatus(tx: Tx): Promise<RolloutStatus> {
   return pending ? 'pending' : 'ready';
 }
 
+/** How often a running job's worker says it is alive, and when silence means it is gone. */
+export const HEARTBEAT_MS = 10_000;
+export const HEARTBEAT_STALE_MS = 60_000;
+
+/** Thrown (so pg-boss retries later) when another worker is visibly running the job. */
+export class JobBusy extends Error {
+  override readonly name = 'JobBusy';
+}
+
+/**
+ * Claims the running job for this worker: only when no other worker's heartbeat is fresh. A job
+ * outliving its pg-boss expiry is delivered again while the first worker still runs it; the
+ * heartbeat keeps the two from driving the same nodes at once.
+ */
+async function claim(prisma: PrismaClient, jobId: string): Promise<boolean> {
+  const claimed = await prisma.$executeRawUnsafe(
+    `UPDATE fabric_job SET runner_heartbeat_at = now()
+      WHERE id = $1::uuid AND job_status = 'running'
+        AND (runner_heartbeat_at IS NULL OR runner_heartbeat_at < now() - $2 * interval '1 millisecond')`, jobId, HEARTBEAT_STALE_MS);
+  return claimed === 1;
+}
+
 /** The fabric.rollout handler: one job at a time, from its rows. */
 export async function runFabricJob(deps: RolloutDeps, jobId: string): Promise<void> {
   const job = await deps.prisma.fabricJob.findUnique({ where: { id: jobId }, include: { nodes: true } });
   if (!job || job.jobStatus !== 'running') return;
-  const runner = new JobRunner(deps, job, job.nodes);
-  if (job.jobType === 'fabric_apply') await runner.apply();
-  else await runner.teardown();
+  if (!(await claim(deps.prisma, jobId))) {
+    const now = await deps.prisma.fabricJob.findUnique({ where: { id: jobId }, select: { jobStatus: true } });
+    if (now?.jobStatus !== 'running') return;
+    throw new JobBusy(`fabric job ${jobId} is being run by another worker (its heartbeat is fresh): retry later`);
+  }
+  const beat = setInterval(() => {
+    void deps.prisma.fabricJob.updateMany({ where: { id: jobId, jobStatus: 'running' }, data: { runnerHeartbeatAt: new Date() } }).catch(() => undefined);
+  }, HEARTBEAT_MS);
+  try {
+    const runner = new JobRunner(deps, job, job.nodes);
+    if (job.jobType === 'fabric_apply') await runner.apply();
+    else await runner.teardown();
+  } finally {
+    clearInterval(beat);
+  }
 }
 
 /** fabric.rollout.lost: the worker died on every attempt; the job must not stay running forever. */
@@ -559,6 +593,10 @@ export async function failLostJob(deps: Pick<RolloutDeps, 'prisma'>, jobId: stri
   await deps.prisma.$transaction(async (tx) => {
     const job = await tx.fabricJob.findUnique({ where: { id: jobId } });
     if (!job || job.jobStatus !== 'running') return;
+    // A live worker still runs it (a redelivery exhausted its retries meanwhile): not lost.
+    if (job.runnerHeartbeatAt && Date.now() - job.runnerHeartbeatAt.getTime() < HEARTBEAT_STALE_MS) {
+      throw new JobBusy(`fabric job ${jobId} still has a live worker: not failing it`);
+    }
     const state = job.jobType === 'fabric_apply' ? 'apply_failed' : 'teardown_failed';
     const error = 'the rollout worker was lost on every attempt (pg-boss retries ran out); nodes may be half-applied: re-run apply or tear them down';
     await tx.fabricJob.update({ where: { id: jobId }, data: { jobStatus: 'failed', state, error, progress: 100, finishedAt: now(), updatedAt: now() } });

@@ -417,6 +417,17 @@ describe('fabric rollout over real sshd', () => {
       await runFabricJob(deps, jobId);
       expect((await prisma().fabricJob.findUniqueOrThrow({ where: { id: jobId } })).updatedAt).toEqual(job.updatedAt);
 
+      // A second delivery while a live worker's heartbeat is fresh backs off (pg-boss retries it later);
+      // once the heartbeat is stale (the worker died), the job is taken over.
+      const busy = uuidv7();
+      await prisma().fabricJob.create({ data: { id: busy, jobType: 'fabric_apply', scope: 'all', state: 'node_step', totalNodes: 0, runnerHeartbeatAt: new Date() } });
+      await expect(runFabricJob(deps, busy)).rejects.toThrow(/being run by another worker/);
+      await expect(failLostJob(deps, busy)).rejects.toThrow(/still has a live worker/);
+      expect((await prisma().fabricJob.findUniqueOrThrow({ where: { id: busy } })).jobStatus).toBe('running');
+      await prisma().fabricJob.update({ where: { id: busy }, data: { runnerHeartbeatAt: new Date(Date.now() - 120_000) } });
+      await runFabricJob(deps, busy);
+      expect((await prisma().fabricJob.findUniqueOrThrow({ where: { id: busy } })).jobStatus).toBe('completed');
+
       // The dead-letter handler: a job whose worker died on every attempt is failed, never left running.
       expect(QUEUES['fabric.rollout'].deadLetter).toBe('fabric.rollout.lost');
       const lost = uuidv7();

@@ -23,6 +23,9 @@ CREATE TABLE "fabric_job" (
     "config_version" INTEGER NOT NULL DEFAULT 0,
     "requested_by" TEXT NOT NULL DEFAULT '',
     "cancel_requested_at" TIMESTAMPTZ(3),
+    -- The worker running the job touches this every few seconds: a second delivery of the job (a
+    -- pg-boss expiry while the first worker still runs) finds it fresh and backs off.
+    "runner_heartbeat_at" TIMESTAMPTZ(3),
     "finished_at" TIMESTAMPTZ(3),
     "created_at" TIMESTAMPTZ(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
     "updated_at" TIMESTAMPTZ(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
