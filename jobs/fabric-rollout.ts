@@ -605,4 +605,3 @@ export async function failLostJob(deps: Pick<RolloutDeps, 'prisma'>, jobId: stri
   });
 }
 
-export type { FabricJob };
