@@ -19,6 +19,10 @@ export interface QueueData {
   'metal.batch': { batchId: string };
   /** Scheduled: deletes events older than the retention (EVENT_RETENTION_HOURS). */
   'events.prune': Record<string, never>;
+  /** "Run fabric job J" (apply or teardown): everything else is in the fabric_job rows. */
+  'fabric.rollout': { jobId: string };
+  /** fabric.rollout's dead letters: a job whose retries ran out (a worker kept dying) is failed here, never left running. */
+  'fabric.rollout.lost': { jobId: string };
 }
 export type QueueName = keyof QueueData;
 
@@ -27,6 +31,10 @@ export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
   'metal.batch': { name: 'metal.batch', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
   // One prune at a time is enough; a missed one is caught up by the next.
   'events.prune': { name: 'events.prune', policy: 'singleton', retryLimit: 1, expireInSeconds: 10 * 60 },
+  // Before fabric.rollout: a queue's dead-letter queue must exist when the queue is created.
+  'fabric.rollout.lost': { name: 'fabric.rollout.lost', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
+  // A crashed worker's job expires after an hour and is retried from its rows; twice at most.
+  'fabric.rollout': { name: 'fabric.rollout', policy: 'standard', retryLimit: 2, retryDelay: 5, expireInSeconds: 60 * 60, deadLetter: 'fabric.rollout.lost' },
 };
 
 /** Something that runs SQL, e.g. an open transaction: jobs sent through it commit or roll back with it. */

@@ -129,7 +129,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       events = hub;
     }
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, log };
-    if (config.role !== 'api') await startWorkers(queues, log, { sql: database.sql, retentionHours: config.eventRetentionHours });
+    if (config.role !== 'api') await startWorkers(queues, log, { sql: database.sql, retentionHours: config.eventRetentionHours, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
 
     let server: Server | null = null;
     let yoga: GraphqlServer | null = null;

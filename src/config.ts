@@ -29,6 +29,11 @@ export interface Config {
   modules: 'all' | string[];
   secretKeyFile: string | undefined;
   bossPollSeconds: number;
+  /** Fabric rollouts: how long a node's BGP neighbours may take to reach Established. */
+  fabricBgpWaitMs: number;
+  /** Fabric rollouts: SSH connect + handshake budget, and each node's whole budget for its steps. */
+  fabricSshConnectTimeoutMs: number;
+  fabricNodeTimeoutMs: number;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -70,6 +75,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     modules: env.MODULES && env.MODULES.trim() !== 'all' ? env.MODULES.split(',').map((m) => m.trim()).filter(Boolean) : 'all',
     secretKeyFile: env.SECRET_KEY_FILE || undefined,
     bossPollSeconds: intEnv(env, 'QUEUE_POLL_SECONDS', 1, 1),
+    fabricBgpWaitMs: intEnv(env, 'FABRIC_BGP_WAIT_MS', 120000, 1),
+    fabricSshConnectTimeoutMs: intEnv(env, 'FABRIC_SSH_CONNECT_TIMEOUT_MS', 10000, 1),
+    fabricNodeTimeoutMs: intEnv(env, 'FABRIC_NODE_TIMEOUT_MS', 900000, 1),
   };
 }
 

@@ -214,7 +214,7 @@ describe('fabric config over REST and GraphQL (real service and database)', () =
     expect(created.body.created).toBe(true);
     expect(created.body.config).toMatchObject({
       as: 65000, fabric_switch_as: 65000, bgp_mode: 'ibgp', router_id_base: '10.255.0.1', router_id_prefix_len: 24,
-      router_id_cidr: '10.255.0.1/24', bgp_password_is_set: true, ospf_auth_key_is_set: true, rollout_status: 'ready',
+      router_id_cidr: '10.255.0.1/24', bgp_password_is_set: true, ospf_auth_key_is_set: true, rollout_status: 'pending',
       physnet: null, last_job: null, frr_hmac_sha_capable: null, expected_nodes: 40, version: 1,
     });
     expect(created.body.config).not.toHaveProperty('bgp_password');
@@ -233,7 +233,7 @@ describe('fabric config over REST and GraphQL (real service and database)', () =
     // A GET body posted back as it is: read-only fields are accepted and change nothing.
     const roundTrip = await call(admin, 'POST', PATH, { ...got.body, frr_hmac_sha_capable: true, rollout_status: 'failed', bgp_mode: 'ibgp' });
     expect(roundTrip.status).toBe(200);
-    expect(roundTrip.body.config).toMatchObject({ frr_hmac_sha_capable: null, rollout_status: 'ready', bgp_mode: 'ebgp', bgp_password_is_set: true, version: 3 });
+    expect(roundTrip.body.config).toMatchObject({ frr_hmac_sha_capable: null, rollout_status: 'pending', bgp_mode: 'ebgp', bgp_password_is_set: true, version: 3 });
 
     const deleted = await call(admin, 'DELETE', PATH);
     expect(deleted.status).toBe(200);
@@ -250,7 +250,7 @@ describe('fabric config over REST and GraphQL (real service and database)', () =
     const input = { as: 65010, routerIdCidr: '10.250.0.1/23', expectedNodes: 3, expectedVms: 30, bgpPassword: BGP_PASSWORD };
     const first = await query(admin, UPSERT, { i: input });
     expect(first.errors).toBeUndefined();
-    expect(first.data!.upsertFabricConfig).toMatchObject({ created: true, config: { as: 65010, bgpMode: 'ibgp', routerIdBase: '10.250.0.1', routerIdPrefixLen: 23, routerIdCidr: '10.250.0.1/23', bgpPasswordIsSet: true, rolloutStatus: 'ready', physnet: null, lastJob: null } });
+    expect(first.data!.upsertFabricConfig).toMatchObject({ created: true, config: { as: 65010, bgpMode: 'ibgp', routerIdBase: '10.250.0.1', routerIdPrefixLen: 23, routerIdCidr: '10.250.0.1/23', bgpPasswordIsSet: true, rolloutStatus: 'pending', physnet: null, lastJob: null } });
     const second = await query(admin, UPSERT, { i: { bfdEnabled: true, fabricSwitchAs: 4294967295 } });
     expect(second.data!.upsertFabricConfig).toMatchObject({ created: false, config: { bfdEnabled: true, fabricSwitchAs: 4294967295, bgpMode: 'ebgp', version: 2 } });
     const read = await query(platformReader, GET);
@@ -447,7 +447,10 @@ describe('fabric config over REST and GraphQL (real service and database)', () =
     expect(await fabricReady(ctx)).toBe(false);
     await expect(requireFabricReady(ctx)).rejects.toMatchObject({ code: 'INVALID_STATE' });
     await call(admin, 'POST', PATH, BASE_BODY);
-    expect((await row())!.rolloutStatus).toBe('');
+    // Saved, not rolled out (rollout.ts); a legacy row's empty status reads as ready.
+    expect((await row())!.rolloutStatus).toBe('pending');
+    expect(await fabricReady(ctx)).toBe(false);
+    await prisma().fabricConfig.update({ where: { id: 1 }, data: { rolloutStatus: '' } });
     expect(await fabricReady(ctx)).toBe(true);
     for (const status of ['pending', 'rolling_out', 'failed', 'degraded']) {
       await prisma().fabricConfig.update({ where: { id: 1 }, data: { rolloutStatus: status } });

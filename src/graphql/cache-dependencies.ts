@@ -23,8 +23,8 @@ export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> =
   // Sightings by MAC, with the node enrolled with that MAC or proposed for it (node columns).
   DiscoveredMachine: ['sighting', 'node'],
   ProfileValidation: ['deploy_profile_version'],
-  // The one fabric_config row with its derived fields (physnet and lastJob are null until the
-  // network module and rollout jobs exist: then their tables join this list).
+  // The one fabric_config row with its derived fields (physnet is null until the network module
+  // exists, then its tables join this list; lastJob is never cached, see NEVER_CACHED_FIELDS).
   FabricConfig: ['fabric_config'],
   // The pool's bounds from fabric_config, its use from fabric_vtep.
   FabricVtepPool: ['fabric_config', 'fabric_vtep'],
@@ -47,6 +47,13 @@ export const NEVER_CACHED_FIELDS: Readonly<Record<string, string>> = {
   'Query.viewer': 'the principal, already cached by the token store',
   // Depends on the clock (heartbeat age), which sends no notification.
   'SiteAgent.serving': 'depends on the clock',
+  // Fabric rollouts change every few hundred milliseconds while they run, and a UI reads them to
+  // replay what it missed: a cached copy would only be dropped again at once.
+  'FabricConfig.lastJob': 'the latest rollout job, which changes while a rollout runs',
+  'Query.fabricLatestJob': 'a running rollout changes it continuously',
+  'Query.fabricJob': 'a running rollout changes it continuously',
+  'Query.fabricNodePostdeploy': 'rollout steps, which change continuously while a rollout runs',
+  'Query.fabricBatchPostdeploy': 'rollout steps, which change continuously while a rollout runs',
   // The first read creates the key pair: a stored result must not stand in for that write.
   'Query.serviceSshKey': 'creates the service key pair on first read',
   // Its risks read the preflight's MTU consensus (fabric_preflight has no cache trigger); a plan costs one render.
@@ -61,6 +68,9 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   event: 'read only by subscriptions, which are never cached (and written on every change)',
   event_horizon: 'read only by subscriptions',
   workflow_run: 'read only by mutations and the workflowProgress subscription',
+  fabric_job: 'read only by never-cached fields (rollout jobs: see NEVER_CACHED_FIELDS) and the rollout worker',
+  fabric_job_node: 'read only by never-cached fields (rollout jobs and post-deploy checklists) and the rollout worker',
+  fabric_node_baseline: 'read only by the rollout worker (the MTU a teardown restores)',
   service_ssh_key: 'read only by Query.serviceSshKey, never cached (its first read writes the row)',
   fabric_preflight: 'read only by the fabricPreflight mutation, fabric-config writes (the MTU drift check) and Query.fabricPlan (never cached), never by a cached query',
   secret: 'never read by GraphQL: a node view says only whether it holds a secret:// reference',

@@ -6,6 +6,7 @@ import { AppError, invalidInput, notFound } from '../../errors';
 import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
 import type { FabricConfig as FabricConfigRow, PrismaClient } from '../../generated/prisma/client';
+import { lastJobFor } from './rollout';
 import { RenderError, type SwitchNos } from './intent';
 import { planFabric } from './plan';
 import { renderIntentOf } from './render-intent';
@@ -47,10 +48,10 @@ export interface FabricConfigView extends Omit<FabricSettings, 'bgpPasswordSet' 
   /** No network module exists yet, so no VXLAN physnet can: reported absent, never invented. */
   physnet: null;
   /**
-   * The latest fabric_apply / fabric_teardown job when the status is failed or degraded. There
-   * are no rollout jobs yet (a later session adds them), so there is none to show.
+   * The latest fabric_apply / fabric_teardown job when the status is failed or degraded, in the
+   * wire shape of GET .../latest (rollout.ts wireJobView); null otherwise.
    */
-  lastJob: null;
+  lastJob: Record<string, unknown> | null;
   /** The switch re-config ack gate's audit record: the latest ack ('acked') or bypass ('skipped'). */
   lastSwitchAckKind: 'acked' | 'skipped' | null;
   lastSwitchAckBy: string | null;
@@ -94,7 +95,7 @@ export function settingsOf(row: FabricConfigRow): FabricSettings {
   };
 }
 
-export function viewOf(row: FabricConfigRow): FabricConfigView {
+export function viewOf(row: FabricConfigRow, lastJob: Record<string, unknown> | null = null): FabricConfigView {
   const { bgpPasswordSet, ospfAuthKeySet, ...intent } = settingsOf(row);
   return {
     id: row.id,
@@ -105,7 +106,7 @@ export function viewOf(row: FabricConfigRow): FabricConfigView {
     ospfAuthKeyIsSet: ospfAuthKeySet,
     rolloutStatus: rolloutStatusOf(row.rolloutStatus),
     physnet: null,
-    lastJob: null,
+    lastJob,
     lastSwitchAckKind: row.lastSwitchAckKind as FabricConfigView['lastSwitchAckKind'],
     lastSwitchAckBy: row.lastSwitchAckBy,
     lastSwitchAckAt: row.lastSwitchAckAt,
@@ -120,7 +121,7 @@ export function viewOf(row: FabricConfigRow): FabricConfigView {
 export async function getFabricConfig(ctx: Context): Promise<FabricConfigView | null> {
   decide(requirePrincipal(ctx), 'read', PLATFORM);
   const row = await ctx.prisma.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });
-  return row ? viewOf(row) : null;
+  return row ? viewOf(row, await lastJobFor(ctx.prisma, rolloutStatusOf(row.rolloutStatus))) : null;
 }
 
 /** The fields whose value changed, by name only (an event never carries a secret or its reference). */
@@ -176,14 +177,16 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput 
       ospfAuthKeyRef = input.ospfAuthKey ? await ctx.secrets!.put(null, input.ospfAuthKey, tx) : null;
     }
     const { bgpPasswordSet: _b, ospfAuthKeySet: _o, frrHmacShaCapable: _c, as, fabricSwitchAs, ...plain } = next;
+    const changed = changedFields(before, next, input);
+    // A saved change is not on the nodes until a rollout carries it (the rollout compares versions).
+    const rolloutStatus = changed.length > 0 ? { rolloutStatus: 'pending' } : {};
     const audit = ack
       ? { lastSwitchAckKind: ack.kind, lastSwitchAckBy: ack.by, lastSwitchAckAt: new Date(), lastSwitchAckNos: ack.nos, lastSwitchAckHash: ack.hash }
       : {};
-    const data = { ...plain, as: BigInt(as), fabricSwitchAs: BigInt(fabricSwitchAs), bgpPasswordRef, ospfAuthKeyRef, ...audit };
+    const data = { ...plain, as: BigInt(as), fabricSwitchAs: BigInt(fabricSwitchAs), bgpPasswordRef, ospfAuthKeyRef, ...audit, ...rolloutStatus };
     const saved = row
       ? await tx.fabricConfig.update({ where: { id: SINGLETON_ID }, data: { ...data, version: { increment: 1 }, updatedAt: new Date() } })
       : await tx.fabricConfig.create({ data: { id: SINGLETON_ID, ...data } });
-    const changed = changedFields(before, next, input);
     await publish(tx, {
       type: row ? 'fabric.config.updated' : 'fabric.config.created',
       tenantId: null,
@@ -194,7 +197,7 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput 
         ...(input.planHash ? { planHash: input.planHash } : {}),
       },
     });
-    return { created: row === null, config: viewOf(saved) };
+    return { created: row === null, config: viewOf(saved, await lastJobFor(tx, rolloutStatusOf(saved.rolloutStatus))) };
   });
   await retireSecrets(ctx, retired);
   return result;

@@ -2,6 +2,7 @@ import { notFound } from '../../errors';
 import type { Route } from '../../rest/routes';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
 import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES } from './validate';
+import { rolloutRoutes } from './rollout-routes';
 import { preflightRoutes } from './preflight-routes';
 import { vtepRoutes } from './vtep-routes';
 
@@ -347,6 +348,7 @@ export const fabricRoutes: Route[] = [
     refusals: ['PERMISSION_DENIED', 'NOT_FOUND'],
     example: { response: { deleted: true, message: 'fabric config deleted' } },
   },
+  ...rolloutRoutes,
   {
     method: 'POST',
     path: '/controlnode/fabric-config/plan',
