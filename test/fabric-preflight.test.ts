@@ -71,7 +71,12 @@ async function deploy(indices: number[]): Promise<void> {
 
 const preflight = (body: unknown, token = t.adminToken) => rest(t.url, token, 'POST', PATH, body);
 const byIp = (nodes: { node_ip: string }[], node: SshNode) => nodes.find((n) => n.node_ip === node.address) as Record<string, unknown>;
-const addrOf = (node: SshNode) => h.inNode(node, ['ip', '-j', 'addr']);
+/**
+ * `ip -j addr`, without the kernel's own progress on a fresh IPv6 link-local address: duplicate
+ * address detection clears `tentative` a second or two after a bridge comes up, whatever the
+ * preflight does.
+ */
+const addrOf = async (node: SshNode) => (await h.inNode(node, ['ip', '-j', 'addr'])).replace(/"tentative":true,/g, '');
 // Without -d: the detailed view carries the bridge's running timers, which change by themselves.
 const linkOf = (node: SshNode) => h.inNode(node, ['ip', '-j', 'link']);
 

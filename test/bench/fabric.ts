@@ -12,9 +12,15 @@
  *              namespaces with 50 ms of added latency on what each node sends, at the default
  *              fan-out concurrency (target: at most 5 s wall time); wall time and per-node time.
  *
- * Needs root (namespaces, veth pairs, sshd). Options: --nodes 100 (preflight nodes), --delay-ms 50,
- * --rounds 3 (preflight runs measured after one warm-up run), --render-nodes 1000,
- * --render-rounds 20, --plan-requests 50, --skip plan,render,preflight.
+ *   apply      POST /controlnode/fabric-config/apply over 100 compute nodes on one management
+ *              segment, each a real sshd (+50 ms on what it sends) with real FRR behind the
+ *              node's `systemctl`, the gateway the software route reflector: from baseline to
+ *              every node's own "BGP neighbor ... Established", then the idempotent re-apply; wall
+ *              time and per-node time (no target in the issue: the figures are recorded).
+ *
+ * Needs root (namespaces, veth pairs, sshd). Options: --nodes 100 (preflight and apply nodes),
+ * --delay-ms 50, --rounds 3 (preflight runs measured after one warm-up run), --render-nodes 1000,
+ * --render-rounds 20, --plan-requests 50, --skip plan,render,preflight,apply.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -222,6 +228,98 @@ async function benchPreflight(service: Service, count: number, delayMs: number, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// apply
+
+interface JobView {
+  job_status: string;
+  state: string;
+  completed_nodes: number;
+  failed_nodes: number;
+  first_fail_node: string;
+  first_fail_error: string;
+  nodes: { node_ip: string; ok: boolean; steps: { step: string; started_at: string | null; finished_at: string | null }[] }[];
+}
+
+async function getJson(service: Service, route: string): Promise<{ status: number; body: unknown }> {
+  const response = await fetch(`${service.url}${route}`, { headers: { authorization: `Bearer ${service.adminToken}` } });
+  return { status: response.status, body: await response.json().catch(() => null) };
+}
+
+/** Polls GET latest until the job is no longer running; its view and the wall time from the POST. */
+async function waitJob(service: Service, jobId: string, t0: number, limitMs: number): Promise<{ view: JobView; wall: number }> {
+  for (;;) {
+    const latest = await getJson(service, '/controlnode/fabric-config/latest');
+    const view = latest.body as JobView & { job_id: string };
+    if (latest.status === 200 && view.job_id === jobId && view.job_status !== 'running') return { view, wall: performance.now() - t0 };
+    if (performance.now() - t0 > limitMs) throw new Error(`apply ${jobId} still running after ${limitMs / 1000} s`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** A node's own time: its first step's start to its last step's end. */
+function nodeSeconds(view: JobView): number[] {
+  return view.nodes.map((n) => {
+    const starts = n.steps.map((st) => Date.parse(st.started_at ?? '')).filter(Number.isFinite);
+    const ends = n.steps.map((st) => Date.parse(st.finished_at ?? '')).filter(Number.isFinite);
+    return starts.length && ends.length ? (Math.max(...ends) - Math.min(...starts)) / 1000 : NaN;
+  }).filter(Number.isFinite);
+}
+
+async function benchApply(service: Service, count: number, delayMs: number): Promise<boolean> {
+  const started = performance.now();
+  let h: SshNodes | undefined;
+  try {
+    h = await startSshNodes('bench-apply', Array.from({ length: count }, () => ({ delayMs })), { lan: true, frr: true, frrDaemonsFile: true });
+    console.log(`apply: ${count} sshd nodes with real FRR on ${h.lan!.cidr} (+${delayMs} ms, ${h.nodes[0]?.delay?.method ?? 'none'}), set up in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+    const s = await seed(service, count);
+    const db = new pg.Client({ connectionString: service.databaseUrl });
+    await db.connect();
+    try {
+      // The preflight part's nodes are gone (and its MTU finding with them): this part's own only.
+      await db.query('DELETE FROM compute_node');
+      await db.query('DELETE FROM fabric_preflight');
+      await db.query(`UPDATE node SET provision_state = 'deployed' WHERE tenant_id = $1`, [s.tenantId]);
+      const ids = (await db.query<{ id: string }>('SELECT id FROM node WHERE tenant_id = $1 ORDER BY name', [s.tenantId])).rows.map((r) => r.id);
+      for (const [i, node] of h.nodes.entries()) {
+        await db.query('INSERT INTO compute_node (node_id, os_ip, fqdn, is_gateway) VALUES ($1, $2, $3, $4)',
+          [ids[i], node.lanAddress, i === 0 ? 'gw.bench.example' : `host${i}.bench.example`, i === 0]);
+      }
+    } finally {
+      await db.end();
+    }
+    // The service's own key pair, created on first read, trusted by every node as an admin would.
+    const key = await fetch(`${service.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${service.adminToken}` },
+      body: JSON.stringify({ query: '{ serviceSshKey { publicKey } }' }),
+    }).then((r) => r.json() as Promise<{ data?: { serviceSshKey?: { publicKey: string } } }>);
+    const publicKey = key.data?.serviceSshKey?.publicKey;
+    if (!publicKey) throw new Error(`apply: no service SSH key: ${JSON.stringify(key).slice(0, 300)}`);
+    for (const node of h.nodes) await fs.appendFile(path.join(node.dir, 'authorized_keys'), publicKey + '\n');
+    const saved = await post(service, '/controlnode/fabric-config', {
+      as: 65010, external_route_reflector: false, ospf_enabled: false, management_cidr: h.lan!.cidr,
+      router_id_cidr: '172.31.0.1/23', advertise_all_vni: true, expected_nodes: count, expected_vms: count * 10, vxlan_mtu: 1500,
+    });
+    if (saved.status !== 200) throw new Error(`apply: fabric config: ${saved.status} ${JSON.stringify(saved.body).slice(0, 300)}`);
+
+    let ok = true;
+    for (const label of ['apply from baseline', 're-apply (idempotent)']) {
+      const t0 = performance.now();
+      const answer = await post(service, '/controlnode/fabric-config/apply', {});
+      const accepted = performance.now() - t0;
+      if (answer.status !== 202) throw new Error(`apply: ${answer.status} ${JSON.stringify(answer.body).slice(0, 300)}`);
+      const { view, wall } = await waitJob(service, (answer.body as { apply_job_id: string }).apply_job_id, t0, 30 * 60_000);
+      const per = nodeSeconds(view).sort((a, b) => a - b);
+      console.log(`  ${label}: ${view.job_status} (${view.completed_nodes} ok, ${view.failed_nodes} failed${view.first_fail_node ? `; first: ${view.first_fail_node}: ${view.first_fail_error}` : ''}); 202 in ${accepted.toFixed(0)} ms; ${(wall / 1000).toFixed(2)} s wall, ${(wall / count).toFixed(0)} ms of wall time per node; per node median ${median(per).toFixed(2)} s, p90 ${percentile(per, 90).toFixed(2)} s, max ${per.at(-1)?.toFixed(2)} s (${Math.min(DEFAULT_CONCURRENCY, count)} at a time)`);
+      ok &&= view.job_status === 'completed';
+    }
+    return ok;
+  } finally {
+    await h?.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 async function run(args: string[]): Promise<number> {
   const nodes = intOption(args, 'nodes', 100, 1);
@@ -232,21 +330,22 @@ async function run(args: string[]): Promise<number> {
   const renderRounds = intOption(args, 'render-rounds', 20, 1);
   const planRequests = intOption(args, 'plan-requests', 50, 1);
   const skip = new Set((option(args, 'skip') ?? '').split(',').filter(Boolean));
-  for (const part of skip) if (!['plan', 'render', 'preflight'].includes(part)) throw usageError(`--skip takes plan, render, preflight; got "${part}"`);
-  if (!skip.has('preflight') && process.getuid?.() !== 0) throw usageError('the preflight part needs root (network namespaces); --skip preflight to leave it out');
+  for (const part of skip) if (!['plan', 'render', 'preflight', 'apply'].includes(part)) throw usageError(`--skip takes plan, render, preflight, apply; got "${part}"`);
+  if ((!skip.has('preflight') || !skip.has('apply')) && process.getuid?.() !== 0) throw usageError('the preflight and apply parts need root (network namespaces); --skip preflight,apply to leave them out');
   const machine = machineInfo();
-  console.log(`fabric benchmark: plan, render of ${renderNodes} host configs, preflight of ${nodes} sshd nodes (+${delayMs} ms)`);
+  console.log(`fabric benchmark: plan, render of ${renderNodes} host configs, preflight and apply of ${nodes} sshd nodes (+${delayMs} ms)`);
   console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}`);
   console.log(`date: ${machine.date}`);
 
   const results: (boolean | null)[] = [];
   if (!skip.has('render')) results.push(benchRender(renderNodes, renderRounds));
-  if (!skip.has('plan') || !skip.has('preflight')) {
+  if (!skip.has('plan') || !skip.has('preflight') || !skip.has('apply')) {
     // A secret broker: the service keeps its own SSH key pair in it.
     const service = await startService({ env: { SECRET_KEY: randomBytes(32).toString('base64') } });
     try {
       if (!skip.has('plan')) results.push(await benchPlan(service, planRequests));
       if (!skip.has('preflight')) results.push(await benchPreflight(service, nodes, delayMs, rounds));
+      if (!skip.has('apply')) results.push(await benchApply(service, nodes, delayMs));
     } finally {
       await service.stop();
     }
@@ -255,7 +354,7 @@ async function run(args: string[]): Promise<number> {
 }
 
 export const fabricBench = {
-  summary: 'fabric: plan latency, rendering 1,000 host configs + switch snippet, preflight of 100 sshd nodes with +50 ms',
-  options: ['--nodes 100 --delay-ms 50 --rounds 3 --render-nodes 1000 --render-rounds 20 --plan-requests 50 [--skip plan,render,preflight]'],
+  summary: 'fabric: plan latency, rendering 1,000 host configs + switch snippet, preflight and apply of 100 sshd nodes with +50 ms',
+  options: ['--nodes 100 --delay-ms 50 --rounds 3 --render-nodes 1000 --render-rounds 20 --plan-requests 50 [--skip plan,render,preflight,apply]'],
   run,
 };
