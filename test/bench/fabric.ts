@@ -43,11 +43,12 @@ const percentile = (sorted: number[], p: number) => (sorted.length ? sorted[Math
 const median = (list: number[]) => percentile([...list].sort((a, b) => a - b), 50);
 const pass = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
 
-async function post(service: Service, route: string, body: unknown): Promise<{ status: number; body: unknown }> {
+/** POST with a JSON body, or none when body is undefined (the apply route takes none). */
+async function post(service: Service, route: string, body?: unknown): Promise<{ status: number; body: unknown }> {
   const response = await fetch(`${service.url}${route}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${service.adminToken}` },
-    body: JSON.stringify(body),
+    headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), authorization: `Bearer ${service.adminToken}` },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
   const text = await response.text();
   let parsed: unknown = text;
@@ -305,7 +306,7 @@ async function benchApply(service: Service, count: number, delayMs: number): Pro
     let ok = true;
     for (const label of ['apply from baseline', 're-apply (idempotent)']) {
       const t0 = performance.now();
-      const answer = await post(service, '/controlnode/fabric-config/apply', {});
+      const answer = await post(service, '/controlnode/fabric-config/apply');
       const accepted = performance.now() - t0;
       if (answer.status !== 202) throw new Error(`apply: ${answer.status} ${JSON.stringify(answer.body).slice(0, 300)}`);
       const { view, wall } = await waitJob(service, (answer.body as { apply_job_id: string }).apply_job_id, t0, 30 * 60_000);
