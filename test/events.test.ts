@@ -189,6 +189,29 @@ describe('the event stream', () => {
     await client.dispose();
   });
 
+  it('the platform\'s own events (the fabric\'s) reach a platform token of any grant, replayed and live, and no tenant\'s token', async () => {
+    const reader = await makeToken(t.app.database.prisma, null, [{ permission: 'compute:sites:read', scopeType: 'platform', scopeId: null }]);
+    await sql.query(`INSERT INTO event (type, tenant_id, subject, payload) VALUES ('fabric.config.updated', NULL, 'fabric-config', '{"mark": "platform-1"}')`);
+    await waitSequenced();
+    const platform = restStream(t.url, reader, '?channel=fabric&after=0');
+    const tenant = restStream(t.url, tokenA, '?channel=fabric&after=0');
+    const ws = wsClient(t.url, reader);
+    const sub = wsSubscribe(ws, 'subscription ($j: ID!) { jobProgress(jobId: $j) { type payload } }', { j: 'fabric-config' });
+    await until(() => platform.messages.some((m) => m.data.payload?.mark === 'platform-1'), 10000, 'the replayed platform event');
+    await until(() => sub.events.length === 1, 10000, 'the replayed platform event over graphql-ws');
+    await sql.query(`INSERT INTO event (type, tenant_id, subject, payload) VALUES ('fabric.config.updated', NULL, 'fabric-config', '{"mark": "platform-2"}')`);
+    await until(() => platform.messages.some((m) => m.data.payload?.mark === 'platform-2'), 10000, 'the live platform event');
+    await until(() => sub.events.length === 2, 10000, 'the live platform event over graphql-ws');
+    expect(platform.messages.filter((m) => m.data.tenantId === null).every((m) => m.event === 'fabric_switch')).toBe(true);
+    // The tenant's stream carries its own fabric events (the job test's), never the platform's.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(tenant.messages.some((m) => m.data.tenantId === null)).toBe(false);
+    platform.stop();
+    tenant.stop();
+    sub.stop();
+    await ws.dispose();
+  });
+
   it('jobProgress replays and follows the events of one job (the hook fabric and provisioning publish into)', async () => {
     const jobId = 'job_test_progress';
     await sql.query(

@@ -112,7 +112,10 @@ export function decide(principal: Principal, action: Action, resource: Resource,
  */
 export function mayRead(principal: Principal, resource: Resource): boolean {
   if (isPlatformAdmin(principal)) return true;
-  if (resource.type === 'platform' || resource.tenantId !== principal.tenantId) return false;
+  // As decide: any platform-scoped grant reads the platform's own things (the fabric's config and
+  // its events); a tenant's token never does.
+  if (resource.type === 'platform') return principal.tenantId === null && principal.grants.some((g) => g.scopeType === 'platform');
+  if (resource.tenantId !== principal.tenantId) return false;
   return principal.grants.some((g) => covers(g, resource) || isAncestorOfScope(g, resource));
 }
 

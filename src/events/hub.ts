@@ -91,7 +91,8 @@ function filterSql(filter: EventFilter, principal: Principal, values: unknown[])
     values.push(value);
     return `$${values.length}`;
   };
-  if (!isPlatformAdmin(principal)) where.push(`tenant_id = ${param(principal.tenantId ?? '')}`);
+  // A platform token that is not an admin reads the platform's events only (tenant_id NULL).
+  if (!isPlatformAdmin(principal)) where.push(principal.tenantId === null ? 'tenant_id IS NULL' : `tenant_id = ${param(principal.tenantId)}`);
   if (filter.types?.length) where.push(`type = ANY(${param(filter.types)}::text[])`);
   if (filter.typePrefixes?.length) where.push(`type LIKE ANY(${param(filter.typePrefixes.map((p) => `${p.replace(/[%_\\]/g, '\\$&')}%`))}::text[])`);
   if (filter.siteId) where.push(`site_id = ${param(filter.siteId)}`);

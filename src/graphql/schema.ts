@@ -14,7 +14,7 @@ import '../modules/metal/power-graphql';
 import '../modules/metal/bulk-graphql';
 import '../modules/metal/discovery-graphql';
 import '../modules/sites/agent-graphql';
-import '../modules/fabric/graphql';
+import '../modules/fabric/config-graphql';
 import '../modules/fabric/rollout-graphql';
 import '../modules/fabric/preflight-graphql';
 import '../modules/fabric/vtep-graphql';
