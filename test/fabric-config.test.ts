@@ -313,6 +313,33 @@ describe('fabric config over REST and GraphQL (real service and database)', () =
     expect(accepted.body.config).toMatchObject({ ospf_auth_type: 'hmac-sha-256', frr_hmac_sha_capable: true });
   });
 
+  it('a config created after a preflight starts from the preflight\'s FRR finding (the probe ran before any config existed)', async () => {
+    await reset();
+    const hmac = { ...BASE_BODY, ospf_auth_type: 'hmac-sha-256', ospf_auth_key: 'k'.repeat(32) };
+    // What the preflight writes when there is no config row yet: its finding in fabric_preflight only.
+    const finding = (capable: boolean | null) => prisma().fabricPreflight.upsert({
+      where: { id: 1 },
+      create: { id: 1, underlayCidr: '10.60.200.0/24', underlayMtu: 9000, ready: true, nodeCount: 1, frrHmacShaCapable: capable },
+      update: { frrHmacShaCapable: capable },
+    });
+    try {
+      await finding(false);
+      const refused = await call(admin, 'POST', PATH, hmac);
+      expect(refused.status).toBe(400);
+      expect(refused.body.error.details.field).toBe('body.ospf_auth_type');
+      expect(await row()).toBeNull();
+      await finding(true);
+      const created = await call(admin, 'POST', PATH, hmac);
+      expect(created.status).toBe(200);
+      expect(created.body).toMatchObject({ created: true, config: { ospf_auth_type: 'hmac-sha-256', frr_hmac_sha_capable: true } });
+      await reset();
+      await finding(null);
+      expect((await call(admin, 'POST', PATH, BASE_BODY)).body.config.frr_hmac_sha_capable).toBeNull();
+    } finally {
+      await prisma().fabricPreflight.deleteMany({});
+    }
+  });
+
   it('a legacy row (sizing hints both 0) updates without them; a value it is given is checked', async () => {
     await reset();
     await prisma().fabricConfig.create({ data: { id: 1, as: 64512n } });

@@ -161,7 +161,9 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput 
     await tx.$executeRawUnsafe('SELECT pg_advisory_xact_lock($1)', WRITE_LOCK);
     const row = await tx.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });
     const before = row ? settingsOf(row) : null;
-    const next = mergeFabricInput(before, input);
+    // A preflight that ran before any config existed recorded its FRR finding in fabric_preflight.
+    const probed = row ? null : ((await tx.fabricPreflight.findUnique({ where: { id: 1 }, select: { frrHmacShaCapable: true } }))?.frrHmacShaCapable ?? null);
+    const next = mergeFabricInput(before, input, probed);
     await checkMtuDrift(tx, next.vxlanMtu);
     if (input.planHash) checkPlanHash(next, before, input.planHash);
     const ack = before ? switchAckGate(before, next, input, principal) : null;
@@ -186,7 +188,7 @@ export async function upsertFabricConfig(ctx: Context, input: FabricConfigInput 
     const data = { ...plain, as: BigInt(as), fabricSwitchAs: BigInt(fabricSwitchAs), bgpPasswordRef, ospfAuthKeyRef, ...audit, ...rolloutStatus };
     const saved = row
       ? await tx.fabricConfig.update({ where: { id: SINGLETON_ID }, data: { ...data, version: { increment: 1 }, updatedAt: new Date() } })
-      : await tx.fabricConfig.create({ data: { id: SINGLETON_ID, ...data } });
+      : await tx.fabricConfig.create({ data: { id: SINGLETON_ID, ...data, frrHmacShaCapable: probed } });
     await publish(tx, {
       type: row ? 'fabric.config.updated' : 'fabric.config.created',
       tenantId: null,

@@ -187,13 +187,15 @@ function secret(name: 'bgpPassword' | 'ospfAuthKey', value: string, max: number)
 const given = <T>(value: T | null | undefined): value is T => value !== undefined && value !== null;
 
 /**
- * The stored intent (null when there is none) with the input applied and every rule checked.
+ * The stored intent (null when there is none) with the input applied and every rule checked;
+ * `probed` is the latest preflight's FRR capability finding, which a new row starts with.
  * `router_id_cidr` is decoded into base and prefix length here; the secrets' values are checked
  * (the caller stores them), the result only says whether each will be set.
  */
-export function mergeFabricInput(stored: FabricSettings | null, input: FabricConfigInput): FabricSettings {
+export function mergeFabricInput(stored: FabricSettings | null, input: FabricConfigInput, probed: boolean | null = null): FabricSettings {
   checkFabricFields(input);
-  const next = applyFabricInput(stored ?? DEFAULT_SETTINGS, input);
+  // A new row starts from what a preflight already proved of FRR (`probed`), never from the input.
+  const next = applyFabricInput(stored ?? { ...DEFAULT_SETTINGS, frrHmacShaCapable: probed }, input);
   checkFabricRules(next, stored);
   if (given(input.bgpPassword) && input.bgpPassword !== '') secret('bgpPassword', input.bgpPassword, BGP_PASSWORD_MAX);
   if (given(input.ospfAuthKey) && input.ospfAuthKey !== '') {
