@@ -1,0 +1,47 @@
+/**
+ * Loads a DMTF public mockup (../shared/redfish-mockups/<name>: folders are resource paths without
+ * the `/redfish/v1` prefix, each resource an index.json) into a map keyed by resource path. Each
+ * simulated machine gets its own deep copy, so its state is overlaid on the mockup in memory.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+
+export type MockupName = 'public-rackmount1' | 'public-localstorage' | 'public-telemetry';
+export type Doc = Record<string, unknown>;
+
+export const MOCKUP_ROOT = process.env.REDFISH_MOCKUPS ?? path.resolve(__dirname, '../../../../../shared/redfish-mockups');
+
+const cache = new Map<string, Map<string, Doc>>();
+
+/** `/redfish/v1/Systems/1/` and `/redfish/v1/Systems/1` are one resource. */
+export function normalize(p: string): string {
+  const q = p.split('?')[0]!.split('#')[0]!;
+  return q.length > 1 && q.endsWith('/') ? q.slice(0, -1) : q;
+}
+
+function readTree(dir: string, rel: string, out: Map<string, Doc>): void {
+  for (const ent of fs.readdirSync(dir, { withFileTypes: true })) {
+    if (ent.isDirectory()) readTree(path.join(dir, ent.name), `${rel}/${ent.name}`, out);
+    else if (ent.name === 'index.json') out.set(rel, JSON.parse(fs.readFileSync(path.join(dir, ent.name), 'utf8')) as Doc);
+  }
+}
+
+export function loadMockup(name: MockupName, root = MOCKUP_ROOT): Map<string, Doc> {
+  const key = path.join(root, name);
+  let docs = cache.get(key);
+  if (!docs) {
+    docs = new Map();
+    readTree(key, '/redfish/v1', docs);
+    if (!docs.has('/redfish/v1')) throw new Error(`no service root in mockup ${key}`);
+    cache.set(key, docs);
+  }
+  const copy = new Map<string, Doc>();
+  for (const [k, v] of docs) copy.set(k, structuredClone(v));
+  return copy;
+}
+
+/** Members' @odata.id of a collection resource. */
+export function members(doc: Doc | undefined): string[] {
+  const m = (doc?.Members ?? []) as { '@odata.id': string }[];
+  return m.map((x) => normalize(x['@odata.id']));
+}

@@ -1,0 +1,549 @@
+/**
+ * A Redfish BMC simulator (issue 9 item 6): one node:http server per machine, each on its own
+ * 127.0.0.1 port as a real BMC has its own address, so every `@odata.id` and `Actions.*.target` of the
+ * mockup is served unchanged and a client that follows links works; plus one admin server
+ * (GET /sim/machines) for the state and the destructive-call counts. No dependency beyond node:http.
+ */
+import http from 'node:http';
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { loadMockup, members, normalize, type Doc, type MockupName } from './mockup';
+import { FLAVOURS, type Flavour, type FlavourName } from './flavours';
+
+export type RedfishPowerState = 'On' | 'Off' | 'PoweringOn' | 'PoweringOff';
+
+export interface MachineOptions {
+  id?: string;
+  mockup?: MockupName;
+  flavour?: FlavourName;
+  username?: string;
+  password?: string;
+  uuid?: string;
+  macs?: string[];
+  serial?: string;
+  powerState?: 'On' | 'Off';
+  /** Delay before a Reset's power change shows; a client must read back. */
+  applyDelayMs?: number;
+  /** PATCH of the ComputerSystem needs If-Match with the current @odata.etag (428 without, 412 on mismatch). */
+  requireEtag?: boolean;
+}
+
+export interface Faults {
+  /** Added to every request. */
+  latencyMs?: number;
+  /** The next N requests answer 500. */
+  fail500Next?: number;
+  /** Requests answer 503 with Retry-After (for `count` requests, or until cleared). */
+  unavailable?: { retryAfterS: number; count?: number } | null;
+  /** Requests are read and never answered. */
+  hang?: boolean;
+  /** Reset and InsertMedia answer 204 and change nothing. */
+  lies?: boolean;
+  /** These ResetTypes answer 501 although AllowableValues lists them. */
+  notImplementedResetTypes?: string[];
+  /** Reset answers 202 with a task monitor; the task completes when the change applies. */
+  asyncTasks?: boolean;
+}
+
+export type DestructiveKind = 'reset' | 'insertMedia' | 'ejectMedia' | 'bootOverride';
+export interface DestructiveCall {
+  kind: DestructiveKind;
+  /** ResetType, image URL, or the Boot patch as JSON. */
+  detail: string;
+  idempotencyKey: string | null;
+  status: number;
+  at: number;
+}
+export interface Counts {
+  reset: number;
+  insertMedia: number;
+  ejectMedia: number;
+  bootOverride: number;
+  total: number;
+  /** Idempotency keys received more than once on destructive calls. */
+  duplicateKeys: string[];
+  calls: DestructiveCall[];
+}
+
+export interface MachineState {
+  powerState: RedfishPowerState;
+  boot: { target: string; enabled: string; mode: string | null };
+  virtualMedia: { id: string; path: string; image: string | null; inserted: boolean; connectedVia: string }[];
+  uuid: string;
+  macs: string[];
+  serial: string;
+  resetsApplied: number;
+  nmis: number;
+  continuousDiskOverrides: number;
+  sessions: number;
+}
+
+export interface SimMachine {
+  id: string;
+  /** http://127.0.0.1:<port>, the BMC's address (the service root is url + /redfish/v1). */
+  url: string;
+  flavour: FlavourName;
+  username: string;
+  password: string;
+  systemPath: string;
+  state(): MachineState;
+}
+
+export interface RedfishSimOptions {
+  machines?: number | MachineOptions[];
+  /** Defaults for every machine. */
+  defaults?: MachineOptions;
+}
+
+export interface RedfishSim {
+  /** The admin server: GET /sim/machines, GET /sim/machines/:id, POST /sim/machines/:id/faults. */
+  url: string;
+  machines: SimMachine[];
+  setFault(id: string, faults: Faults): void;
+  counts(id: string): Counts;
+  stop(): Promise<void>;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+function redfishError(status: number, messageId: string, message: string, args: string[] = []): Doc {
+  return {
+    error: {
+      code: status >= 500 ? 'Base.1.8.GeneralError' : messageId,
+      message,
+      '@Message.ExtendedInfo': [
+        { '@odata.type': '#Message.v1_1_1.Message', MessageId: messageId, Message: message, MessageArgs: args, Severity: 'Critical', Resolution: 'See the message.' },
+      ],
+    },
+  };
+}
+
+const POWER_TARGET: Record<string, 'On' | 'Off' | 'Cycle' | 'Nmi' | 'Toggle'> = {
+  On: 'On', ForceOn: 'On', ForceOff: 'Off', GracefulShutdown: 'Off', ForceRestart: 'Cycle', GracefulRestart: 'Cycle',
+  PowerCycle: 'Cycle', Nmi: 'Nmi', PushPowerButton: 'Toggle', FullPowerCycle: 'Cycle',
+};
+
+class Machine {
+  readonly id: string;
+  readonly flavour: Flavour;
+  readonly username: string;
+  readonly password: string;
+  readonly docs: Map<string, Doc>;
+  readonly systemPath: string;
+  readonly resetTarget: string;
+  /** Action target path -> the VirtualMedia resource path it acts on. */
+  readonly insertTargets = new Map<string, string>();
+  readonly ejectTargets = new Map<string, string>();
+  readonly applyDelayMs: number;
+  readonly requireEtag: boolean;
+  faults: Faults = {};
+  etagVersion = 1;
+  readonly sessions = new Map<string, { id: string; user: string }>();
+  readonly tasks = new Map<string, { state: 'Running' | 'Completed'; resetType: string }>();
+  readonly calls: DestructiveCall[] = [];
+  readonly timers = new Set<NodeJS.Timeout>();
+  resetsApplied = 0;
+  nmis = 0;
+  continuousDiskOverrides = 0;
+  url = '';
+  server!: http.Server;
+
+  constructor(index: number, o: MachineOptions) {
+    this.id = o.id ?? `m${index}`;
+    this.flavour = FLAVOURS[o.flavour ?? 'plain'];
+    if (!this.flavour) throw new Error(`unknown flavour ${o.flavour}`);
+    this.username = o.username ?? 'admin';
+    this.password = o.password ?? 'password';
+    this.applyDelayMs = o.applyDelayMs ?? 0;
+    this.requireEtag = o.requireEtag ?? false;
+    let docs = loadMockup(o.mockup ?? 'public-rackmount1');
+    const systems = members(docs.get('/redfish/v1/Systems'));
+    if (!systems[0]) throw new Error('mockup has no ComputerSystem');
+    this.systemPath = systems[0];
+    if (this.flavour.virtualMediaOnSystem) docs = moveVirtualMediaToSystem(docs, this.systemPath);
+    this.docs = docs;
+    // Sessions are this machine's own, not the mockup's samples.
+    for (const k of [...docs.keys()]) if (k.startsWith('/redfish/v1/SessionService/Sessions/')) docs.delete(k);
+    const sys = this.system();
+    sys.UUID = o.uuid ?? randomUUID();
+    sys.SerialNumber = o.serial ?? `SIM${String(index).padStart(6, '0')}`;
+    sys.PowerState = o.powerState ?? 'Off';
+    const boot = (sys.Boot ??= {}) as Doc;
+    boot.BootSourceOverrideTarget = 'None';
+    boot.BootSourceOverrideEnabled = 'Disabled';
+    if (this.flavour.noBootSourceOverrideMode) delete boot.BootSourceOverrideMode;
+    else boot.BootSourceOverrideMode ??= 'UEFI';
+    delete boot.UefiTargetBootSourceOverride;
+    const reset = ((sys.Actions as Doc | undefined)?.['#ComputerSystem.Reset'] ?? null) as Doc | null;
+    if (!reset) throw new Error('mockup system has no #ComputerSystem.Reset');
+    this.resetTarget = normalize(reset.target as string);
+    // MACs: the system's EthernetInterfaces in collection order.
+    const nics = members(docs.get(`${this.systemPath}/EthernetInterfaces`)).filter((p) => docs.has(p));
+    const macs = o.macs ?? nics.map((_, i) => `52:54:00:${hex(index >> 16)}:${hex(index >> 8)}:${hex((index + i * 0x40) & 0xff)}`);
+    nics.forEach((p, i) => {
+      const nic = docs.get(p)!;
+      if (macs[i]) { nic.MACAddress = macs[i]; nic.PermanentMACAddress = macs[i]; }
+    });
+    // Virtual media: empty at start; action targets as the mockup declares them, else the standard ones.
+    for (const [p, d] of docs) {
+      if (!String(d['@odata.type'] ?? '').startsWith('#VirtualMedia.') || String(d['@odata.type']).includes('Collection')) continue;
+      d.Image = null; d.ImageName = null; d.Inserted = false; d.ConnectedVia = 'NotConnected';
+      const actions = (d.Actions ??= {}) as Doc;
+      const ins = (actions['#VirtualMedia.InsertMedia'] ??= { target: `${p}/Actions/VirtualMedia.InsertMedia` }) as Doc;
+      const ej = (actions['#VirtualMedia.EjectMedia'] ??= { target: `${p}/Actions/VirtualMedia.EjectMedia` }) as Doc;
+      this.insertTargets.set(normalize(ins.target as string), p);
+      this.ejectTargets.set(normalize(ej.target as string), p);
+    }
+  }
+
+  system(): Doc { return this.docs.get(this.systemPath)!; }
+  etag(): string { return `W/"${this.etagVersion}"`; }
+
+  allowedResetTypes(): string[] {
+    const reset = (this.system().Actions as Doc)['#ComputerSystem.Reset'] as Doc;
+    const inline = reset['ResetType@Redfish.AllowableValues'] as string[] | undefined;
+    if (inline) return inline;
+    const infoPath = reset['@Redfish.ActionInfo'] as string | undefined;
+    const info = infoPath ? this.docs.get(normalize(infoPath)) : undefined;
+    const param = ((info?.Parameters ?? []) as Doc[]).find((x) => x.Name === 'ResetType');
+    return (param?.AllowableValues as string[] | undefined) ?? Object.keys(POWER_TARGET);
+  }
+
+  state(): MachineState {
+    const sys = this.system();
+    const boot = sys.Boot as Doc;
+    const vms: MachineState['virtualMedia'] = [];
+    for (const p of this.insertTargets.values()) {
+      const d = this.docs.get(p)!;
+      vms.push({ id: d.Id as string, path: p, image: (d.Image as string | null) ?? null, inserted: d.Inserted === true, connectedVia: d.ConnectedVia as string });
+    }
+    const nics = members(this.docs.get(`${this.systemPath}/EthernetInterfaces`)).map((p) => this.docs.get(p)?.MACAddress as string).filter(Boolean);
+    return {
+      powerState: sys.PowerState as RedfishPowerState,
+      boot: { target: boot.BootSourceOverrideTarget as string, enabled: boot.BootSourceOverrideEnabled as string, mode: (boot.BootSourceOverrideMode as string | undefined) ?? null },
+      virtualMedia: vms, uuid: sys.UUID as string, macs: nics, serial: sys.SerialNumber as string,
+      resetsApplied: this.resetsApplied, nmis: this.nmis, continuousDiskOverrides: this.continuousDiskOverrides, sessions: this.sessions.size,
+    };
+  }
+
+  counts(): Counts {
+    const c: Counts = { reset: 0, insertMedia: 0, ejectMedia: 0, bootOverride: 0, total: 0, duplicateKeys: [], calls: [...this.calls] };
+    const seen = new Map<string, number>();
+    for (const call of this.calls) {
+      c[call.kind]++; c.total++;
+      if (call.idempotencyKey) seen.set(call.idempotencyKey, (seen.get(call.idempotencyKey) ?? 0) + 1);
+    }
+    c.duplicateKeys = [...seen].filter(([, n]) => n > 1).map(([k]) => k);
+    return c;
+  }
+
+  later(ms: number, fn: () => void): void {
+    const t = setTimeout(() => { this.timers.delete(t); fn(); }, ms);
+    this.timers.add(t);
+  }
+}
+
+function hex(n: number): string { return (n & 0xff).toString(16).padStart(2, '0'); }
+
+/** iDRAC 6.00.02+: the Manager's VirtualMedia moves under the System (paths and targets rewritten). */
+function moveVirtualMediaToSystem(docs: Map<string, Doc>, systemPath: string): Map<string, Doc> {
+  const managers = members(docs.get('/redfish/v1/Managers'));
+  const from = managers.map((m) => `${m}/VirtualMedia`).find((p) => docs.has(p));
+  if (!from) return docs;
+  const to = `${systemPath}/VirtualMedia`;
+  const out = new Map<string, Doc>();
+  for (const [k, v] of docs) {
+    const nk = k === from || k.startsWith(`${from}/`) ? to + k.slice(from.length) : k;
+    out.set(nk, JSON.parse(JSON.stringify(v).split(`"${from}`).join(`"${to}`)) as Doc);
+  }
+  for (const m of managers) delete out.get(m)?.VirtualMedia;
+  out.get(systemPath)!.VirtualMedia = { '@odata.id': to };
+  return out;
+}
+
+function send(res: http.ServerResponse, status: number, body?: unknown, headers: Record<string, string> = {}): void {
+  const text = body === undefined ? '' : JSON.stringify(body);
+  res.writeHead(status, { 'OData-Version': '4.0', ...(text ? { 'Content-Type': 'application/json; charset=utf-8' } : {}), ...headers });
+  res.end(text);
+}
+
+async function readBody(req: http.IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function idempotencyKey(req: http.IncomingMessage): string | null {
+  const v = req.headers['idempotency-key'] ?? req.headers['x-idempotency-key'];
+  return (Array.isArray(v) ? v[0] : v) ?? null;
+}
+
+function authorized(m: Machine, req: http.IncomingMessage): boolean {
+  const token = req.headers['x-auth-token'];
+  if (typeof token === 'string') return m.sessions.has(token);
+  const auth = req.headers.authorization;
+  if (!auth?.startsWith('Basic ')) return false;
+  const dec = Buffer.from(auth.slice(6), 'base64').toString('utf8');
+  const i = dec.indexOf(':');
+  return i >= 0 && dec.slice(0, i) === m.username && dec.slice(i + 1) === m.password;
+}
+
+const UNAUTHENTICATED = new Set(['/redfish', '/redfish/v1', '/redfish/v1/odata', '/redfish/v1/$metadata']);
+
+async function handle(m: Machine, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  const f = m.faults;
+  if (f.hang) return; // read, never answered; stop() destroys the socket
+  if (f.latencyMs) await sleep(f.latencyMs);
+  if (f.unavailable) {
+    if (f.unavailable.count !== undefined && --f.unavailable.count <= 0) m.faults = { ...f, unavailable: null };
+    return send(res, 503, redfishError(503, 'Base.1.8.ServiceTemporarilyUnavailable', 'The service is temporarily unavailable.', [String(f.unavailable.retryAfterS)]), { 'Retry-After': String(f.unavailable.retryAfterS) });
+  }
+  if (f.fail500Next && f.fail500Next > 0) {
+    f.fail500Next--;
+    await readBody(req);
+    // A destructive call that failed is still a call received.
+    const kind = destructiveKind(m, req);
+    if (kind) m.calls.push({ kind, detail: 'fault:500', idempotencyKey: idempotencyKey(req), status: 500, at: Date.now() });
+    return send(res, 500, redfishError(500, 'Base.1.8.InternalError', 'The request failed due to an internal service error.'));
+  }
+  const path = normalize(req.url ?? '/');
+  const method = req.method ?? 'GET';
+  const body = method === 'GET' || method === 'HEAD' ? '' : await readBody(req);
+
+  if (path === '/redfish' && method === 'GET') return send(res, 200, { v1: '/redfish/v1/' });
+  if (path === '/redfish/v1/SessionService/Sessions' && method === 'POST') return createSession(m, body, res);
+  if (!(UNAUTHENTICATED.has(path) && method === 'GET') && !authorized(m, req)) {
+    return send(res, 401, redfishError(401, 'Base.1.8.ResourceAtUriUnauthorized', `While accessing the resource at ${path}, the service received an authorization error: wrong or missing credentials.`, [path, 'Unauthorized']), { 'WWW-Authenticate': 'Basic realm="Redfish"' });
+  }
+  let parsed: Doc = {};
+  if (body) {
+    try { parsed = JSON.parse(body) as Doc; } catch { return send(res, 400, redfishError(400, 'Base.1.8.MalformedJSON', 'The request body submitted was malformed JSON.')); }
+  }
+
+  if (method === 'GET') return get(m, path, res);
+  if (method === 'DELETE' && path.startsWith('/redfish/v1/SessionService/Sessions/')) {
+    const id = path.split('/').pop()!;
+    const tok = [...m.sessions].find(([, s]) => s.id === id)?.[0];
+    if (!tok) return send(res, 404, redfishError(404, 'Base.1.8.ResourceMissingAtURI', `The resource at the URI ${path} was not found.`, [path]));
+    m.sessions.delete(tok);
+    return send(res, 204);
+  }
+  if (method === 'PATCH' && path === m.systemPath) return patchSystem(m, req, parsed, res);
+  if (method === 'POST' && path === m.resetTarget) return reset(m, req, parsed, res);
+  if (method === 'POST' && m.insertTargets.has(path)) return insertMedia(m, req, m.insertTargets.get(path)!, parsed, res);
+  if (method === 'POST' && m.ejectTargets.has(path)) return ejectMedia(m, req, m.ejectTargets.get(path)!, res);
+  if (m.docs.has(path)) return send(res, 405, redfishError(405, 'Base.1.8.OperationNotAllowed', `${method} is not allowed on ${path}.`), { Allow: 'GET' });
+  return send(res, 404, redfishError(404, 'Base.1.8.ResourceMissingAtURI', `The resource at the URI ${path} was not found.`, [path]));
+}
+
+function destructiveKind(m: Machine, req: http.IncomingMessage): DestructiveKind | null {
+  const path = normalize(req.url ?? '/');
+  if (req.method === 'POST' && path === m.resetTarget) return 'reset';
+  if (req.method === 'POST' && m.insertTargets.has(path)) return 'insertMedia';
+  if (req.method === 'POST' && m.ejectTargets.has(path)) return 'ejectMedia';
+  if (req.method === 'PATCH' && path === m.systemPath) return 'bootOverride';
+  return null;
+}
+
+function createSession(m: Machine, body: string, res: http.ServerResponse): void {
+  let cred: Doc = {};
+  try { cred = JSON.parse(body || '{}') as Doc; } catch { /* refused below */ }
+  if (cred.UserName !== m.username || cred.Password !== m.password) {
+    return send(res, 401, redfishError(401, 'Base.1.8.NoValidSession', 'There is no valid session established with the implementation: wrong user name or password.'));
+  }
+  const id = randomBytes(8).toString('hex');
+  const token = randomBytes(24).toString('hex');
+  m.sessions.set(token, { id, user: m.username });
+  const location = `/redfish/v1/SessionService/Sessions/${id}`;
+  send(res, 201, sessionDoc(id, m.username), { 'X-Auth-Token': token, Location: location });
+}
+
+function sessionDoc(id: string, user: string): Doc {
+  return { '@odata.type': '#Session.v1_7_0.Session', '@odata.id': `/redfish/v1/SessionService/Sessions/${id}`, Id: id, Name: 'User Session', UserName: user };
+}
+
+function get(m: Machine, path: string, res: http.ServerResponse): void {
+  if (path === '/redfish/v1/SessionService/Sessions') {
+    const ms = [...m.sessions.values()].map((s) => ({ '@odata.id': `/redfish/v1/SessionService/Sessions/${s.id}` }));
+    return send(res, 200, { '@odata.type': '#SessionCollection.SessionCollection', '@odata.id': path, Name: 'Session Collection', 'Members@odata.count': ms.length, Members: ms });
+  }
+  if (path.startsWith('/redfish/v1/SessionService/Sessions/')) {
+    const s = [...m.sessions.values()].find((x) => x.id === path.split('/').pop());
+    if (s) return send(res, 200, sessionDoc(s.id, s.user));
+  }
+  const monitor = /^\/redfish\/v1\/TaskService\/(TaskMonitors|Tasks)\/([^/]+)$/.exec(path);
+  const task = monitor ? m.tasks.get(monitor[2]!) : undefined;
+  if (monitor && task) {
+    const doc = { '@odata.type': '#Task.v1_7_0.Task', '@odata.id': `/redfish/v1/TaskService/Tasks/${monitor[2]}`, Id: monitor[2], Name: `Reset ${task.resetType}`, TaskState: task.state, TaskStatus: 'OK', PercentComplete: task.state === 'Completed' ? 100 : 50, TaskMonitor: `/redfish/v1/TaskService/TaskMonitors/${monitor[2]}` };
+    // A task monitor answers 202 while the task runs, then the operation's result (204 here).
+    if (monitor[1] === 'TaskMonitors') return task.state === 'Running' ? send(res, 202, doc, { Location: doc.TaskMonitor, 'Retry-After': '1' }) : send(res, 204);
+    return send(res, 200, doc);
+  }
+  const doc = m.docs.get(path);
+  if (!doc) return send(res, 404, redfishError(404, 'Base.1.8.ResourceMissingAtURI', `The resource at the URI ${path} was not found.`, [path]));
+  if (path === m.systemPath) return send(res, 200, { ...doc, '@odata.etag': m.etag() }, { ETag: m.etag() });
+  send(res, 200, doc);
+}
+
+function patchSystem(m: Machine, req: http.IncomingMessage, body: Doc, res: http.ServerResponse): void {
+  const call: DestructiveCall = { kind: 'bootOverride', detail: JSON.stringify(body.Boot ?? body), idempotencyKey: idempotencyKey(req), status: 0, at: Date.now() };
+  m.calls.push(call);
+  const done = (status: number, b?: unknown, h?: Record<string, string>) => { call.status = status; send(res, status, b, h); };
+  const ifMatch = req.headers['if-match'];
+  if (m.requireEtag && !ifMatch) return done(428, redfishError(428, 'Base.1.8.PreconditionRequired', 'A precondition header or annotation is required to change the resource: If-Match.'));
+  if (ifMatch && ifMatch !== m.etag() && ifMatch !== '*') return done(412, redfishError(412, 'Base.1.8.PreconditionFailed', 'The ETag supplied did not match the ETag required to change this resource.'));
+  const keys = Object.keys(body);
+  if (keys.some((k) => k !== 'Boot') || typeof body.Boot !== 'object' || body.Boot === null) {
+    return done(400, redfishError(400, 'Base.1.8.PropertyNotWritable', `Only Boot is writable here; got ${keys.join(', ')}.`, keys));
+  }
+  const patch = body.Boot as Doc;
+  const boot = m.system().Boot as Doc;
+  const allowedTargets = (boot['BootSourceOverrideTarget@Redfish.AllowableValues'] as string[] | undefined) ?? ['None', 'Pxe', 'Cd', 'Hdd', 'BiosSetup'];
+  const allowed: Record<string, string[]> = {
+    BootSourceOverrideTarget: allowedTargets,
+    BootSourceOverrideEnabled: ['Disabled', 'Once', 'Continuous'],
+    BootSourceOverrideMode: ['UEFI', 'Legacy'],
+  };
+  if (m.flavour.noBootSourceOverrideMode) delete allowed.BootSourceOverrideMode;
+  for (const [k, v] of Object.entries(patch)) {
+    if (!allowed[k]) return done(400, redfishError(400, 'Base.1.8.PropertyUnknown', `The property ${k} is not in the list of valid properties for the resource.`, [k]));
+    if (!allowed[k].includes(v as string)) return done(400, redfishError(400, 'Base.1.8.PropertyValueNotInList', `The value ${String(v)} for the property ${k} is not in the list of acceptable values.`, [String(v), k]));
+  }
+  Object.assign(boot, patch);
+  if (boot.BootSourceOverrideEnabled === 'Continuous' && boot.BootSourceOverrideTarget === 'Hdd') m.continuousDiskOverrides++;
+  m.etagVersion++;
+  done(204, undefined, { ETag: m.etag() });
+}
+
+function reset(m: Machine, req: http.IncomingMessage, body: Doc, res: http.ServerResponse): void {
+  const type = body.ResetType;
+  const call: DestructiveCall = { kind: 'reset', detail: String(type), idempotencyKey: idempotencyKey(req), status: 0, at: Date.now() };
+  // Nmi does not change power: not a destructive call for the counts.
+  if (type !== 'Nmi') m.calls.push(call);
+  const done = (status: number, b?: unknown, h?: Record<string, string>) => { call.status = status; send(res, status, b, h); };
+  if (typeof type !== 'string') return done(400, redfishError(400, 'Base.1.8.ActionParameterMissing', 'The action ComputerSystem.Reset requires the parameter ResetType to be present in the request body.', ['ComputerSystem.Reset', 'ResetType']));
+  const allowed = m.allowedResetTypes();
+  if (!allowed.includes(type) || !POWER_TARGET[type]) {
+    return done(400, redfishError(400, 'Base.1.8.ActionParameterValueNotInList', `The value ${type} for the parameter ResetType in the action ComputerSystem.Reset is not in the list of acceptable values.`, [type, 'ResetType', 'ComputerSystem.Reset']));
+  }
+  if (m.faults.notImplementedResetTypes?.includes(type)) return done(501, redfishError(501, 'Base.1.8.ActionNotSupported', `The action ComputerSystem.Reset with ResetType ${type} is not supported by the resource.`, ['ComputerSystem.Reset']));
+  if (m.faults.lies) return done(204);
+  const sys = m.system();
+  const kind = POWER_TARGET[type]!;
+  const from = sys.PowerState as RedfishPowerState;
+  const on = from === 'On' || from === 'PoweringOn';
+  const target: 'On' | 'Off' | null = kind === 'On' ? 'On' : kind === 'Off' ? 'Off' : kind === 'Cycle' ? (on ? 'On' : null) : kind === 'Toggle' ? (on ? 'Off' : 'On') : null;
+  const apply = () => {
+    if (kind === 'Nmi') m.nmis++;
+    else if (target) { sys.PowerState = target; m.resetsApplied++; }
+    m.etagVersion++;
+  };
+  if (kind === 'Cycle' && on) sys.PowerState = 'PoweringOn';
+  else if (target && target !== from) sys.PowerState = target === 'On' ? 'PoweringOn' : 'PoweringOff';
+  let taskId: string | null = null;
+  if (m.faults.asyncTasks) {
+    taskId = randomBytes(6).toString('hex');
+    m.tasks.set(taskId, { state: 'Running', resetType: type });
+  }
+  const finish = () => { apply(); if (taskId) m.tasks.get(taskId)!.state = 'Completed'; };
+  if (m.applyDelayMs > 0 || taskId) m.later(Math.max(m.applyDelayMs, 0), finish);
+  else finish();
+  if (taskId) {
+    const monitor = `/redfish/v1/TaskService/TaskMonitors/${taskId}`;
+    return done(202, { '@odata.type': '#Task.v1_7_0.Task', '@odata.id': `/redfish/v1/TaskService/Tasks/${taskId}`, Id: taskId, TaskState: 'Running', TaskMonitor: monitor }, { Location: monitor, 'Retry-After': '1' });
+  }
+  done(204);
+}
+
+function insertMedia(m: Machine, req: http.IncomingMessage, vmPath: string, body: Doc, res: http.ServerResponse): void {
+  const call: DestructiveCall = { kind: 'insertMedia', detail: String(body.Image), idempotencyKey: idempotencyKey(req), status: 0, at: Date.now() };
+  m.calls.push(call);
+  const done = (status: number, b?: unknown) => { call.status = status; send(res, status, b); };
+  const vm = m.docs.get(vmPath)!;
+  if (typeof body.Image !== 'string' || !body.Image) return done(400, redfishError(400, 'Base.1.8.ActionParameterMissing', 'The action VirtualMedia.InsertMedia requires the parameter Image to be present in the request body.', ['VirtualMedia.InsertMedia', 'Image']));
+  if (m.flavour.insertAcceptsOnlyImage) {
+    const extra = Object.keys(body).filter((k) => k !== 'Image');
+    if (extra.length) return done(400, redfishError(400, 'Base.1.8.ActionParameterNotSupported', `The parameter ${extra[0]} for the action VirtualMedia.InsertMedia is not supported on the target resource.`, [extra[0]!, 'VirtualMedia.InsertMedia']));
+  }
+  if (m.flavour.refuseInsertWhileConnected && vm.Inserted === true) {
+    return done(500, redfishError(500, 'IDRAC.2.8.VRM0012', 'The requested operation cannot be completed because the Virtual Media image is already connected.'));
+  }
+  if (m.flavour.refuseInsertWhileImageSet && vm.Image) {
+    return done(400, redfishError(400, 'Base.1.8.ActionNotSupported', 'Virtual media is already mounted: eject the current image first.', ['VirtualMedia.InsertMedia']));
+  }
+  if (m.faults.lies) return done(204);
+  vm.Image = body.Image;
+  vm.ImageName = body.Image.split('/').pop() ?? body.Image;
+  vm.Inserted = body.Inserted === undefined ? true : body.Inserted === true;
+  vm.WriteProtected = body.WriteProtected ?? true;
+  vm.ConnectedVia = 'URI';
+  done(204);
+}
+
+function ejectMedia(m: Machine, req: http.IncomingMessage, vmPath: string, res: http.ServerResponse): void {
+  const vm = m.docs.get(vmPath)!;
+  const call: DestructiveCall = { kind: 'ejectMedia', detail: String(vm.Image), idempotencyKey: idempotencyKey(req), status: 0, at: Date.now() };
+  m.calls.push(call);
+  const done = (status: number, b?: unknown) => { call.status = status; send(res, status, b); };
+  if (m.flavour.ejectFailsWhenEmpty && vm.Inserted !== true && !vm.Image) {
+    return done(400, redfishError(400, 'iLO.2.15.UnableToEject', 'Unable to eject the virtual media: no media is inserted.'));
+  }
+  vm.Image = null; vm.ImageName = null; vm.Inserted = false; vm.ConnectedVia = 'NotConnected';
+  done(204);
+}
+
+function listen(server: http.Server): Promise<string> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
+  });
+}
+
+function close(server: http.Server): Promise<void> {
+  return new Promise((resolve) => { server.close(() => resolve()); server.closeAllConnections(); });
+}
+
+export async function startRedfishSim(opts: RedfishSimOptions = {}): Promise<RedfishSim> {
+  const list: MachineOptions[] = Array.isArray(opts.machines) ? opts.machines : Array.from({ length: opts.machines ?? 1 }, () => ({}));
+  const machines = list.map((o, i) => new Machine(i, { ...opts.defaults, ...o }));
+  const byId = new Map(machines.map((m) => [m.id, m]));
+  if (byId.size !== machines.length) throw new Error('machine ids must be unique');
+  const servers: http.Server[] = [];
+  const lookup = (id: string) => { const m = byId.get(id); if (!m) throw new Error(`no simulated machine ${id}`); return m; };
+  const view = (m: Machine) => ({ id: m.id, url: m.url, flavour: m.flavour.name, systemPath: m.systemPath, faults: m.faults, state: m.state(), counts: m.counts() });
+  try {
+    for (const m of machines) {
+      m.server = http.createServer((req, res) => { handle(m, req, res).catch((e: unknown) => { if (!res.headersSent) send(res, 500, redfishError(500, 'Base.1.8.InternalError', String(e))); }); });
+      servers.push(m.server);
+      m.url = await listen(m.server);
+    }
+    const admin = http.createServer((req, res) => {
+      void (async () => {
+        const p = normalize(req.url ?? '/');
+        const mm = /^\/sim\/machines\/([^/]+)(\/faults)?$/.exec(p);
+        if (p === '/sim/machines' && req.method === 'GET') return send(res, 200, machines.map(view));
+        if (mm && !mm[2] && req.method === 'GET' && byId.has(mm[1]!)) return send(res, 200, view(byId.get(mm[1]!)!));
+        if (mm && mm[2] && req.method === 'POST' && byId.has(mm[1]!)) {
+          byId.get(mm[1]!)!.faults = JSON.parse((await readBody(req)) || '{}') as Faults;
+          return send(res, 204);
+        }
+        send(res, 404, { error: 'not found' });
+      })().catch((e: unknown) => send(res, 400, { error: String(e) }));
+    });
+    servers.push(admin);
+    const url = await listen(admin);
+    return {
+      url,
+      machines: machines.map((m) => ({ id: m.id, url: m.url, flavour: m.flavour.name, username: m.username, password: m.password, systemPath: m.systemPath, state: () => m.state() })),
+      setFault: (id, faults) => { lookup(id).faults = structuredClone(faults); },
+      counts: (id) => lookup(id).counts(),
+      stop: async () => {
+        for (const m of machines) { for (const t of m.timers) clearTimeout(t); m.timers.clear(); }
+        await Promise.all(servers.map(close));
+      },
+    };
+  } catch (e) {
+    await Promise.all(servers.filter((s) => s.listening).map(close));
+    throw e;
+  }
+}
