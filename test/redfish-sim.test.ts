@@ -351,6 +351,9 @@ describe('vendor flavours', () => {
     expect((await rf(m, t.insert, { method: 'POST', body: { Image: 'http://x/a.iso', Inserted: true } })).status).toBe(204);
     expect((await rf(m, t.insert, { method: 'POST', body: { Image: 'http://x/b.iso' } })).status).toBe(204);
     expect((await rf(m, t.vm)).body!.Image).toBe('http://x/b.iso');
+    // Machines of one mockup share its read-only resources but never each other's state.
+    expect((await rf(M.plain!, t.vm)).body!.Image).toBeNull();
+    expect(M.plain!.state().virtualMedia.every((v) => !v.inserted)).toBe(true);
   });
 });
 

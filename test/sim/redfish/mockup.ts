@@ -1,7 +1,8 @@
 /**
  * Loads a DMTF public mockup (../shared/redfish-mockups/<name>: folders are resource paths without
- * the `/redfish/v1` prefix, each resource an index.json) into a map keyed by resource path. Each
- * simulated machine gets its own deep copy, so its state is overlaid on the mockup in memory.
+ * the `/redfish/v1` prefix, each resource an index.json) into a map keyed by resource path. The map is
+ * each caller's own; the resources in it are shared and must be cloned before a change (1,000 machines
+ * would otherwise copy the whole mockup each).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -35,9 +36,8 @@ export function loadMockup(name: MockupName, root = MOCKUP_ROOT): Map<string, Do
     if (!docs.has('/redfish/v1')) throw new Error(`no service root in mockup ${key}`);
     cache.set(key, docs);
   }
-  const copy = new Map<string, Doc>();
-  for (const [k, v] of docs) copy.set(k, structuredClone(v));
-  return copy;
+  // Resources are shared between machines, read only: a machine clones the few it changes (see own()).
+  return new Map(docs);
 }
 
 /** Members' @odata.id of a collection resource. */

@@ -162,6 +162,8 @@ class Machine {
     this.systemPath = systems[0];
     if (this.flavour.virtualMediaOnSystem) docs = moveVirtualMediaToSystem(docs, this.systemPath);
     this.docs = docs;
+    const own = (p: string): Doc => { const d = structuredClone(docs.get(p)!); docs.set(p, d); return d; };
+    own(this.systemPath);
     // Sessions are this machine's own, not the mockup's samples.
     for (const k of [...docs.keys()]) if (k.startsWith('/redfish/v1/SessionService/Sessions/')) docs.delete(k);
     const sys = this.system();
@@ -181,12 +183,13 @@ class Machine {
     const nics = members(docs.get(`${this.systemPath}/EthernetInterfaces`)).filter((p) => docs.has(p));
     const macs = o.macs ?? nics.map((_, i) => `52:54:00:${hex(index >> 16)}:${hex(index >> 8)}:${hex((index + i * 0x40) & 0xff)}`);
     nics.forEach((p, i) => {
-      const nic = docs.get(p)!;
+      const nic = own(p);
       if (macs[i]) { nic.MACAddress = macs[i]; nic.PermanentMACAddress = macs[i]; }
     });
     // Virtual media: empty at start; action targets as the mockup declares them, else the standard ones.
-    for (const [p, d] of docs) {
-      if (!String(d['@odata.type'] ?? '').startsWith('#VirtualMedia.') || String(d['@odata.type']).includes('Collection')) continue;
+    for (const [p, shared] of [...docs]) {
+      if (!String(shared['@odata.type'] ?? '').startsWith('#VirtualMedia.') || String(shared['@odata.type']).includes('Collection')) continue;
+      const d = own(p);
       d.Image = null; d.ImageName = null; d.Inserted = false; d.ConnectedVia = 'NotConnected';
       const actions = (d.Actions ??= {}) as Doc;
       const ins = (actions['#VirtualMedia.InsertMedia'] ??= { target: `${p}/Actions/VirtualMedia.InsertMedia` }) as Doc;
