@@ -1,16 +1,19 @@
 /**
- * Loads a DMTF public mockup (../shared/redfish-mockups/<name>: folders are resource paths without
+ * Loads a DMTF public mockup (test/fixtures/redfish-mockups/<name>, copied from DMTF's
+ * Redfish-Publications 2025.4 with their BSD-3 licence: folders are resource paths without
  * the `/redfish/v1` prefix, each resource an index.json) into a map keyed by resource path. The map is
  * each caller's own; the resources in it are shared and must be cloned before a change (1,000 machines
  * would otherwise copy the whole mockup each).
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import { fromRoot } from '../../../src/paths';
 
 export type MockupName = 'public-rackmount1' | 'public-localstorage' | 'public-telemetry';
 export type Doc = Record<string, unknown>;
 
-export const MOCKUP_ROOT = process.env.REDFISH_MOCKUPS ?? path.resolve(__dirname, '../../../../../shared/redfish-mockups');
+/** In the repository, so a clone anywhere has them; REDFISH_MOCKUPS points at another copy. */
+export const MOCKUP_ROOT = process.env.REDFISH_MOCKUPS ?? fromRoot('test', 'fixtures', 'redfish-mockups');
 
 const cache = new Map<string, Map<string, Doc>>();
 
