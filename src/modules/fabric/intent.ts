@@ -97,21 +97,26 @@ export class RenderError extends Error {
   }
 }
 
-function ipv4ToInt(ip: string, field: string): number {
-  if (!isIPv4(ip)) throw new RenderError(field, 'not an IPv4 address');
+/** A dotted-quad IPv4 address as an unsigned 32-bit number (the fabric's one conversion). */
+export function ipv4ToNumber(ip: string): number {
   const parts = ip.split('.');
   return ((Number(parts[0]) << 24) | (Number(parts[1]) << 16) | (Number(parts[2]) << 8) | Number(parts[3])) >>> 0;
 }
 
-function intToIpv4(n: number): string {
+export function numberToIpv4(n: number): string {
   return `${n >>> 24}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
+}
+
+function ipv4ToInt(ip: string, field: string): number {
+  if (!isIPv4(ip)) throw new RenderError(field, 'not an IPv4 address');
+  return ipv4ToNumber(ip);
 }
 
 /** The network of `base/prefixLen` as "A.B.C.D/N" (the base may be any address inside it). */
 export function networkCidr(base: string, prefixLen: number, field: string): string {
   if (!Number.isInteger(prefixLen) || prefixLen < 8 || prefixLen > 32) throw new RenderError(field, 'prefix length must be 8..32');
   const mask = (0xffffffff << (32 - prefixLen)) >>> 0;
-  return `${intToIpv4((ipv4ToInt(base, field) & mask) >>> 0)}/${prefixLen}`;
+  return `${numberToIpv4((ipv4ToInt(base, field) & mask) >>> 0)}/${prefixLen}`;
 }
 
 /** "A.B.C.D/N" checked and normalised to its network address. */

@@ -4,7 +4,7 @@ import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
 import { decide } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
-import { listenLimit, RenderError, vtepPoolCapacity, vtepPoolCidr, type SwitchNos } from './intent';
+import { ipv4ToNumber, listenLimit, numberToIpv4, RenderError, vtepPoolCapacity, vtepPoolCidr, type SwitchNos } from './intent';
 import { renderIntentOf } from './render-intent';
 import { settingsOf } from './config';
 import { checkMtuDrift } from './preflight';
@@ -135,22 +135,16 @@ const toCamel = (name: string) => name.replace(/_([a-z0-9])/g, (_m, c: string) =
 /** A rule's message in the wire's words (`input.fabricSwitchNos` -> `fabric_switch_nos`). */
 const wireWords = (message: string) => message.replace(/\binput\.([A-Za-z0-9]+)/g, (_m, name: string) => toSnake(name));
 
-function ipToInt(ip: string): number {
-  return ipaddr.IPv4.parse(ip).toByteArray().reduce((n, octet) => n * 256 + octet, 0);
-}
-function intToIp(n: number): string {
-  return [24, 16, 8, 0].map((shift) => Math.floor(n / 2 ** shift) % 256).join('.');
-}
 /** [first, last] address of a CIDR, as integers. */
 function rangeOf(cidr: string): [number, number] {
   const [address, prefixLen] = ipaddr.IPv4.parseCIDR(cidr);
   const size = 2 ** (32 - prefixLen);
-  const first = Math.floor(ipToInt(address.toString()) / size) * size;
+  const first = Math.floor(ipv4ToNumber(address.toString()) / size) * size;
   return [first, first + size - 1];
 }
 const inRange = (ip: string, cidr: string) => {
   const [first, last] = rangeOf(cidr);
-  const n = ipToInt(ip);
+  const n = ipv4ToNumber(ip);
   return n >= first && n <= last;
 };
 const overlaps = (a: string, b: string) => {
@@ -229,11 +223,11 @@ export function planFabric(intent: FabricSettings, stored: FabricSettings | null
     if (planned.ospfEnabled) {
       const [, last] = rangeOf(pool);
       // The last usable: a /24 block's .255 is never usable (vtepPoolCapacity), so step back one.
-      planned.fabricSwitchPeeringIp = intToIp(planned.routerIdPrefixLen >= 31 ? last : last - 1);
+      planned.fabricSwitchPeeringIp = numberToIpv4(planned.routerIdPrefixLen >= 31 ? last : last - 1);
       notes.push(`fabric_switch_peering_ip suggested: ${planned.fabricSwitchPeeringIp}, the VTEP pool's last usable address, for the switch's loopback (OSPF carries it; sessions run loopback to loopback); the VTEP allocator reserves it`);
     } else if (management) {
       const [first] = rangeOf(`${management.address}/${management.prefixLen}`);
-      planned.fabricSwitchPeeringIp = intToIp(management.prefixLen >= 31 ? first : first + 1);
+      planned.fabricSwitchPeeringIp = numberToIpv4(management.prefixLen >= 31 ? first : first + 1);
       notes.push(`fabric_switch_peering_ip suggested: ${planned.fabricSwitchPeeringIp}, management_cidr's first usable address (the bgp underlay's session runs over the management subnet)`);
     }
   }

@@ -2,7 +2,7 @@ import ipaddr from 'ipaddr.js';
 import { AppError } from '../../errors';
 import type { Tx } from '../../db/client';
 import type { PrismaClient } from '../../generated/prisma/client';
-import { vtepPoolCapacity } from './intent';
+import { ipv4ToNumber, numberToIpv4, vtepPoolCapacity } from './intent';
 
 /**
  * The VTEP pool (issue 10 item 6): every compute node gets one VTEP loopback address from the
@@ -61,14 +61,6 @@ export interface VtepPoolStatus {
   outsidePool: number;
 }
 
-function toNumber(ip: string): number {
-  const [a, b, c, d] = ipaddr.IPv4.parse(ip).toByteArray() as [number, number, number, number];
-  return ((a << 24) | (b << 16) | (c << 8) | d) >>> 0;
-}
-
-function toIp(n: number): string {
-  return new ipaddr.IPv4([n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255]).toString();
-}
 
 /**
  * The pool the stored config describes; null when it has none (base and prefix go together).
@@ -85,12 +77,12 @@ export function poolOf(config: { routerIdBase: string; routerIdPrefixLen: number
   const network = ipaddr.IPv4.networkAddressFromCIDR(cidr).toString();
   const pool = {
     routerIdBase, prefixLength, subnetCidr: `${network}/${prefixLength}`,
-    network: toNumber(network), broadcast: toNumber(ipaddr.IPv4.broadcastAddressFromCIDR(cidr).toString()),
+    network: ipv4ToNumber(network), broadcast: ipv4ToNumber(ipaddr.IPv4.broadcastAddressFromCIDR(cidr).toString()),
     totalUsable: vtepPoolCapacity(prefixLength),
     reserved: [] as string[],
   };
   const switchIp = config.fabricSwitchPeeringIp ?? '';
-  if (switchIp !== '' && ipaddr.IPv4.isValidFourPartDecimal(switchIp) && isUsable(pool, toNumber(switchIp))) pool.reserved.push(switchIp);
+  if (switchIp !== '' && ipaddr.IPv4.isValidFourPartDecimal(switchIp) && isUsable(pool, ipv4ToNumber(switchIp))) pool.reserved.push(switchIp);
   return pool;
 }
 
@@ -114,7 +106,7 @@ function nextUsable(pool: VtepPool, n: number): number {
 
 /** Whether `ip` is one of the pool's usable addresses (reserved ones included). */
 export function inPool(pool: VtepPool, ip: string): boolean {
-  return ipaddr.IPv4.isValidFourPartDecimal(ip) && isUsable(pool, toNumber(ip));
+  return ipaddr.IPv4.isValidFourPartDecimal(ip) && isUsable(pool, ipv4ToNumber(ip));
 }
 
 /** Whether a node may keep `ip`: usable in the current pool and not reserved. */
@@ -137,7 +129,7 @@ async function allocateIn(tx: Tx, nodeIds: string[]): Promise<Map<string, string
   if (missing.length > 0) throw new AppError('NOT_FOUND', `not a compute node: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', ...' : ''}`, { nodeIds: missing });
 
   const all = await tx.fabricVtep.findMany({ select: { ip: true, nodeId: true } });
-  const taken = new Set<number>(pool.reserved.map(toNumber));
+  const taken = new Set<number>(pool.reserved.map((ip) => ipv4ToNumber(ip)));
   const result = new Map<string, string>();
   const stale: string[] = [];
   const wanted = new Set(nodeIds);
@@ -146,7 +138,7 @@ async function allocateIn(tx: Tx, nodeIds: string[]): Promise<Map<string, string
       if (wanted.has(row.nodeId)) stale.push(row.nodeId);
       continue;
     }
-    taken.add(toNumber(row.ip));
+    taken.add(ipv4ToNumber(row.ip));
     if (wanted.has(row.nodeId)) result.set(row.nodeId, row.ip);
   }
   const needing = nodeIds.filter((id) => !result.has(id));
@@ -161,7 +153,7 @@ async function allocateIn(tx: Tx, nodeIds: string[]): Promise<Map<string, string
         `the VTEP pool ${pool.subnetCidr} is exhausted: ${pool.totalUsable} usable addresses, ${taken.size - pool.reserved.length} allocated${pool.reserved.length ? `, ${pool.reserved.length} reserved (the fabric switch)` : ''}, ${needing.length} more needed; widen the pool (a shorter router_id_prefix_len)`,
         { pool: pool.subnetCidr, totalUsable: pool.totalUsable, allocated: taken.size - pool.reserved.length, reserved: pool.reserved.length, needed: needing.length });
     }
-    fresh.push({ ip: toIp(n), nodeId });
+    fresh.push({ ip: numberToIpv4(n), nodeId });
     n = nextUsable(pool, n);
   }
   if (stale.length > 0) await tx.fabricVtep.deleteMany({ where: { nodeId: { in: stale } } });
@@ -210,7 +202,7 @@ export async function vtepPoolStatus(db: Db): Promise<VtepPoolStatus | null> {
       allocated: 0, remaining: 0, exhausted: true, lastAllocatedIp: '', outsidePool: rows.length,
     };
   }
-  const inside = rows.filter((r) => holdable(pool, r.ip)).map((r) => ({ n: toNumber(r.ip), at: r.allocatedAt.getTime(), ip: r.ip }));
+  const inside = rows.filter((r) => holdable(pool, r.ip)).map((r) => ({ n: ipv4ToNumber(r.ip), at: r.allocatedAt.getTime(), ip: r.ip }));
   // Newest first; within one allocation (one timestamp) the addresses were handed out upwards.
   inside.sort((x, y) => y.at - x.at || y.n - x.n);
   const remaining = Math.max(0, pool.totalUsable - pool.reserved.length - inside.length);
@@ -218,7 +210,7 @@ export async function vtepPoolStatus(db: Db): Promise<VtepPoolStatus | null> {
     routerIdBase: pool.routerIdBase,
     prefixLength: pool.prefixLength,
     subnetCidr: pool.subnetCidr,
-    startIp: pool.totalUsable > 0 ? toIp(nextUsable(pool, pool.network)) : '',
+    startIp: pool.totalUsable > 0 ? numberToIpv4(nextUsable(pool, pool.network)) : '',
     totalUsable: pool.totalUsable,
     allocated: inside.length,
     remaining,
