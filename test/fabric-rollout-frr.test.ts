@@ -54,6 +54,18 @@ async function addrs(node: SshNode): Promise<{ ifname: string; mtu: number; addr
 const etc = (node: SshNode, file: string) => fs.readFile(path.join(node.frrFiles!.etc, file), 'utf8');
 const exists = (node: SshNode, file: string) => fs.access(path.join(node.frrFiles!.etc, file)).then(() => true, () => false);
 
+/** The node as it was before the fabric touched it: its files, no vtep0, its MTU, no daemons, no VTEP. */
+async function expectBaseline(node: SshNode): Promise<void> {
+  expect(await etc(node, 'frr.conf')).toBe(pristine.get(node.index)!.conf);
+  expect(await etc(node, 'daemons')).toBe(pristine.get(node.index)!.daemons);
+  expect(await exists(node, 'frr.conf.distrib')).toBe(false);
+  const links = await addrs(node);
+  expect(links.some((l) => l.ifname === 'vtep0')).toBe(false);
+  expect(links.find((l) => l.ifname === 'eth1')!.mtu).toBe(ODD_MTU);
+  expect(await lab.frrDaemons(node)).toEqual([]);
+  expect(await prisma().fabricVtep.count({ where: { nodeId: metalIds[node.index]! } })).toBe(0);
+}
+
 beforeAll(async () => {
   lab = await startSshNodes('rollout-frr', 3, { lan: true, frr: true, frrDaemonsFile: true });
   [gw, host1, host2] = lab.nodes as [SshNode, SshNode, SshNode];
@@ -153,14 +165,7 @@ describe('fabric rollout over real FRR', () => {
       ['restore_mtu', 'ok', `eth1 MTU ${ODD_MTU}`],
       ['release_vtep', 'ok', expect.stringMatching(/^VTEP 172\.30\.210\.\d+ released$/)],
     ]);
-    expect(await etc(host2, 'frr.conf')).toBe(pristine.get(host2.index)!.conf);
-    expect(await etc(host2, 'daemons')).toBe(pristine.get(host2.index)!.daemons);
-    expect(await exists(host2, 'frr.conf.distrib')).toBe(false);
-    const links = await addrs(host2);
-    expect(links.some((l) => l.ifname === 'vtep0')).toBe(false);
-    expect(links.find((l) => l.ifname === 'eth1')!.mtu).toBe(ODD_MTU);
-    expect(await lab.frrDaemons(host2)).toEqual([]);
-    expect(await prisma().fabricVtep.count({ where: { nodeId: metalIds[host2.index]! } })).toBe(0);
+    await expectBaseline(host2);
     expect(await prisma().fabricNodeBaseline.count({ where: { nodeId: metalIds[host2.index]! } })).toBe(0);
     // One compute node no longer carries the fabric: saved, not rolled out everywhere.
     expect((await rest(t.url, admin, 'GET', PATH)).body.rollout_status).toBe('pending');
@@ -207,14 +212,7 @@ describe('fabric rollout over real FRR', () => {
     expect(job).toMatchObject({ jobStatus: 'failed', state: 'apply_cancelled', firstFailNode: '', error: 'cancelled: 1 of 1 touched node(s) back to baseline' });
     expect(job.nodes[0]).toMatchObject({ rolledBack: true, error: 'cancelled before this node finished' });
     expect(job.nodes[0].steps.find((s: any) => s.step === 'verify_bgp')).toMatchObject({ status: 'failed', message: 'cancelled before this node finished' });
-    expect(await etc(host2, 'frr.conf')).toBe(pristine.get(host2.index)!.conf);
-    expect(await etc(host2, 'daemons')).toBe(pristine.get(host2.index)!.daemons);
-    expect(await exists(host2, 'frr.conf.distrib')).toBe(false);
-    const links = await addrs(host2);
-    expect(links.some((l) => l.ifname === 'vtep0')).toBe(false);
-    expect(links.find((l) => l.ifname === 'eth1')!.mtu).toBe(ODD_MTU);
-    expect(await lab.frrDaemons(host2)).toEqual([]);
-    expect(await prisma().fabricVtep.count({ where: { nodeId: metalIds[host2.index]! } })).toBe(0);
+    await expectBaseline(host2);
   });
 
   it('some nodes fail, others succeed: partial, the fabric degraded, first_fail_* the failed node\'s step', async () => {
