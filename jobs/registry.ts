@@ -12,6 +12,14 @@ export interface QueueData {
   /** Level-triggered: "make node X match its desired state". Queued by the metal verbs. */
   'metal.reconcile': { nodeId: string; reason: string; wipe?: string; batchId?: string };
   /**
+   * "Advance workflow run R": everything else (kind, params, step, attempts, waits) is in the
+   * workflow_run and workflow_step rows. Queued by the node store when a run starts, by a command
+   * result or a ramdisk callback that a waiting run may be waiting for, and by the engine itself
+   * for a delayed retry or a deadline. Several jobs for one run are harmless: the run's lease
+   * lets one worker at a time advance it, and a job that finds nothing to do does nothing.
+   */
+  'metal.advance': { runId: string };
+  /**
    * "Release batch B": queue the metal.reconcile job of each node of a destructive bulk batch,
    * once (command_batch.released_at). Queued by bulk for a batch without approver keys and by the
    * approval that reaches the quorum; the node list is the batch row's, never the job's.
@@ -28,6 +36,7 @@ export type QueueName = keyof QueueData;
 
 export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
   'metal.reconcile': { name: 'metal.reconcile', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 15 * 60 },
+  'metal.advance': { name: 'metal.advance', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 15 * 60 },
   'metal.batch': { name: 'metal.batch', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
   // One prune at a time is enough; a missed one is caught up by the next.
   'events.prune': { name: 'events.prune', policy: 'singleton', retryLimit: 1, expireInSeconds: 10 * 60 },
@@ -126,11 +135,11 @@ export function prismaExecutor(tx: { $queryRawUnsafe<T = unknown>(sql: string, .
  * and one more WAL record per row), which was a third of 10,000 jobs' time. Without it, a row
  * that did conflict would fail the statement instead of being dropped silently.
  */
-export function insertJobsSql(queue: QueueName, data: string, from: string): string {
+export function insertJobsSql(queue: QueueName, data: string, from: string, startAfter = 'now()'): string {
   const onConflict = QUEUES[queue].policy === 'standard' ? '' : '\n    ON CONFLICT DO NOTHING';
   return `INSERT INTO pgboss.job (id, name, data, priority, start_after, singleton_key, singleton_on, dead_letter,
                           expire_in, keep_until, retry_limit, retry_delay, retry_backoff, policy)
-    SELECT gen_random_uuid(), q.name, ${data}, 0, now(), NULL, NULL, q.dead_letter,
+    SELECT gen_random_uuid(), q.name, ${data}, 0, ${startAfter}, NULL, NULL, q.dead_letter,
            CASE WHEN q.expire_seconds IS NOT NULL THEN q.expire_seconds * interval '1s' ELSE interval '15 minutes' END,
            now() + CAST(COALESCE((q.retention_minutes * 60)::text, '14 days') AS interval),
            COALESCE(q.retry_limit, 2),
@@ -138,4 +147,22 @@ export function insertJobsSql(queue: QueueName, data: string, from: string): str
            COALESCE(q.retry_backoff, false),
            q.policy
       FROM ${from} JOIN pgboss.queue q ON q.name = '${queue}'${onConflict}`;
+}
+
+/** Something that runs SQL in an open transaction (the node store's Runner). */
+export interface QueryRunner {
+  query(text: string, values?: unknown[]): Promise<{ rows: Record<string, unknown>[] }>;
+}
+
+/**
+ * Queues "advance run R" inside the caller's transaction, now or after `afterMs`: what a command
+ * result, a ramdisk callback or the engine's own timer does to wake a run. Resolves to the job id.
+ */
+export async function queueAdvance(db: QueryRunner, runId: string, afterMs = 0): Promise<string> {
+  const { rows } = await db.query(
+    `${insertJobsSql('metal.advance', "jsonb_build_object('runId', $1::text)", '(SELECT 1) AS one', "now() + $2::int * interval '1 millisecond'")} RETURNING id::text`,
+    [runId, Math.max(0, Math.round(afterMs))],
+  );
+  if (!rows[0]) throw new Error('the metal.advance queue is missing: the job was not queued');
+  return rows[0].id as string;
 }

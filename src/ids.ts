@@ -18,6 +18,8 @@ export const ID_PREFIX = {
   SiteAgent: 'agt',
   Command: 'cmd',
   CommandBatch: 'bat',
+  BootEntry: 'boot',
+  BootToken: 'btk',
 } as const;
 export type IdType = keyof typeof ID_PREFIX;
 

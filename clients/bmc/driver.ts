@@ -5,7 +5,8 @@
  * is verified by reading the state back (`verifyPower`), and what it could not verify it reports.
  */
 
-export type PowerAction = 'on' | 'off' | 'soft-off' | 'cycle' | 'reset' | 'nmi';
+/** The actions of the `power` verb (src/modules/metal/power.ts's POWER_ACTIONS), which a bmc.power command carries. */
+export type PowerAction = 'on' | 'off' | 'graceful-off' | 'reset' | 'graceful-restart' | 'cycle' | 'nmi';
 export type PowerState = 'on' | 'off' | 'powering-on' | 'powering-off' | 'unknown';
 export type BootDevice = 'pxe' | 'disk' | 'cd' | 'bios';
 

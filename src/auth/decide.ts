@@ -17,6 +17,8 @@ export const KIND: Record<IdType, string> = {
   SiteAgent: 'site agent',
   Command: 'command',
   CommandBatch: 'command batch',
+  BootEntry: 'boot entry',
+  BootToken: 'boot token',
 };
 
 /**
