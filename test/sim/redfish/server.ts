@@ -89,7 +89,22 @@ export interface SimMachine {
   state(): MachineState;
 }
 
+/** What a machine boots from when its power comes on (after a Reset that powers it on or cycles it). */
+export interface BootEvent {
+  /** BootSourceOverrideTarget when the override is Once or Continuous, else 'Hdd' (the machine's own disk). */
+  target: string;
+  /** The override that was in force; a Once override is consumed by this boot, as on a real BMC. */
+  enabled: string;
+  /** The inserted virtual media image, if any. */
+  image: string | null;
+}
+
 export interface RedfishSimOptions {
+  /**
+   * Called when a machine powers on (a Reset to On or a cycle applies): the simulated machine
+   * (test/sim/machine) plays PXE/iPXE and the ramdisk from here.
+   */
+  onBoot?: (machine: SimMachine, boot: BootEvent) => void;
   machines?: number | MachineOptions[];
   /** Defaults for every machine. */
   defaults?: MachineOptions;
@@ -147,6 +162,8 @@ class Machine {
   continuousDiskOverrides = 0;
   url = '';
   server!: http.Server;
+  /** Set by startRedfishSim: the public view handed to onBoot. */
+  onBoot: ((boot: BootEvent) => void) | null = null;
 
   constructor(index: number, o: MachineOptions) {
     this.id = o.id ?? `m${index}`;
@@ -210,6 +227,16 @@ class Machine {
     const info = infoPath ? this.docs.get(normalize(infoPath)) : undefined;
     const param = ((info?.Parameters ?? []) as Doc[]).find((x) => x.Name === 'ResetType');
     return (param?.AllowableValues as string[] | undefined) ?? Object.keys(POWER_TARGET);
+  }
+
+  /** The machine came up: report what it boots from, then consume a Once override. */
+  booted(): void {
+    const boot = this.system().Boot as Doc;
+    const enabled = String(boot.BootSourceOverrideEnabled ?? 'Disabled');
+    const target = enabled === 'Once' || enabled === 'Continuous' ? String(boot.BootSourceOverrideTarget ?? 'None') : 'Hdd';
+    const image = this.state().virtualMedia.find((v) => v.inserted)?.image ?? null;
+    if (enabled === 'Once') { boot.BootSourceOverrideEnabled = 'Disabled'; this.etagVersion++; }
+    this.onBoot?.({ target, enabled, image });
   }
 
   state(): MachineState {
@@ -440,6 +467,7 @@ function reset(m: Machine, req: http.IncomingMessage, body: Doc, res: http.Serve
     if (kind === 'Nmi') m.nmis++;
     else if (target) { sys.PowerState = target; m.resetsApplied++; }
     m.etagVersion++;
+    if (target === 'On') m.booted();
   };
   if (kind === 'Cycle' && on) sys.PowerState = 'PoweringOn';
   else if (target && target !== from) sys.PowerState = target === 'On' ? 'PoweringOn' : 'PoweringOff';
@@ -535,9 +563,14 @@ export async function startRedfishSim(opts: RedfishSimOptions = {}): Promise<Red
     });
     servers.push(admin);
     const url = await listen(admin);
+    const publicMachines: SimMachine[] = machines.map((m) => ({ id: m.id, url: m.url, flavour: m.flavour.name, username: m.username, password: m.password, systemPath: m.systemPath, state: () => m.state() }));
+    if (opts.onBoot) {
+      const onBoot = opts.onBoot;
+      machines.forEach((m, i) => { m.onBoot = (boot) => onBoot(publicMachines[i]!, boot); });
+    }
     return {
       url,
-      machines: machines.map((m) => ({ id: m.id, url: m.url, flavour: m.flavour.name, username: m.username, password: m.password, systemPath: m.systemPath, state: () => m.state() })),
+      machines: publicMachines,
       setFault: (id, faults) => { lookup(id).faults = structuredClone(faults); },
       counts: (id) => lookup(id).counts(),
       stop: async () => {
