@@ -42,8 +42,11 @@ export interface NodeJob {
 
 export interface NodeWrite {
   data: NodeChange;
-  /** The workflow run the write starts. */
-  run: { id: string; kind: string } | null;
+  /**
+   * The workflow run the write starts (runs.md): inserted queued with its params and batch, named
+   * by node.workflow_id, the node's other active runs superseded, and its metal.advance job queued.
+   */
+  run: { id: string; kind: string; params?: Record<string, unknown>; batchId?: string | null } | null;
   /** Published in this order. */
   events: NodeEvent[];
   job: NodeJob | null;
@@ -56,19 +59,35 @@ function eventPayloads(nodeId: string, events: readonly NodeEvent[], requestId: 
   });
 }
 
+function runParams(run: NodeWrite['run']): string | null {
+  if (!run) return null;
+  // A run's params are read back by subscribers of its events' node: the same rule as a payload.
+  checkEventPayload(run.params ?? {}, 'run.params');
+  return JSON.stringify(run.params ?? {});
+}
+
 function jobData(nodeId: string, job: NodeJob | null): string | null {
   return job ? JSON.stringify({ nodeId, ...job }) : null;
 }
 
 /**
  * The CTEs a single-node write ends with, after the CTE `source` that wrote the node: the workflow
- * run it starts, its events in order and its reconciler job. Parameters $r to $r+4: run id, run
- * kind, event types, event payloads, job data (null for none).
+ * run it starts, its events in order and its reconciler job. Parameters $r to $r+6: run id, run
+ * kind, event types, event payloads, job data (null for none), run params, run batch id.
  */
 function runEventsJob(source: string, r: number): string {
   return `run AS (
-       INSERT INTO workflow_run (id, node_id, kind, status)
-       SELECT $${r}::text, ${source}.id, $${r + 1}::text, 'queued' FROM ${source} WHERE $${r}::text IS NOT NULL
+       INSERT INTO workflow_run (id, node_id, kind, status, params, batch_id)
+       SELECT $${r}::text, ${source}.id, $${r + 1}::text, 'queued', COALESCE($${r + 5}::jsonb, '{}'::jsonb), $${r + 6}::text
+         FROM ${source} WHERE $${r}::text IS NOT NULL
+       RETURNING id
+     ), superseded AS (
+       UPDATE workflow_run w SET status = 'superseded', finished_at = now(), lease_until = NULL, updated_at = now(), version = w.version + 1
+         FROM ${source}
+        WHERE $${r}::text IS NOT NULL AND w.node_id = ${source}.id AND w.id <> $${r}::text
+          AND w.status IN ('queued', 'running', 'waiting', 'aborting')
+     ), advance AS (
+       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', run.id)", 'run')} RETURNING 1
      ), ev AS (
        INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
        SELECT e.type, ${source}.tenant_id, ${source}.site_id, ${source}.pool_id, ${source}.id, ${source}.id, e.payload
@@ -85,10 +104,10 @@ function runEventsJob(source: string, r: number): string {
  * view, or null when the node changed since `version` (the caller says CONFLICT).
  */
 export async function updateNode(db: Runner, node: { id: string; version: number | null }, write: NodeWrite, requestId: string | null): Promise<NodeRow | null> {
-  const set = setClause(write.data, 8);
+  const set = setClause(write.data, 10);
   const { rows } = await db.query<Record<string, unknown> & { jobs: number }>(
     `WITH upd AS (
-       UPDATE node SET ${set.sql ? `${set.sql}, ` : ''}version = version + 1, updated_at = now()
+       UPDATE node SET ${set.sql ? `${set.sql}, ` : ''}${write.data.workflowId === undefined ? 'workflow_id = COALESCE($3::text, workflow_id), ' : ''}version = version + 1, updated_at = now()
         WHERE id = $1 AND ($2::int IS NULL OR version = $2::int)
        RETURNING *
      ), ${runEventsJob('upd', 3)}
@@ -101,6 +120,8 @@ export async function updateNode(db: Runner, node: { id: string; version: number
       write.events.map((e) => e.type),
       eventPayloads(node.id, write.events, requestId),
       jobData(node.id, write.job),
+      runParams(write.run),
+      write.run?.batchId ?? null,
       ...set.values,
     ],
   );
@@ -133,8 +154,8 @@ export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrit
   const { rows } = await db.query<{ jobs: number; created: number }>(
     `WITH ins AS (
        INSERT INTO node (id, tenant_id, site_id, pool_id, name, provision_state, bmc_address, bmc_driver, bmc_driver_options,
-                         bmc_credentials_ref, addresses, macs, product_uuid, hardware_profile_id, driver_bindings)
-       VALUES ($1, $2, $3, $4, $5, $6::"ProvisionState", $7, $8, $9::jsonb, $10, $11::text[], $12::text[], $13::uuid, $14, $15::jsonb)
+                         bmc_credentials_ref, addresses, macs, product_uuid, hardware_profile_id, driver_bindings, workflow_id)
+       VALUES ($1, $2, $3, $4, $5, $6::"ProvisionState", $7, $8, $9::jsonb, $10, $11::text[], $12::text[], $13::uuid, $14, $15::jsonb, $16::text)
        RETURNING *
      ), ${runEventsJob('ins', 16)}
      SELECT (SELECT count(*) FROM ins)::int AS created, (SELECT count(*) FROM job)::int AS jobs`,
@@ -145,6 +166,8 @@ export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrit
       write.run?.id ?? null, write.run?.kind ?? null,
       write.events.map((e) => e.type), eventPayloads(node.id, write.events, requestId),
       jobData(node.id, write.job),
+      runParams(write.run),
+      write.run?.batchId ?? null,
     ],
   );
   if (Number(rows[0]?.created) !== 1) throw new Error(`node ${node.id} was not created`);
