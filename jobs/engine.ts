@@ -121,7 +121,7 @@ async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
 > {
   const { rows } = await sql.query(
     `WITH cur AS (
-       SELECT id, lease_until AS prev, resumes AS prev_resumes FROM workflow_run WHERE id = $1 FOR UPDATE
+       SELECT id, status, lease_until AS prev, resumes AS prev_resumes FROM workflow_run WHERE id = $1 FOR UPDATE
      ), taken AS (
        UPDATE workflow_run w SET lease_until = now() + $2::int * interval '1 millisecond',
               status = CASE WHEN w.status = 'queued' THEN 'running' ELSE w.status END,
@@ -136,7 +136,7 @@ async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
      )
      SELECT true AS taken, t.lease_until, t.prev, t.prev_resumes, NULL::text AS status, now() AS db_now, (SELECT count(*) FROM watchdog)::int AS dogs FROM taken t
      UNION ALL
-     SELECT false, w.lease_until, NULL, NULL, w.status, now(), 0 FROM workflow_run w WHERE w.id = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
+     SELECT false, cur.prev, NULL, NULL, cur.status, now(), 0 FROM cur WHERE NOT EXISTS (SELECT 1 FROM taken)`,
     [runId, leaseMs, ACTIVE],
   );
   const row = rows[0];
@@ -144,7 +144,8 @@ async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
   if (row.taken) {
     return { taken: true, leaseUntil: row.lease_until as Date, workerLost: row.prev != null, previousResumes: Number(row.prev_resumes) };
   }
-  if (!ACTIVE.includes(row.status as string)) return { taken: false, outcome: { kind: 'idle', status: row.status as string } };
+  // cur read the row as the lock holder left it (a statement's other reads see it as it began).
+  if (!ACTIVE.includes(row.status as string) || !row.lease_until) return { taken: false, outcome: { kind: 'idle', status: row.status as string } };
   const heldFor = (row.lease_until as Date).getTime() - (row.db_now as Date).getTime();
   return { taken: false, outcome: { kind: 'busy', retryInMs: Math.max(50, Math.min(BUSY_RETRY_MS, heldFor + 50)) } };
 }
@@ -316,6 +317,13 @@ async function createSteps(l: Loaded, def: WorkflowDef): Promise<void> {
     [l.run.id, def.steps.map((s) => s.name), titles, def.steps.map((s) => Boolean(s.destructive))],
   );
   l.steps = rows.map(toStep).sort((a, b) => a.idx - b.idx);
+  // A run the node store superseded is never advanced again: what it left queued must not run
+  // after this one starts (a power-off of the old run arriving in the middle of the new one).
+  await l.tx.query(
+    `UPDATE command SET status = 'expired', result = $3::jsonb, updated_at = now()
+      WHERE node_id = $1 AND run_id IS NOT NULL AND run_id <> $2 AND status = 'queued'`,
+    [l.node.id, l.run.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: a newer workflow run of the node started', retryable: false })],
+  );
 }
 
 function stepEvent(l: Loaded, step: StepRow, status: string, message: string | null, errorCode: string | null = null): void {
