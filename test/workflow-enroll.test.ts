@@ -64,8 +64,8 @@ describe('metal-enroll, metal-inspect, metal-commission', () => {
     expect(row.provision_state).toBe('ready');
     // Addresses replaced by what the BMC reported (IP literals only); both inventories kept.
     expect(row.addresses).toEqual(['10.30.0.7']);
-    expect(row.inventory.outOfBand).toMatchObject({ uuid: node.productUuid, manufacturer: 'Supermicro', macs: node.macs });
-    expect(row.inventory.ramdisk.disks).toEqual(DISKS);
+    expect(row.inventory!.outOfBand).toMatchObject({ uuid: node.productUuid, manufacturer: 'Supermicro', macs: node.macs });
+    expect(row.inventory!.ramdisk!.disks).toEqual(DISKS);
     expect(row.pxe_cycled_at).toBeNull();
     expect((await stepsOf(sql(), runs[0]!)).map((s) => [s.name, s.status])).toEqual([
       ['verify-bmc', 'succeeded'], ['inspect-out-of-band', 'succeeded'], ['pxe-discovery-boot', 'skipped'], ['await-mac', 'succeeded'],
@@ -162,7 +162,7 @@ describe('metal-enroll, metal-inspect, metal-commission', () => {
     const row = await nodeOf(sql(), node.id);
     expect(row).toMatchObject({ provision_state: 'failed', failed_from: 'inspecting', last_error_code: 'INVENTORY_MISMATCH' });
     expect(row.last_error_message).toContain(`the ramdisk reported UUID ${other.payload.uuid}, the node is ${node.productUuid}`);
-    expect(row.inventory.ramdisk).toBeUndefined();
+    expect(row.inventory?.ramdisk).toBeUndefined();
     // The cleanup revoked the entry and powered the machine off.
     expect(await liveEntry(sql(), runs[1]!)).toBeNull();
     expect(bmc.power).toBe('off');

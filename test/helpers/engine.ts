@@ -206,9 +206,10 @@ export async function stepsOf(sql: Sql, runId: string): Promise<{ idx: number; n
   return rows.map((r) => ({ idx: r.idx, name: r.name, title: r.title, status: r.status, attempts: r.attempts, message: r.message, errorCode: r.error_code, cleanup: r.cleanup, idempotencyKey: r.idempotency_key }));
 }
 
-export async function nodeOf(sql: Sql, nodeId: string): Promise<Record<string, unknown>> {
+export type RawNode = Record<string, unknown> & { inventory: Record<string, Record<string, unknown> | undefined> | null };
+export async function nodeOf(sql: Sql, nodeId: string): Promise<RawNode> {
   const { rows } = await sql.query(`SELECT * FROM node WHERE id = $1`, [nodeId]);
-  return rows[0]!;
+  return rows[0]! as RawNode;
 }
 
 /** Commands of the run per idempotency key: each key must name exactly one row. */
