@@ -687,3 +687,31 @@ export async function reconcileNode(deps: EngineDeps, nodeId: string): Promise<A
   );
   return rows[0] ? advanceRun(deps, rows[0].id as string) : null;
 }
+
+/**
+ * Wakes the active runs whose wake-up may have been lost: a metal.advance job fetched by a worker
+ * that died before taking the run's lease stays "active" in pg-boss until its expiry (15 min), and
+ * nothing else would wake a run that was not leased. A run is overdue when no live worker holds
+ * it, it has not changed for `graceMs`, and it has something to do: it is not waiting, or its
+ * wait is over, or a command result or ramdisk report arrived after its last change. Queues one
+ * job per overdue run (a run that is not overdue after all does nothing with it). Resolves to
+ * how many it woke.
+ */
+export async function sweepRuns(sql: Sql, graceMs: number, limit = 1000): Promise<number> {
+  const { rows } = await sql.query(
+    `WITH overdue AS (
+       SELECT w.id FROM workflow_run w
+        WHERE w.status = ANY($1::text[]) AND (w.lease_until IS NULL OR w.lease_until < now())
+          AND w.updated_at < now() - $2::int * interval '1 millisecond'
+          AND (w.status <> 'waiting' OR w.wait_until IS NULL OR w.wait_until < now()
+               OR EXISTS (SELECT 1 FROM command c WHERE c.run_id = w.id AND c.status IN ('succeeded', 'failed', 'expired') AND c.updated_at > w.updated_at)
+               OR EXISTS (SELECT 1 FROM ramdisk_report r WHERE r.run_id = w.id AND r.created_at > w.updated_at))
+        LIMIT $3
+     ), queued AS (
+       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', overdue.id)", 'overdue')} RETURNING 1
+     )
+     SELECT count(*)::int AS n FROM queued`,
+    [ACTIVE, Math.max(0, Math.round(graceMs)), limit],
+  );
+  return Number(rows[0]?.n ?? 0);
+}

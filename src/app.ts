@@ -129,7 +129,11 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       events = hub;
     }
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, log };
-    if (config.role !== 'api') await startWorkers(queues, log, { sql: database.sql, retentionHours: config.eventRetentionHours, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+    if (config.role !== 'api') {
+      const workers = await startWorkers(queues, log, { sql: database.sql, retentionHours: config.eventRetentionHours, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+      // Cleanups run in reverse: the sweep stops before the queues and the pool close.
+      cleanups.push(async () => workers.stop());
+    }
 
     let server: Server | null = null;
     let yoga: GraphqlServer | null = null;

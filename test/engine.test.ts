@@ -345,3 +345,32 @@ describe('advanceRun', () => {
     expect((await nodeOf(sql(), nodeId)).workflow_id).toBe(second);
   });
 });
+
+describe('reconcileNode and sweepRuns', () => {
+  it('a metal.reconcile job advances the node\'s active run, and does nothing for a node without one', async () => {
+    const { reconcileNode } = await import('../jobs/engine');
+    const d = deps([powerStateStep]);
+    const { nodeId, runId } = await enrollingRun();
+    expect(await reconcileNode(d, nodeId)).toMatchObject({ kind: 'waiting' });
+    expect(await commandsOf(sql(), runId)).toHaveLength(1);
+    const idle = await makeNode(t.app.services.prisma, world, { state: 'ready' });
+    expect(await reconcileNode(d, idle.id)).toBeNull();
+  });
+
+  it('wakes a quiet run with something to do (a result arrived after its last change), and leaves a waiting one alone', async () => {
+    const { sweepRuns } = await import('../jobs/engine');
+    const d = deps([powerStateStep]);
+    const { runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const quiet = () => sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
+    await quiet();
+    const before = await advanceJobs(runId);
+    await sweepRuns(sql(), 30_000);
+    expect(await advanceJobs(runId)).toBe(before);
+    // The result's own wake-up was taken by a worker that died: the sweep wakes the run.
+    const cmd = (await queuedCommands(sql(), runId))[0]!;
+    await sql().query(`UPDATE command SET status = 'succeeded', result = '{"ok":true,"value":"on"}', updated_at = now() WHERE id = $1`, [cmd.id]);
+    await sweepRuns(sql(), 30_000);
+    expect(await advanceJobs(runId)).toBe(before + 1);
+  });
+});
