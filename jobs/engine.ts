@@ -379,7 +379,8 @@ async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<
     else {
       await l.tx.query('ROLLBACK TO SAVEPOINT step_body');
       l.deps.log?.error({ err: error, runId: l.run.id, step: step.name }, 'workflow step threw');
-      result = { kind: 'failed', code: 'STEP_ERROR', message: `the step threw: ${(error as Error).message}`, retryable: true };
+      // Nothing of the body stays: not its node write, not its memo.
+      return { result: { kind: 'failed', code: 'STEP_ERROR', message: `the step threw: ${clip((error as Error).message)}`, retryable: true }, notes: [] };
     }
   }
   l.node = ctx.node;
@@ -503,7 +504,7 @@ async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
   const nextRun = chain ? { id: newId('WorkflowRun'), kind: chain } : null;
   const ended = await endRun(l, 'succeeded', null);
   if (decision.to || finish.data) {
-    await updateNode(l.tx, { id: l.node.id, version: l.node.version }, {
+    const moved = await updateNode(l.tx, { id: l.node.id, version: l.node.version }, {
       data: { ...(finish.data ?? {}), ...(decision.to ? { provisionState: decision.to } : {}) },
       run: nextRun ? {
         ...nextRun,
@@ -515,6 +516,7 @@ async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
         : [],
       job: null,
     }, l.run.params.requestId ?? null);
+    if (!moved) throw new Error(`node ${l.node.id} changed under the run's lock`);
   }
   return ended;
 }
@@ -535,12 +537,14 @@ async function failRun(l: Loaded, outcome: WorkflowOutcome): Promise<Step> {
     if (decision.action === 'fail') {
       code = decision.code;
       message = clip(decision.message);
-      await updateNode(l.tx, { id: l.node.id, version: l.node.version }, {
+      const failedNode = await updateNode(l.tx, { id: l.node.id, version: l.node.version }, {
         data: { provisionState: 'failed', failedFrom: decision.failedFrom, lastErrorCode: code, lastErrorMessage: message, maintenance: true },
         run: null,
         events: [{ type: decision.event, payload: { workflowId: l.run.id, kind, from, to: 'failed', failedFrom: decision.failedFrom, error: { code, message } } }],
         job: null,
       }, l.run.params.requestId ?? null);
+      if (!failedNode) throw new Error(`node ${l.node.id} changed under the run's lock`);
+      l.node = failedNode;
     }
   }
   await l.tx.query('UPDATE workflow_run SET last_error_code = $2, last_error_message = $3 WHERE id = $1', [l.run.id, code, message]);

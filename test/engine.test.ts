@@ -8,7 +8,7 @@ import { startTestApp, type TestApp } from './helpers/app';
 import {
   commandsOf, expireCommands, expireTimers, makeNode, makeWorld, nodeOf, playAgent, queuedCommands, reportCommand, runOf, startRun, stepsOf, type World,
 } from './helpers/engine';
-import { advanceRun, type EngineDeps } from '../jobs/engine';
+import { advanceRun, reconcileNode, sweepRuns, type EngineDeps } from '../jobs/engine';
 import type { StepDef, WorkflowDef } from '../jobs/engine-types';
 import { complete, continueAfter, failed } from '../jobs/steps';
 import { queueAdvance } from '../jobs/registry';
@@ -348,7 +348,6 @@ describe('advanceRun', () => {
 
 describe('reconcileNode and sweepRuns', () => {
   it('a metal.reconcile job advances the node\'s active run, and does nothing for a node without one', async () => {
-    const { reconcileNode } = await import('../jobs/engine');
     const d = deps([powerStateStep]);
     const { nodeId, runId } = await enrollingRun();
     expect(await reconcileNode(d, nodeId)).toMatchObject({ kind: 'waiting' });
@@ -358,7 +357,6 @@ describe('reconcileNode and sweepRuns', () => {
   });
 
   it('wakes a quiet run with something to do (a result arrived after its last change), and leaves a waiting one alone', async () => {
-    const { sweepRuns } = await import('../jobs/engine');
     const d = deps([powerStateStep]);
     const { runId } = await enrollingRun();
     await advanceRun(d, runId);
