@@ -208,6 +208,8 @@ interface Loaded {
   /** Events the step's transaction publishes, in order (one statement at the end). */
   events: { type: string; payload: Record<string, unknown> }[];
   leaseMs: number;
+  /** The attempt a step started in this transaction (written with the run's next update). */
+  attempt?: number;
 }
 
 function toRun(r: Record<string, unknown>): RunRow {
@@ -355,7 +357,8 @@ async function startStep(l: Loaded, step: StepRow, deadline: Date): Promise<void
       WHERE run_id = $1 AND idx = $2`,
     [l.run.id, step.idx, step.attempts, step.idempotencyKey, JSON.stringify(step.state)],
   );
-  await l.tx.query('UPDATE workflow_run SET attempt = $2, updated_at = now() WHERE id = $1', [l.run.id, step.attempts]);
+  // The run's `attempt` follows in the statement that ends this step's transaction (stopWaiting).
+  l.attempt = step.attempts;
   stepEvent(l, step, 'running', null);
 }
 
@@ -407,9 +410,9 @@ async function stopWaiting(l: Loaded, _step: StepRow | null, until: Date, waitin
   const changed = l.run.waitUntil?.getTime() !== until.getTime() || l.run.status !== 'waiting';
   await l.tx.query(
     `UPDATE workflow_run SET status = CASE WHEN status = 'aborting' THEN status ELSE 'waiting' END, wait_until = $2, waiting_for = $3,
-            lease_until = NULL, updated_at = now(), version = version + 1
+            attempt = COALESCE($4::int, attempt), lease_until = NULL, updated_at = now(), version = version + 1
       WHERE id = $1`,
-    [l.run.id, until, clip(waitingFor)],
+    [l.run.id, until, clip(waitingFor), l.attempt ?? null],
   );
   if (changed) await queueAdvance(l.tx, l.run.id, Math.max(0, until.getTime() - l.now.getTime()));
   return { kind: 'stop', outcome: { kind: 'waiting', until, for: waitingFor } };
@@ -649,9 +652,10 @@ async function withdrawCommands(l: Loaded): Promise<void> {
 /** Ends the run: its status, finished_at, the lease released, queued commands withdrawn, and its boot entries revoked. */
 async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 'superseded', _why: string | null): Promise<Step> {
   await l.tx.query(
-    `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, wait_until = NULL, waiting_for = NULL, updated_at = now(), version = version + 1
+    `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, wait_until = NULL, waiting_for = NULL,
+            attempt = COALESCE($3::int, attempt), updated_at = now(), version = version + 1
       WHERE id = $1`,
-    [l.run.id, status],
+    [l.run.id, status, l.attempt ?? null],
   );
   await withdrawCommands(l);
   // The rescue ramdisk keeps its entry and token while it runs: its run's success is that it is up.
