@@ -233,3 +233,17 @@ describe('metal-enroll, metal-inspect, metal-commission', () => {
     ]);
   });
 });
+
+describe('metal-adopt', () => {
+  it('verifies the BMC and reads its inventory without touching the machine; then adopted', async () => {
+    const node = await makeNode(t.app.services.prisma, world, { state: 'adopting' });
+    const runId = await startRun(sql(), node.id, 'metal-adopt', { verb: 'adopt' });
+    const bmc = bmcOf(node);
+    bmc.power = 'on';
+    expect((await drive(deps, node.id, bmc, happyRamdisk(node))).outcome).toEqual({ kind: 'finished', status: 'succeeded' });
+    expect(await nodeOf(sql(), node.id)).toMatchObject({ provision_state: 'adopted' });
+    expect(bmc.destructive).toEqual([]);
+    expect(bmc.bootOverride).toBeNull();
+    expect((await stepsOf(sql(), runId)).map((s) => s.name)).toEqual(['verify-bmc', 'inspect-out-of-band']);
+  });
+});

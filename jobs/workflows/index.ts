@@ -7,9 +7,11 @@ import { releaseWorkflow } from './release';
 import { retireWorkflow } from './retire';
 import { rescueWorkflow, unrescueWorkflow } from './rescue';
 import { deployWorkflow } from './deploy';
+import { adoptWorkflow } from './adopt';
 
-/** Every workflow the engine runs, by run kind (states.ts WORKFLOW_KINDS). metal-adopt has none yet: its runs fail UNSUPPORTED. */
+/** Every workflow the engine runs, by run kind (states.ts WORKFLOW_KINDS); a kind without one fails its run UNSUPPORTED. */
 export const WORKFLOWS: Readonly<Partial<Record<WorkflowKind, WorkflowDef>>> = {
+  'metal-adopt': adoptWorkflow,
   'metal-enroll': enrollWorkflow,
   'metal-inspect': inspectWorkflow,
   'metal-commission': commissionWorkflow,
