@@ -30,8 +30,8 @@ import { WORKFLOWS } from './workflows';
  * is no longer the row's aborts). A job that finds the lease held re-queues itself shortly, so a
  * wake-up that arrives while another worker holds the run is never lost; a lease found expired
  * means its worker died mid-step: the run is taken up again (resumes + 1) until STUCK_RESUMES,
- * then fails WORKER_LOST. Each lease also queues a watchdog job for just after it expires, so a
- * dead worker's run is found without waiting for pg-boss to expire the dead job.
+ * then fails WORKER_LOST. A dead worker's runs are found by the next job that wakes them, or by
+ * sweepRuns (every worker, every few seconds), without waiting for pg-boss to expire the dead job.
  */
 
 export const LEASE_MS = 60_000;
@@ -131,12 +131,10 @@ async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
          FROM cur
         WHERE w.id = cur.id AND w.status = ANY($3::text[]) AND (cur.prev IS NULL OR cur.prev <= now())
        RETURNING w.lease_until, cur.prev, cur.prev_resumes
-     ), watchdog AS (
-       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', $1::text)", 'taken', "now() + ($2::int + 1000) * interval '1 millisecond'")} RETURNING 1
      )
-     SELECT true AS taken, t.lease_until, t.prev, t.prev_resumes, NULL::text AS status, now() AS db_now, (SELECT count(*) FROM watchdog)::int AS dogs FROM taken t
+     SELECT true AS taken, t.lease_until, t.prev, t.prev_resumes, NULL::text AS status, now() AS db_now FROM taken t
      UNION ALL
-     SELECT false, cur.prev, NULL, NULL, cur.status, now(), 0 FROM cur WHERE NOT EXISTS (SELECT 1 FROM taken)`,
+     SELECT false, cur.prev, NULL, NULL, cur.status, now() FROM cur WHERE NOT EXISTS (SELECT 1 FROM taken)`,
     [runId, leaseMs, ACTIVE],
   );
   const row = rows[0];
@@ -700,8 +698,9 @@ export async function reconcileNode(deps: EngineDeps, nodeId: string): Promise<A
  * Wakes the active runs whose wake-up may have been lost: a metal.advance job fetched by a worker
  * that died before taking the run's lease stays "active" in pg-boss until its expiry (15 min), and
  * nothing else would wake a run that was not leased. A run is overdue when no live worker holds
- * it, it has not changed for `graceMs`, and it has something to do: it is not waiting, or its
- * wait is over, or a command result or ramdisk report arrived after its last change. Queues one
+ * it, it has not changed for `graceMs`, and it has something to do: it is not waiting, or a dead
+ * worker's lease lapsed on it, or its wait is over, or a command result or ramdisk report arrived
+ * after its last change. Queues one
  * job per overdue run (a run that is not overdue after all does nothing with it). Resolves to
  * how many it woke.
  */
@@ -711,7 +710,7 @@ export async function sweepRuns(sql: Sql, graceMs: number, limit = 1000): Promis
        SELECT w.id FROM workflow_run w
         WHERE w.status = ANY($1::text[]) AND (w.lease_until IS NULL OR w.lease_until < now())
           AND w.updated_at < now() - $2::int * interval '1 millisecond'
-          AND (w.status <> 'waiting' OR w.wait_until IS NULL OR w.wait_until < now()
+          AND (w.status <> 'waiting' OR w.lease_until IS NOT NULL OR w.wait_until IS NULL OR w.wait_until < now()
                OR EXISTS (SELECT 1 FROM command c WHERE c.run_id = w.id AND c.status IN ('succeeded', 'failed', 'expired') AND c.updated_at > w.updated_at)
                OR EXISTS (SELECT 1 FROM ramdisk_report r WHERE r.run_id = w.id AND r.created_at > w.updated_at))
         LIMIT $3
