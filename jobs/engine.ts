@@ -279,7 +279,7 @@ async function dispatch(l: Loaded, lostResumes: number | null): Promise<Step> {
   const kind = run.kind;
   if (l.steps.length === 0) await createSteps(l, def);
   const state = l.node.provisionState as ProvisionState;
-  if (state !== WORKFLOW_KINDS[kind].state) return endRun(l, 'superseded', null);
+  if (state !== WORKFLOW_KINDS[kind].state) return endRun(l, 'superseded');
   if (lostResumes !== null) {
     const decision = decideWorkflowMove(kind, state, { kind: 'worker-lost', resumes: lostResumes });
     if (decision.action === 'fail') return failRun(l, { kind: 'failed', code: decision.code, message: decision.message });
@@ -300,7 +300,7 @@ async function dispatch(l: Loaded, lostResumes: number | null): Promise<Step> {
 function timerDue(l: Loaded, step: StepRow): Promise<Step> | null {
   const at = step.state.retryAt ?? step.state.notBefore;
   if (!at || new Date(at) <= l.now) return null;
-  return stopWaiting(l, null, new Date(at), step.state.retryAt ? `a retry of "${step.title}"` : `"${step.title}" to go on`);
+  return stopWaiting(l, new Date(at), step.state.retryAt ? `a retry of "${step.title}"` : `"${step.title}" to go on`);
 }
 
 function deadlineOf(l: Loaded, kind: WorkflowKind, stepDef: StepDef): Date {
@@ -404,7 +404,7 @@ async function saveStep(l: Loaded, step: StepRow, finished: boolean): Promise<vo
 }
 
 /** Ends the transaction's work with the run waiting (lease released) and a timer job when it is new. */
-async function stopWaiting(l: Loaded, _step: StepRow | null, until: Date, waitingFor: string): Promise<Step> {
+async function stopWaiting(l: Loaded, until: Date, waitingFor: string): Promise<Step> {
   const changed = l.run.waitUntil?.getTime() !== until.getTime() || l.run.status !== 'waiting';
   await l.tx.query(
     `UPDATE workflow_run SET status = CASE WHEN status = 'aborting' THEN status ELSE 'waiting' END, wait_until = $2, waiting_for = $3,
@@ -446,7 +446,7 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
       step.state = { ...step.state, notBefore: at.toISOString() };
       await saveStep(l, step, false);
       stepEvent(l, step, 'waiting', step.message);
-      return stopWaiting(l, step, at, `"${step.title}" to go on`);
+      return stopWaiting(l, at, `"${step.title}" to go on`);
     }
     case 'wait': {
       if (l.now >= deadline) {
@@ -465,7 +465,7 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
       step.state = { ...step.state, notBefore: undefined };
       await saveStep(l, step, false);
       if (changed) stepEvent(l, step, 'waiting', step.message);
-      return stopWaiting(l, step, until, result.for);
+      return stopWaiting(l, until, result.for);
     }
     case 'failed': {
       const attempts = stepDef.retry?.attempts ?? DEFAULT_ATTEMPTS;
@@ -478,7 +478,7 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
         step.state = { ...step.state, retryAt: at.toISOString() };
         await saveStep(l, step, false);
         stepEvent(l, step, 'retrying', step.message, step.errorCode);
-        return stopWaiting(l, step, at, `a retry of "${step.title}"`);
+        return stopWaiting(l, at, `a retry of "${step.title}"`);
       }
       step.status = 'failed';
       step.errorCode = result.code;
@@ -498,12 +498,12 @@ async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
     : {};
   const from = l.node.provisionState as ProvisionState;
   const decision = decideWorkflowMove(kind, from, { kind: 'succeeded', wipeAttested: finish.wipeAttested }, { wipe: l.run.params.wipe ?? null });
-  if (decision.action === 'refuse') return endRun(l, 'superseded', null);
+  if (decision.action === 'refuse') return endRun(l, 'superseded');
   if (decision.action === 'fail') return failRun(l, { kind: 'failed', code: decision.code, message: decision.message });
   if (decision.action !== 'move') throw new Error(`decideWorkflowMove answered ${decision.action} to a success`);
   const chain = decision.to ? WORKFLOW_CHAINS[kind] : undefined;
   const nextRun = chain ? { id: newId('WorkflowRun'), kind: chain } : null;
-  const ended = await endRun(l, 'succeeded', null);
+  const ended = await endRun(l, 'succeeded');
   if (decision.to || finish.data) {
     const moved = await updateNode(l.tx, { id: l.node.id, version: l.node.version }, {
       data: { ...(finish.data ?? {}), ...(decision.to ? { provisionState: decision.to } : {}) },
@@ -534,7 +534,7 @@ async function failRun(l: Loaded, outcome: WorkflowOutcome): Promise<Step> {
   let message = outcome.kind === 'failed' ? outcome.message : 'failed';
   if (isWorkflowKind(kind)) {
     const decision = decideWorkflowMove(kind, from, outcome, { wipe: l.run.params.wipe ?? null });
-    if (decision.action === 'refuse') return endRun(l, 'superseded', null);
+    if (decision.action === 'refuse') return endRun(l, 'superseded');
     if (decision.action === 'fail') {
       code = decision.code;
       message = clip(decision.message);
@@ -616,7 +616,7 @@ async function cleanupOnce(l: Loaded): Promise<Step> {
     step.message = withNotes(result.kind === 'wait' ? `waiting for ${result.for}` : result.message, notes);
     if (result.kind === 'continue') step.state = { ...step.state, notBefore: until.toISOString() };
     await saveStep(l, step, false);
-    return stopWaiting(l, step, until, result.kind === 'wait' ? result.for : `"${step.title}" to go on`);
+    return stopWaiting(l, until, result.kind === 'wait' ? result.for : `"${step.title}" to go on`);
   }
   if (result.kind === 'complete' || result.kind === 'skipped') {
     step.status = result.kind === 'complete' ? 'succeeded' : 'skipped';
@@ -637,7 +637,7 @@ async function endCleanup(l: Loaded, skippedWhy: string | null): Promise<Step> {
   if (skippedWhy) {
     await l.tx.query(`UPDATE workflow_step SET status = 'skipped', message = $2, updated_at = now() WHERE run_id = $1 AND cleanup AND status IN ('pending', 'running', 'waiting')`, [l.run.id, skippedWhy]);
   }
-  return endRun(l, l.run.abortRequestedAt ? 'aborted' : 'failed', null);
+  return endRun(l, l.run.abortRequestedAt ? 'aborted' : 'failed');
 }
 
 async function withdrawCommands(l: Loaded): Promise<void> {
@@ -648,7 +648,7 @@ async function withdrawCommands(l: Loaded): Promise<void> {
 }
 
 /** Ends the run: its status, finished_at, the lease released, queued commands withdrawn, and its boot entries revoked. */
-async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 'superseded', _why: string | null): Promise<Step> {
+async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 'superseded'): Promise<Step> {
   await l.tx.query(
     `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, wait_until = NULL, waiting_for = NULL,
             attempt = COALESCE($3::int, attempt), updated_at = now(), version = version + 1
