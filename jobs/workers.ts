@@ -23,7 +23,7 @@ const SWEEP_EVERY_MS = 15_000;
 const SWEEP_GRACE_MS = 10_000;
 
 /** metal.advance jobs a worker takes at once: each advances its own run, side by side. */
-const ADVANCE_BATCH = 8;
+const ADVANCE_BATCH = 16;
 
 /** Runs one job per item side by side; a throw fails the batch (pg-boss retries it: advancing is idempotent). */
 async function eachSettled<T>(items: readonly T[], fn: (item: T) => Promise<unknown>): Promise<void> {

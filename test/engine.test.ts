@@ -12,7 +12,8 @@ import { advanceRun, reconcileNode, sweepRuns, type EngineDeps } from '../jobs/e
 import type { StepDef, WorkflowDef } from '../jobs/engine-types';
 import { complete, continueAfter, failed } from '../jobs/steps';
 import { queueAdvance } from '../jobs/registry';
-import { STUCK_RESUMES } from '../src/modules/metal/states';
+import { STUCK_RESUMES, WORKFLOW_CHAINS, WORKFLOW_KINDS } from '../src/modules/metal/states';
+import { WORKFLOWS } from '../jobs/workflows';
 
 let t: TestApp;
 let world: World;
@@ -370,5 +371,20 @@ describe('reconcileNode and sweepRuns', () => {
     await sql().query(`UPDATE command SET status = 'succeeded', result = '{"ok":true,"value":"on"}', updated_at = now() WHERE id = $1`, [cmd.id]);
     await sweepRuns(sql(), 30_000);
     expect(await advanceJobs(runId)).toBe(before + 1);
+  });
+});
+
+describe('the workflows as data', () => {
+  it('every kind the state table names has a definition, and each chained run runs in the state its predecessor succeeds into', () => {
+    for (const kind of Object.keys(WORKFLOW_KINDS) as (keyof typeof WORKFLOW_KINDS)[]) {
+      const def = WORKFLOWS[kind];
+      expect(def?.kind).toBe(kind);
+      const names = def!.steps.map((s) => s.name);
+      expect(new Set(names).size).toBe(names.length);
+      for (const s of def!.steps) expect(typeof s.title === 'function' || /^[A-Z]/.test(s.title)).toBe(true);
+    }
+    for (const [from, to] of Object.entries(WORKFLOW_CHAINS) as [keyof typeof WORKFLOW_KINDS, keyof typeof WORKFLOW_KINDS][]) {
+      expect(WORKFLOW_KINDS[to].state).toBe(WORKFLOW_KINDS[from].onSuccess);
+    }
   });
 });
