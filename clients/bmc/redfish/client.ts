@@ -100,7 +100,8 @@ export function bmcOrigin(address: string): string {
     throw badAddress(address, 'is not a valid address');
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:') throw badAddress(address, `has scheme ${url.protocol} (only https:// and http://)`);
-  if (url.username || url.password) throw badAddress(address, 'carries credentials (they come from the secret broker)');
+  // The address itself is not repeated: it holds a password.
+  if (url.username || url.password) throw badAddress(url.origin, 'carries credentials (they come from the secret broker)');
   if ((url.pathname !== '/' && url.pathname !== '') || url.search || url.hash) throw badAddress(address, 'has a path (the service root is always /redfish/v1)');
   return url.origin;
 }
@@ -119,7 +120,7 @@ function tlsOf(options: Readonly<Record<string, unknown>>): TlsChoice {
   if (caCert !== undefined && caCert !== null && typeof caCert !== 'string') {
     throw new BmcError('BMC_TLS', 'driverOptions.caCert must be a PEM certificate string');
   }
-  if (insecure === true && caCert) throw new BmcError('BMC_TLS', 'driverOptions sets both caCert and insecure: true; set one');
+  if (insecure === true && caCert) throw new BmcError('BMC_TLS', 'driverOptions.caCert and driverOptions.insecure: true are both set; set one');
   if (insecure === true) return { id: 'insecure', connect: { rejectUnauthorized: false } };
   if (caCert) {
     let fingerprint: string;
@@ -145,8 +146,8 @@ interface Session {
 export interface RootInfo {
   root: Doc;
   sessionsPath: string | null;
-  /** The system this node is, once found (a 404 on it forgets it). */
-  systemPath?: string;
+  /** The system path per driverOptions.systemId ('' when unset), once found (a 404 on it forgets it). */
+  systems: Map<string, string>;
 }
 
 const TLS_CODES = new Set([
@@ -322,14 +323,13 @@ export class RedfishClient {
     if (res.status !== 200 || !res.body) throw this.statusError(res, 'GET the service root', true);
     const links = (res.body.Links ?? {}) as Doc;
     const sessions = (links.Sessions as Doc | undefined)?.['@odata.id'];
-    const info: RootInfo = { root: res.body, sessionsPath: typeof sessions === 'string' ? sessions : null };
+    const info: RootInfo = { root: res.body, sessionsPath: typeof sessions === 'string' ? sessions : null, systems: new Map() };
     this.transport.setRoot(this.p.poolKey, info);
     return info;
   }
 
-  forgetSystem(): void {
-    const r = this.transport.root(this.p.poolKey);
-    if (r) delete r.systemPath;
+  forgetSystems(): void {
+    this.transport.root(this.p.poolKey)?.systems.clear();
   }
 
   private async authenticate(): Promise<void> {

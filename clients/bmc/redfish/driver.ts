@@ -168,11 +168,12 @@ export class RedfishDriver implements BmcDriver {
 
   private async systemPath(x: Ctx): Promise<string> {
     const info = await x.c.root();
-    if (info.systemPath) return info.systemPath;
+    const want = x.options.systemId as string | undefined;
+    const known = info.systems.get(want ?? '');
+    if (known) return known;
     const systems = link(info.root.Systems);
     if (!systems) throw x.c.error('BMC_UNSUPPORTED', `the BMC at ${x.c.origin} lists no Systems in its service root`);
     const members = memberLinks(await x.c.get(systems, 'the Systems collection'));
-    const want = x.options.systemId as string | undefined;
     let path: string | undefined;
     if (want) {
       path = members.find((m) => lastSegment(m) === want);
@@ -182,17 +183,17 @@ export class RedfishDriver implements BmcDriver {
     } else {
       throw x.c.error('BMC_UNSUPPORTED', `the BMC at ${x.c.origin} has ${members.length} systems (${members.map(lastSegment).join(', ')}): set driverOptions.systemId to the one this node is`);
     }
-    info.systemPath = path!;
+    info.systems.set(want ?? '', path!);
     return path!;
   }
 
   private async system(x: Ctx): Promise<System> {
-    const cached = (await x.c.root()).systemPath !== undefined;
+    const cached = (await x.c.root()).systems.has((x.options.systemId as string | undefined) ?? '');
     const path = await this.systemPath(x);
     const res = await x.c.request('GET', path, { repeatable: true, what: 'the system' });
     if (res.status === 404 && cached) {
       // The BMC renumbered its systems (firmware update): find the system again, once.
-      x.c.forgetSystem();
+      x.c.forgetSystems();
       return this.system(x);
     }
     if (res.status !== 200 || !res.body) throw x.c.statusError(res, 'GET the system', true);

@@ -38,8 +38,13 @@ export interface Faults {
   latencyMs?: number;
   /** The next N requests answer 500. */
   fail500Next?: number;
-  /** Requests answer 503 with Retry-After (for `count` requests, or until cleared). */
-  unavailable?: { retryAfterS: number; count?: number } | null;
+  /** The next N destructive calls (Reset, InsertMedia, EjectMedia, boot PATCH) answer 500, reads go on. */
+  fail500Destructive?: number;
+  /**
+   * Requests answer 503 with Retry-After (for `count` requests, or until cleared); with
+   * destructiveOnly, only destructive calls do.
+   */
+  unavailable?: { retryAfterS: number; count?: number; destructiveOnly?: boolean } | null;
   /** Requests are read and never answered. */
   hang?: boolean;
   /**
@@ -49,7 +54,7 @@ export interface Faults {
   hangDestructive?: boolean;
   /** Reset, InsertMedia, EjectMedia and the boot PATCH answer 204 and change nothing. */
   lies?: boolean;
-  /** Path -> Location: the path answers 308 (method and body kept) to the Location. */
+  /** Request path as sent -> Location: the path answers 308 (method and body kept) to the Location. */
   redirects?: Record<string, string>;
   /** These ResetTypes answer 501 although AllowableValues lists them. */
   notImplementedResetTypes?: string[];
@@ -99,6 +104,8 @@ export interface MachineState {
   nmis: number;
   continuousDiskOverrides: number;
   sessions: number;
+  /** TCP connections accepted so far (a client that pools its connections opens few). */
+  connections: number;
 }
 
 export interface SimMachine {
@@ -142,6 +149,8 @@ export interface RedfishSim {
   setFault(id: string, faults: Faults): void;
   counts(id: string): Counts;
   requests(id: string): RequestRecord[];
+  /** Forgets every session of the machine, as a BMC restart or a session timeout does. */
+  expireSessions(id: string): void;
   stop(): Promise<void>;
 }
 
@@ -184,6 +193,7 @@ class Machine {
   readonly calls: DestructiveCall[] = [];
   readonly requests: RequestRecord[] = [];
   readonly noSessions: boolean;
+  connections = 0;
   readonly timers = new Set<NodeJS.Timeout>();
   resetsApplied = 0;
   nmis = 0;
@@ -293,7 +303,7 @@ class Machine {
       powerState: sys.PowerState as RedfishPowerState,
       boot: { target: boot.BootSourceOverrideTarget as string, enabled: boot.BootSourceOverrideEnabled as string, mode: (boot.BootSourceOverrideMode as string | undefined) ?? null },
       virtualMedia: vms, uuid: sys.UUID as string, macs: nics, serial: sys.SerialNumber as string,
-      resetsApplied: this.resetsApplied, nmis: this.nmis, continuousDiskOverrides: this.continuousDiskOverrides, sessions: this.sessions.size,
+      resetsApplied: this.resetsApplied, nmis: this.nmis, continuousDiskOverrides: this.continuousDiskOverrides, sessions: this.sessions.size, connections: this.connections,
     };
   }
 
@@ -378,20 +388,21 @@ async function handle(m: Machine, req: http.IncomingMessage, res: http.ServerRes
     }
   }
   if (f.latencyMs) await sleep(f.latencyMs);
-  const redirect = f.redirects?.[normalize(req.url ?? '/')];
+  const redirect = f.redirects?.[req.url ?? '/'];
   if (redirect) {
     await readBody(req);
     return send(res, 308, undefined, { Location: redirect });
   }
-  if (f.unavailable) {
+  if (f.unavailable && (!f.unavailable.destructiveOnly || destructiveKind(m, req))) {
     if (f.unavailable.count !== undefined && --f.unavailable.count <= 0) m.faults = { ...f, unavailable: null };
     await readBody(req);
     const kind = destructiveKind(m, req);
     if (kind) m.calls.push({ kind, detail: 'fault:503', idempotencyKey: idempotencyKey(req), status: 503, at });
     return send(res, 503, redfishError(503, 'Base.1.8.ServiceTemporarilyUnavailable', 'The service is temporarily unavailable.', [String(f.unavailable.retryAfterS)]), { 'Retry-After': String(f.unavailable.retryAfterS) });
   }
-  if (f.fail500Next && f.fail500Next > 0) {
-    f.fail500Next--;
+  if ((f.fail500Next && f.fail500Next > 0) || (f.fail500Destructive && f.fail500Destructive > 0 && destructiveKind(m, req))) {
+    if (f.fail500Next && f.fail500Next > 0) f.fail500Next--;
+    else f.fail500Destructive!--;
     await readBody(req);
     // A destructive call that failed is still a call received.
     const kind = destructiveKind(m, req);
@@ -577,7 +588,8 @@ function insertMedia(m: Machine, req: http.IncomingMessage, vmPath: string, body
   vm.ImageName = body.Image.split('/').pop() ?? body.Image;
   vm.Inserted = body.Inserted === undefined ? true : body.Inserted === true;
   vm.WriteProtected = body.WriteProtected ?? true;
-  vm.ConnectedVia = 'URI';
+  // Staged but not inserted (Inserted: false) is not connected yet.
+  vm.ConnectedVia = vm.Inserted ? 'URI' : 'NotConnected';
   done(204);
 }
 
@@ -617,6 +629,7 @@ export async function startRedfishSim(opts: RedfishSimOptions = {}): Promise<Red
     for (const m of machines) {
       const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => { handle(m, req, res).catch((e: unknown) => { if (!res.headersSent) send(res, 500, redfishError(500, 'Base.1.8.InternalError', String(e))); }); };
       m.server = opts.tls ? https.createServer({ key: opts.tls.key, cert: opts.tls.cert }, onRequest) : http.createServer(onRequest);
+      m.server.on(opts.tls ? 'secureConnection' : 'connection', () => { m.connections++; });
       servers.push(m.server);
       m.url = await listen(m.server, opts.tls ? 'https' : 'http');
     }
@@ -646,6 +659,7 @@ export async function startRedfishSim(opts: RedfishSimOptions = {}): Promise<Red
       setFault: (id, faults) => { lookup(id).faults = structuredClone(faults); },
       counts: (id) => lookup(id).counts(),
       requests: (id) => [...lookup(id).requests],
+      expireSessions: (id) => { lookup(id).sessions.clear(); },
       stop: async () => {
         for (const m of machines) { for (const t of m.timers) clearTimeout(t); m.timers.clear(); }
         await Promise.all(servers.map(close));
