@@ -17,7 +17,7 @@
  * boolean true. Both at once is refused, as is any other type: verification is never silently off.
  */
 import { createHash, randomBytes, X509Certificate } from 'node:crypto';
-import { Pool } from 'undici';
+import { Pool, type Dispatcher } from 'undici';
 import { BmcError, type BmcEndpoint, type BmcErrorCode } from '../driver';
 
 export type Doc = Record<string, unknown>;
@@ -219,9 +219,10 @@ export class RedfishTransport {
   /** A client for one call against one BMC: the address, TLS and credentials checked before anything is sent. */
   client(bmc: BmcEndpoint, signal?: AbortSignal): RedfishClient {
     if (this.closed) throw new BmcError('BMC_ERROR', 'the Redfish transport is closed (the agent is stopping)');
+    const options = bmc.options ?? {};
     const origin = bmcOrigin(bmc.address);
     // Checked for an http:// address too: a malformed TLS option is a mistake worth seeing anyway.
-    const chosen = tlsOf(bmc.options);
+    const chosen = tlsOf(options);
     const tls = origin.startsWith('https:') ? chosen : { id: 'plain', connect: { rejectUnauthorized: true } };
     const poolKey = `${origin}|${tls.id}`;
     if (!bmc.username) throw new BmcError('BMC_AUTH_FAILED', `no BMC user name for ${origin}`);
@@ -389,13 +390,15 @@ export class RedfishClient {
     if (res.status === 401 && this.session) {
       // The session expired or the BMC restarted: a 401 was not acted on, so sending again is safe.
       this.transport.dropSession(this.p.credKey, this.session.token);
-      this.session = await this.transport.login(this.p.credKey, () => this.createSession(this.transport.root(this.p.poolKey)?.sessionsPath ?? '/redfish/v1/SessionService/Sessions'));
+      const { sessionsPath } = await this.root();
+      this.session = sessionsPath ? await this.transport.login(this.p.credKey, () => this.createSession(sessionsPath)) : null;
       if (!this.session) this.useBasic = true;
       res = await this.raw(method, path, opts, this.authHeaders());
     }
     if (res.status === 401) throw this.authError(401);
     if (res.status === 403) {
-      throw this.error('BMC_AUTH_FAILED', `the BMC at ${this.p.origin} denied user "${this.p.username}" ${method} of ${opts.what} (HTTP 403): the account lacks the privilege`);
+      const said = redfishMessage(res.body);
+      throw this.error('BMC_AUTH_FAILED', `the BMC at ${this.p.origin} denied user "${this.p.username}" ${method} of ${opts.what} (HTTP 403${said ? `: ${said}` : ''}): the account lacks the privilege, or the BMC's licence lacks the feature`);
     }
     return res;
   }
@@ -413,8 +416,8 @@ export class RedfishClient {
   private async raw(method: string, path: string, opts: RequestOptions, auth: Record<string, string>): Promise<Response> {
     const o = this.transport.options;
     const pool = this.transport.pool(this.p.poolKey, this.p.origin, this.p.tls);
-    let url = new URL(path, this.p.origin);
-    let m = method;
+    let url = this.resolve(path, this.p.origin, opts.what);
+    let m = method as Dispatcher.HttpMethod;
     let body = opts.body === undefined ? undefined : JSON.stringify(opts.body);
     let n503 = 0;
     let n5xx = 0;
@@ -429,7 +432,7 @@ export class RedfishClient {
       let resHeaders: Record<string, string>;
       let text: string;
       try {
-        const res = await pool.request({ method: m as 'GET', path: url.pathname + url.search, headers, body, signal: this.p.signal });
+        const res = await pool.request({ method: m, path: url.pathname + url.search, headers, body, signal: this.p.signal });
         status = res.statusCode;
         resHeaders = Object.fromEntries(Object.entries(res.headers).map(([k, v]) => [k.toLowerCase(), Array.isArray(v) ? v.join(', ') : String(v ?? '')]));
         text = await res.body.text();
@@ -438,7 +441,7 @@ export class RedfishClient {
       }
       if ([301, 302, 303, 307, 308].includes(status) && resHeaders.location && hops < MAX_REDIRECTS) {
         hops++;
-        url = new URL(resHeaders.location, url);
+        url = this.resolve(resHeaders.location, url.href, opts.what);
         if (status === 303) { m = 'GET'; body = undefined; }
         continue;
       }
@@ -467,9 +470,21 @@ export class RedfishClient {
     }
   }
 
+  /** A link or Location from the BMC, resolved; one that is no URL is the BMC's error, not a crash. */
+  private resolve(ref: string, base: string, what: string): URL {
+    try {
+      return new URL(ref, base);
+    } catch {
+      throw this.error('BMC_ERROR', `${what}: the BMC gave a link that is not a URL (${ref.slice(0, 200)})`);
+    }
+  }
+
   private transportError(e: unknown, method: string, opts: RequestOptions): BmcError {
     if (e instanceof BmcError) return e;
-    if (this.p.signal?.aborted) return aborted();
+    if (this.p.signal?.aborted) {
+      if (opts.repeatable) return aborted();
+      return this.error('BMC_ERROR', `the call was aborted while ${opts.what} was in flight: the BMC may or may not have acted; read the power state before retrying`);
+    }
     const code = errCode(e);
     const msg = e instanceof Error ? e.message : String(e);
     const o = this.transport.options;

@@ -144,13 +144,14 @@ export class RedfishDriver implements BmcDriver {
   }
 
   private ctx(bmc: BmcEndpoint, opts: BmcCallOptions | undefined): Ctx {
-    const systemId = bmc.options.systemId;
+    const options = bmc.options ?? {};
+    const systemId = options.systemId;
     if (systemId !== undefined && typeof systemId !== 'string') throw new BmcError('BMC_UNSUPPORTED', 'driverOptions.systemId must be a string (the Id of one member of the BMC\'s Systems)');
     return {
       c: this.transport.client(bmc, opts?.signal),
       deadlineMs: opts?.verifyDeadlineMs ?? this.tuning.verifyDeadlineMs,
       key: opts?.idempotencyKey,
-      options: bmc.options,
+      options,
       notes: [],
     };
   }
@@ -229,20 +230,22 @@ export class RedfishDriver implements BmcDriver {
     const sys = await this.system(x);
     const now = powerOf(sys.doc.PowerState);
     const on = now === 'on' || now === 'powering-on';
+    // An unknown state (no PowerState, or Paused) is neither: the action is sent as asked.
+    const off = now === 'off' || now === 'powering-off';
     if (action === 'on' && on) {
       x.notes.push('the machine was already on: nothing sent');
       return this.result(x, await this.waitPower(x, sys.path, 'on', 'none'));
     }
-    if ((action === 'off' || action === 'graceful-off') && !on) {
+    if ((action === 'off' || action === 'graceful-off') && off) {
       x.notes.push('the machine was already off: nothing sent');
       return this.result(x, await this.waitPower(x, sys.path, 'off', 'none'));
     }
     let plans = POWER_PLANS[action];
-    if ((action === 'cycle' || action === 'reset' || action === 'graceful-restart') && !on) {
+    if ((action === 'cycle' || action === 'reset' || action === 'graceful-restart') && off) {
       x.notes.push(`the machine was off: powered it on instead of ${action}`);
       plans = POWER_PLANS.on;
     }
-    if (action === 'nmi' && !on) throw x.c.error('BMC_ERROR', 'the machine is off: an NMI needs it running');
+    if (action === 'nmi' && off) throw x.c.error('BMC_ERROR', 'the machine is off: an NMI needs it running');
     const reset = await this.resetInfo(x, sys);
     return this.result(x, await this.runPlans(x, sys, reset, plans));
   }
