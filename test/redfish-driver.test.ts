@@ -377,6 +377,15 @@ describe('faults', () => {
     expect([e.code, e.retryable]).toEqual(['BMC_UNREACHABLE', true]);
   });
 
+  it('an action or boot device outside the interface is BMC_UNSUPPORTED before anything is sent', async () => {
+    const before = sim.requests('faults').length;
+    const a = await failure(drv('redfish').power(ep(m()), 'explode' as never));
+    expect([a.code, a.message]).toEqual(['BMC_UNSUPPORTED', expect.stringMatching(/power action "explode"/)]);
+    const b = await failure(drv('redfish').setBootDevice(ep(m()), 'floppy' as never, { persistent: false }));
+    expect([b.code, b.message]).toEqual(['BMC_UNSUPPORTED', expect.stringMatching(/boot device "floppy"/)]);
+    expect(sim.requests('faults')).toHaveLength(before);
+  });
+
   it('an aborted call stops at once', async () => {
     const e = await failure(drv('redfish').powerState(ep(m()), { signal: AbortSignal.abort() }));
     expect(e.message).toMatch(/aborted/);

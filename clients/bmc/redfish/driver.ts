@@ -226,6 +226,7 @@ export class RedfishDriver implements BmcDriver {
   }
 
   async power(bmc: BmcEndpoint, action: PowerAction, opts?: BmcCallOptions): Promise<DriverResult<PowerState>> {
+    if (!Object.hasOwn(POWER_PLANS, action)) throw new BmcError('BMC_UNSUPPORTED', `power action "${String(action)}" is not one of ${Object.keys(POWER_PLANS).join(', ')}`);
     const x = this.ctx(bmc, opts);
     const sys = await this.system(x);
     const now = powerOf(sys.doc.PowerState);
@@ -246,6 +247,8 @@ export class RedfishDriver implements BmcDriver {
       plans = POWER_PLANS.on;
     }
     if (action === 'nmi' && off) throw x.c.error('BMC_ERROR', 'the machine is off: an NMI needs it running');
+    // A button push toggles: without a known state it could turn the machine the wrong way.
+    if (!on && !off) plans = plans.filter((p) => !p.some((step) => step.types.includes('PushPowerButton')));
     const reset = await this.resetInfo(x, sys);
     return this.result(x, await this.runPlans(x, sys, reset, plans));
   }
@@ -378,7 +381,7 @@ export class RedfishDriver implements BmcDriver {
 
   async setBootDevice(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<DriverResult> {
     const x = this.ctx(bmc, opts);
-    const target = BOOT_TARGET[device];
+    const target = Object.hasOwn(BOOT_TARGET, device) ? BOOT_TARGET[device] : undefined;
     if (!target) throw new BmcError('BMC_UNSUPPORTED', `boot device "${String(device)}" is not one of ${Object.keys(BOOT_TARGET).join(', ')}`);
     let sys = await this.system(x);
     const boot = (sys.doc.Boot ?? null) as Doc | null;
