@@ -219,7 +219,7 @@ interface Outcome {
 
 /** ipmitool's stderr for a message: without the -v chatter, without the password, short. */
 function scrub(stderr: string, password: string): string {
-  let lines = stderr.split('\n').map((l) => l.trim()).filter((l) => l && !NOISE.some((n) => n.test(l)));
+  let lines = stderr.split('\n').map((l) => l.trim().replace(/^>\s*/, '')).filter((l) => l && !NOISE.some((n) => n.test(l)));
   if (password) lines = lines.map((l) => l.split(password).join('***'));
   const text = lines.join('; ');
   return text.length > 400 ? `${text.slice(0, 400)}...` : text || '(no output)';
