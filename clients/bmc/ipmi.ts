@@ -239,6 +239,9 @@ function classify(what: string, address: string, cipherSuite: number, stderr: st
   if (has(/invalid (authentication|integrity|confidentiality) algorithm|no matching cipher suite|cipher suite .*(not|un)supported/i)) {
     return new BmcError('BMC_UNSUPPORTED', `${what}: the BMC at ${address} does not support cipher suite ${cipherSuite} (driverOptions.cipherSuite): ${text}`);
   }
+  if (has(/does not support IPMI v2 \/ RMCP\+/i)) {
+    return new BmcError('BMC_UNSUPPORTED', `${what}: the BMC at ${address} speaks only IPMI 1.5; the ipmi driver needs IPMI 2.0 (RMCP+, lanplus)`);
+  }
   if (has(/Address lookup for .* failed|Could not open socket|Get Auth Capabilities error|Error issuing Get Channel Authentication Capabilities|No response from remote controller|Network is unreachable|Connection refused/i)) {
     return new BmcError('BMC_UNREACHABLE', `${what}: no IPMI answer from ${address} (${text})`, true);
   }
@@ -378,6 +381,19 @@ class IpmiDriver implements BmcDriver {
     return r.stdout;
   }
 
+  /**
+   * Runs a command the BMC may lack: null when the session was made and the BMC answered the
+   * command itself with "invalid command" or "parameter not supported" (completion codes C1h, 80h);
+   * every other failure (credentials, reachability, a BMC without IPMI 2.0) throws as run() does.
+   */
+  private async runOptional(p: Prepared, command: string[], opts: BmcCallOptions | undefined): Promise<string | null> {
+    const r = await this.exec(p, command, opts);
+    if (r.code === 0) return r.stdout;
+    const answered = !/Unable to establish|Error issuing|Get Auth Capabilities/i.test(r.stderr);
+    if (answered && /rsp=0x(c1|80)\b|: (Invalid command|Parameter not supported)\s*$/im.test(r.stderr)) return null;
+    throw classify(`ipmitool ${command.join(' ')}`, p.address, p.node.cipherSuite, r.stderr, p.bmc.password);
+  }
+
   private async readPower(p: Prepared, opts: BmcCallOptions | undefined): Promise<PowerState> {
     return parsePowerStatus(await this.run(p, ['power', 'status'], opts));
   }
@@ -477,16 +493,12 @@ class IpmiDriver implements BmcDriver {
     const flags = [...(mode.persistent ? ['persistent'] : []), ...(mode.uefi ? ['efiboot'] : [])];
     await this.run(p, ['chassis', 'bootdev', dev.arg, ...(flags.length ? [`options=${flags.join(',')}`] : [])], opts);
     const notes: string[] = [];
-    let read: BootFlags;
-    try {
-      read = parseBootFlags(await this.run(p, ['chassis', 'bootparam', 'get', '5'], opts));
-    } catch (e) {
-      if (e instanceof BmcError && e.code === 'BMC_UNSUPPORTED') {
-        notes.push('the BMC does not read boot flags back: the boot device is set but not verified');
-        return { value: undefined, notes };
-      }
-      throw e;
+    const flagsOut = await this.runOptional(p, ['chassis', 'bootparam', 'get', '5'], opts);
+    if (flagsOut === null) {
+      notes.push('the BMC does not read boot flags back: the boot device is set but not verified');
+      return { value: undefined, notes };
     }
+    const read = parseBootFlags(flagsOut);
     if (read.selector !== dev.selector) {
       throw new BmcError('BMC_NOT_APPLIED', `chassis bootdev ${dev.arg}: the BMC at ${p.address} accepted it, and its boot flags read back device selector 0x${read.selector.toString(16)}, not 0x${dev.selector.toString(16)}`);
     }
@@ -513,14 +525,9 @@ class IpmiDriver implements BmcDriver {
   async inventory(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<DriverResult<OutOfBandInventory>> {
     const p = this.prepare(bmc);
     const empty: OutOfBandInventory = { uuid: null, macs: [], cpus: null, memoryMiB: null, storage: null, manufacturer: null, model: null, serial: null };
-    let stdout: string;
-    try {
-      stdout = await this.run(p, ['raw', '0x06', '0x37'], opts);
-    } catch (e) {
-      // Get System GUID is optional in IPMI 2.0; the session still proved the credentials.
-      if (e instanceof BmcError && e.code === 'BMC_UNSUPPORTED') return { value: empty, notes: ['the BMC has no System GUID (Get System GUID is not supported): no UUID'] };
-      throw e;
-    }
+    // The session this opens is what verifies the credentials, GUID or not.
+    const stdout = await this.runOptional(p, ['raw', '0x06', '0x37'], opts);
+    if (stdout === null) return { value: empty, notes: ['the BMC answers Get System GUID with "invalid command": no UUID'] };
     const wire = parseRawBytes(stdout);
     const decoded = ipmiGuidToUuid(wire, p.node.guidEncoding);
     return { value: { ...empty, uuid: decoded.uuid }, notes: decoded.note ? [decoded.note] : [] };

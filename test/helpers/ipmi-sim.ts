@@ -18,7 +18,8 @@
  *   - boot flags: only the device selector reaches the hook (`disk` arrives as `default`, ipmi_sim's
  *     name for "force boot from default hard drive"); the persistent and EFI bits are dropped, and
  *     read back as zero. Which options the client asked for is in the argv a recordingIpmitool saw.
- *   - Get System GUID answers only when lan.conf has a `guid`, with its 16 bytes in the order given.
+ *   - Get System GUID answers with lan.conf's `guid`, its 16 bytes in the order given; without one
+ *     ipmi_sim speaks no IPMI 2.0 at all (RAKP needs the GUID), so lanplus fails.
  *
  * API:
  *   requireIpmiTools()  throws, naming the Debian packages, when ipmi_sim or ipmitool is missing
@@ -53,7 +54,10 @@ export interface IpmiSimMachineSpec {
   id?: string;
   user?: string;
   password?: string;
-  /** The machine's UUID as the OS prints it; null: no GUID at all (Get System GUID unsupported). */
+  /**
+   * The machine's UUID as the OS prints it. null: no GUID at all, and then ipmi_sim refuses RMCP+
+   * ("This BMC does not support IPMI v2 / RMCP+"), since RAKP carries the GUID: an IPMI 1.5-only BMC.
+   */
   guid?: string | null;
   /** How this BMC puts the GUID on the wire: the IPMI spec's reversed bytes, or SMBIOS's as they are. */
   guidEncoding?: 'ipmi' | 'smbios';
