@@ -104,7 +104,7 @@ describe('refused before any packet is sent', () => {
     const before = recorder.calls().length;
     const e = await failure(driver.power(bmcOf(main, { options: { cipherSuite: 0 } }), 'on'));
     expect(e.code).toBe('BMC_UNSUPPORTED');
-    expect(e.message).toMatch(/driverOptions\.cipherSuite/);
+    expect(e.message).toMatch(/^bmc\.driverOptions\.cipherSuite: /);
     expect(e.message).toMatch(/any password/);
     expect(callsSince(before)).toEqual([]);
     expect(main.destructiveCalls()).toEqual([]);
@@ -114,7 +114,7 @@ describe('refused before any packet is sent', () => {
   });
 
   test.each([[-1], [18], [2.5], ['3'], [true]])('cipherSuite %p is refused', (cs) => {
-    expect(() => checkIpmiDriverOptions({ cipherSuite: cs })).toThrow(/driverOptions\.cipherSuite must be an integer from 1 to 17/);
+    expect(() => checkIpmiDriverOptions({ cipherSuite: cs })).toThrow(/^bmc\.driverOptions\.cipherSuite: must be an integer from 1 to 17/);
   });
 
   test('other driver options are checked by name', () => {

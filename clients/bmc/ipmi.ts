@@ -59,20 +59,29 @@ const MAX_PASSWORD_BYTES = 20;
 const MAX_OUTPUT_BYTES = 256 * 1024;
 
 /**
- * Checks the node's driverOptions for this driver, naming the field. Exported so the enroll path
- * can refuse a bad one as INVALID_INPUT before anything is written; the driver checks again before
- * any packet is sent, since options can reach it from rows written before this check existed.
+ * A node setting this driver cannot work with, found before anything is sent: `field` is the
+ * enroll input's name for it (bmc.address, bmc.driverOptions.cipherSuite, ...), so the enroll path
+ * can turn it into INVALID_INPUT, and the driver's own check (for rows written before, or through
+ * another path) says the same words in the run's lastError.
  */
+export class IpmiConfigError extends BmcError {
+  constructor(readonly field: string, readonly reason: string) {
+    super('BMC_UNSUPPORTED', `${field}: ${reason}`);
+    this.name = 'IpmiConfigError';
+  }
+}
+
+/** Checks the node's driverOptions for this driver; unknown keys are left to other drivers. */
 export function checkIpmiDriverOptions(options: Readonly<Record<string, unknown>> | null | undefined): IpmiNodeOptions {
   const o = options ?? {};
   let cipherSuite = DEFAULT_CIPHER_SUITE;
   if (o.cipherSuite !== undefined && o.cipherSuite !== null) {
     const cs = o.cipherSuite;
     if (cs === 0 || cs === '0') {
-      throw new BmcError('BMC_UNSUPPORTED', 'driverOptions.cipherSuite: cipher suite 0 is refused: it authenticates nothing, so the BMC accepts any password. Use 3 (the default), or another suite the BMC supports');
+      throw new IpmiConfigError('bmc.driverOptions.cipherSuite', 'cipher suite 0 is refused: it authenticates nothing, so the BMC accepts any password. Use 3 (the default), or another suite the BMC supports');
     }
     if (typeof cs !== 'number' || !Number.isInteger(cs) || cs < 1 || cs > MAX_CIPHER_SUITE) {
-      throw new BmcError('BMC_UNSUPPORTED', `driverOptions.cipherSuite must be an integer from 1 to ${MAX_CIPHER_SUITE} (default ${DEFAULT_CIPHER_SUITE})`);
+      throw new IpmiConfigError('bmc.driverOptions.cipherSuite', `must be an integer from 1 to ${MAX_CIPHER_SUITE} (default ${DEFAULT_CIPHER_SUITE})`);
     }
     cipherSuite = cs;
   }
@@ -80,13 +89,13 @@ export function checkIpmiDriverOptions(options: Readonly<Record<string, unknown>
   if (o.privilegeLevel !== undefined && o.privilegeLevel !== null) {
     const p = typeof o.privilegeLevel === 'string' ? o.privilegeLevel.toUpperCase() : '';
     // Chassis control needs OPERATOR; USER and CALLBACK could never power a machine.
-    if (p !== 'ADMINISTRATOR' && p !== 'OPERATOR') throw new BmcError('BMC_UNSUPPORTED', 'driverOptions.privilegeLevel must be ADMINISTRATOR or OPERATOR');
+    if (p !== 'ADMINISTRATOR' && p !== 'OPERATOR') throw new IpmiConfigError('bmc.driverOptions.privilegeLevel', 'must be ADMINISTRATOR or OPERATOR');
     privilegeLevel = p;
   }
   let guidEncoding: IpmiNodeOptions['guidEncoding'] = 'auto';
   if (o.guidEncoding !== undefined && o.guidEncoding !== null) {
     if (o.guidEncoding !== 'auto' && o.guidEncoding !== 'ipmi' && o.guidEncoding !== 'smbios') {
-      throw new BmcError('BMC_UNSUPPORTED', 'driverOptions.guidEncoding must be auto, ipmi or smbios');
+      throw new IpmiConfigError('bmc.driverOptions.guidEncoding', 'must be auto, ipmi or smbios');
     }
     guidEncoding = o.guidEncoding;
   }
@@ -98,7 +107,7 @@ const HOST_NAME = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[
 /** host, IPv4, IPv6 or [IPv6], each optionally with :port (ipmi_sim and BMCs behind NAT use another port than 623). */
 export function parseIpmiAddress(address: string): { host: string; port: number } {
   const value = address.trim();
-  const bad = (why: string) => new BmcError('BMC_UNSUPPORTED', `bmc.address: the ipmi driver takes host[:port]; ${why}`);
+  const bad = (why: string) => new IpmiConfigError('bmc.address', `the ipmi driver takes host[:port]; ${why}`);
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(value)) throw bad('a URL is for Redfish drivers');
   const portOf = (p: string | undefined): number => {
     if (p === undefined) return 623;
@@ -114,6 +123,15 @@ export function parseIpmiAddress(address: string): { host: string; port: number 
   const [host, port, ...rest] = value.split(':');
   if (rest.length > 0 || !host || (!isIP(host) && !HOST_NAME.test(host))) throw bad(`"${value}" is not a host name or IP address`);
   return { host, port: portOf(port) };
+}
+
+/**
+ * What enroll checks for a node any of whose bindings is `ipmi`: its address and driverOptions,
+ * as IpmiConfigError naming the field, before anything is written.
+ */
+export function checkIpmiNode(address: string, options: Readonly<Record<string, unknown>> | null | undefined): void {
+  parseIpmiAddress(address);
+  checkIpmiDriverOptions(options);
 }
 
 function hex(bytes: ArrayLike<number>, from: number, to: number): string {
@@ -233,20 +251,21 @@ function scrub(stderr: string, password: string): string {
 function classify(what: string, address: string, cipherSuite: number, stderr: string, password: string): BmcError {
   const text = scrub(stderr, password);
   const has = (re: RegExp) => re.test(stderr);
-  if (has(/RAKP \d+ HMAC is invalid|unauthorized name|invalid (user ?name|password)|inactive session|Insufficient privilege|privilege level (not authorized|exceeds)|RAKP \d+ message indicates an error/i)) {
+  // Before the credentials: a BMC out of sessions says so in its RAKP or open-session answer.
+  if (has(/insufficient resources|Node busy|Out of space|Command response could not be provided|Timeout while processing command|temporarily unavailable/i)) {
+    return new BmcError('BMC_BUSY', `${what}: the BMC at ${address} is busy (${text})`, true);
+  }
+  if (has(/RAKP \d+ HMAC is invalid|unauthorized name|invalid (user ?name|password)|unauthorized role|invalid role|Insufficient privilege|privilege level (not authorized|exceeds)|RAKP \d+ message indicates an error/i)) {
     return new BmcError('BMC_AUTH_FAILED', `${what}: the BMC at ${address} refused the credentials (${text})`);
   }
   if (has(/invalid (authentication|integrity|confidentiality) algorithm|no matching cipher suite|cipher suite .*(not|un)supported/i)) {
-    return new BmcError('BMC_UNSUPPORTED', `${what}: the BMC at ${address} does not support cipher suite ${cipherSuite} (driverOptions.cipherSuite): ${text}`);
+    return new BmcError('BMC_UNSUPPORTED', `${what}: the BMC at ${address} does not support cipher suite ${cipherSuite} (bmc.driverOptions.cipherSuite): ${text}`);
   }
   if (has(/does not support IPMI v2 \/ RMCP\+/i)) {
     return new BmcError('BMC_UNSUPPORTED', `${what}: the BMC at ${address} speaks only IPMI 1.5; the ipmi driver needs IPMI 2.0 (RMCP+, lanplus)`);
   }
   if (has(/Address lookup for .* failed|Could not open socket|Get Auth Capabilities error|Error issuing Get Channel Authentication Capabilities|No response from remote controller|Network is unreachable|Connection refused/i)) {
     return new BmcError('BMC_UNREACHABLE', `${what}: no IPMI answer from ${address} (${text})`, true);
-  }
-  if (has(/Node busy|Out of space|Command response could not be provided|Timeout while processing command|temporarily unavailable/i)) {
-    return new BmcError('BMC_BUSY', `${what}: the BMC at ${address} is busy (${text})`, true);
   }
   if (has(/Invalid data field in request|Invalid command\b|Command not supported|Parameter not supported|Request data field length limit exceeded/i)) {
     return new BmcError('BMC_UNSUPPORTED', `${what}: the BMC at ${address} does not support it (${text})`);
@@ -283,6 +302,7 @@ class IpmiDriver implements BmcDriver {
     this.pollIntervalMs = positive(opts.pollIntervalMs, 1000, 'pollIntervalMs');
     this.verifyDeadlineMs = positive(opts.verifyDeadlineMs, 30_000, 'verifyDeadlineMs');
     this.retransmitSeconds = positive(opts.retransmitSeconds, 1, 'retransmitSeconds');
+    if (!Number.isInteger(this.retransmitSeconds)) throw new RangeError('ipmiDriver: retransmitSeconds must be whole seconds (ipmitool -N)');
     this.retries = opts.retries ?? 3;
     if (!Number.isInteger(this.retries) || this.retries < 0 || this.retries > 10) throw new RangeError('ipmiDriver: retries must be 0..10');
   }
