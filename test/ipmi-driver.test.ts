@@ -253,6 +253,21 @@ describe('power, each action read back', () => {
     expect((await failure(driver.power(bmcOf(main), 'nmi'))).code).toBe('BMC_NOT_APPLIED');
     expect(callsSince(before).map(commandOf)).toEqual(['power status']);
   });
+
+  test('reset, cycle and diag are sent once (-R 1): a retransmitted copy could reset the machine twice', async () => {
+    const patient = ipmiDriver({ ipmitoolPath: recorder.path, retries: 3, pollIntervalMs: 100 });
+    main.setPower('on');
+    const before = recorder.calls().length;
+    await patient.power(bmcOf(main), 'cycle');
+    await patient.power(bmcOf(main), 'reset');
+    expect((await failure(patient.power(bmcOf(main), 'nmi'))).code).toBe('BMC_UNSUPPORTED');
+    const retriesOf = (c: RecordedIpmitoolCall) => c.argv[c.argv.indexOf('-R') + 1];
+    const byCommand = new Map(callsSince(before).map((c) => [commandOf(c), retriesOf(c)]));
+    expect(byCommand.get('power cycle')).toBe('1');
+    expect(byCommand.get('power reset')).toBe('1');
+    expect(byCommand.get('power diag')).toBe('1');
+    expect(byCommand.get('power status')).toBe('3');
+  });
 });
 
 describe('boot device', () => {

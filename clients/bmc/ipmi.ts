@@ -37,7 +37,10 @@ export interface IpmiDriverOptions {
   verifyDeadlineMs?: number;
   /** ipmitool -N: seconds between retransmissions of an unanswered request. */
   retransmitSeconds?: number;
-  /** ipmitool -R: retransmissions before ipmitool gives up on its own. */
+  /**
+   * ipmitool -R: how many times ipmitool sends each request before it gives up (1 = once; ipmitool
+   * reads 0 as its default of 4). Only for commands that do no harm twice: see REPEATABLE.
+   */
   retries?: number;
 }
 
@@ -248,7 +251,7 @@ function scrub(stderr: string, password: string): string {
  * section 13.31): status 0x0d "unauthorized name" for an unknown user, an invalid RAKP 2 HMAC for
  * a wrong password (the BMC's HMAC is keyed with the password we hold).
  */
-function classify(what: string, address: string, cipherSuite: number, stderr: string, password: string): BmcError {
+function classify(what: string, address: string, cipherSuite: number, stderr: string, password: string, repeatable: boolean): BmcError {
   const text = scrub(stderr, password);
   const has = (re: RegExp) => re.test(stderr);
   // Before the credentials: a BMC out of sessions says so in its RAKP or open-session answer.
@@ -260,6 +263,10 @@ function classify(what: string, address: string, cipherSuite: number, stderr: st
   }
   if (has(/invalid (authentication|integrity|confidentiality) algorithm|no matching cipher suite|cipher suite .*(not|un)supported/i)) {
     return new BmcError('BMC_UNSUPPORTED', `${what}: the BMC at ${address} does not support cipher suite ${cipherSuite} (bmc.driverOptions.cipherSuite): ${text}`);
+  }
+  // The session was made and the command sent, and no answer came back: it may have been applied.
+  if (has(/Unable to set Chassis Power Control/i)) {
+    return new BmcError('BMC_TIMEOUT', `${what}: sent, and the BMC at ${address} never answered${repeatable ? '' : '; whether it acted on it is unknown'} (${text})`, repeatable);
   }
   if (has(/does not support IPMI v2 \/ RMCP\+/i)) {
     return new BmcError('BMC_UNSUPPORTED', `${what}: the BMC at ${address} speaks only IPMI 1.5; the ipmi driver needs IPMI 2.0 (RMCP+, lanplus)`);
@@ -273,8 +280,17 @@ function classify(what: string, address: string, cipherSuite: number, stderr: st
   return new BmcError('BMC_ERROR', `${what}: ipmitool failed against ${address} (${text})`);
 }
 
-/** Actions that do no harm when they land twice, so a timeout is worth retrying. */
-const REPEATABLE: ReadonlySet<string> = new Set(['power status', 'power on', 'power off', 'power soft', 'chassis bootdev', 'chassis bootparam', 'raw']);
+/**
+ * Commands that do no harm when they land twice. The others (reset, cycle, diag) are sent once
+ * (-R 1): ipmitool retransmits an unanswered request under a new session sequence number, and a BMC
+ * that executed the first copy and lost its answer would reset the machine again. Their failures
+ * after sending are never retryable: whether the BMC acted is unknown, and the engine decides.
+ */
+const REPEATABLE: ReadonlySet<string> = new Set(['power status', 'power on', 'power off', 'power soft', 'chassis bootdev', 'chassis bootparam', 'raw 0x06']);
+
+function isRepeatable(command: readonly string[]): boolean {
+  return REPEATABLE.has(command.slice(0, 2).join(' '));
+}
 
 interface Prepared {
   host: string;
@@ -304,7 +320,7 @@ class IpmiDriver implements BmcDriver {
     this.retransmitSeconds = positive(opts.retransmitSeconds, 1, 'retransmitSeconds');
     if (!Number.isInteger(this.retransmitSeconds)) throw new RangeError('ipmiDriver: retransmitSeconds must be whole seconds (ipmitool -N)');
     this.retries = opts.retries ?? 3;
-    if (!Number.isInteger(this.retries) || this.retries < 0 || this.retries > 10) throw new RangeError('ipmiDriver: retries must be 0..10');
+    if (!Number.isInteger(this.retries) || this.retries < 1 || this.retries > 10) throw new RangeError('ipmiDriver: retries must be 1..10');
   }
 
   /** Everything that can be refused is refused here, before any process is started. */
@@ -324,7 +340,7 @@ class IpmiDriver implements BmcDriver {
       '-I', 'lanplus', '-H', p.host, '-p', String(p.port),
       ...(p.bmc.username ? ['-U', p.bmc.username] : []),
       '-E', '-C', String(p.node.cipherSuite), '-L', p.node.privilegeLevel,
-      '-N', String(this.retransmitSeconds), '-R', String(this.retries), '-v',
+      '-N', String(this.retransmitSeconds), '-R', String(isRepeatable(command) ? this.retries : 1), '-v',
       ...command,
     ];
     const what = `ipmitool ${command.slice(0, 2).join(' ')}`;
@@ -382,7 +398,7 @@ class IpmiDriver implements BmcDriver {
       child.on('close', (code) => {
         finish(() => {
           if (ended === 'timeout') {
-            const repeatable = REPEATABLE.has(command.slice(0, 2).join(' ')) || REPEATABLE.has(command[0]!);
+            const repeatable = isRepeatable(command);
             reject(new BmcError('BMC_TIMEOUT', `${what}: no answer from ${p.address} within ${this.timeoutMs} ms (ipmitool killed)${repeatable ? '' : '; whether the BMC acted on it is unknown'}`, repeatable));
           } else if (ended === 'abort') {
             reject(new BmcError('BMC_ERROR', `${what}: aborted while running; whether the BMC acted on it is unknown`));
@@ -397,7 +413,7 @@ class IpmiDriver implements BmcDriver {
   /** Runs a command and throws the classified BmcError when ipmitool exits non-zero. */
   private async run(p: Prepared, command: string[], opts: BmcCallOptions | undefined): Promise<string> {
     const r = await this.exec(p, command, opts);
-    if (r.code !== 0) throw classify(`ipmitool ${command.join(' ')}`, p.address, p.node.cipherSuite, r.stderr, p.bmc.password);
+    if (r.code !== 0) throw classify(`ipmitool ${command.join(' ')}`, p.address, p.node.cipherSuite, r.stderr, p.bmc.password, isRepeatable(command));
     return r.stdout;
   }
 
@@ -411,7 +427,7 @@ class IpmiDriver implements BmcDriver {
     if (r.code === 0) return r.stdout;
     const answered = !/Unable to establish|Error issuing|Get Auth Capabilities/i.test(r.stderr);
     if (answered && /rsp=0x(c1|80)\b|: (Invalid command|Parameter not supported)\s*$/im.test(r.stderr)) return null;
-    throw classify(`ipmitool ${command.join(' ')}`, p.address, p.node.cipherSuite, r.stderr, p.bmc.password);
+    throw classify(`ipmitool ${command.join(' ')}`, p.address, p.node.cipherSuite, r.stderr, p.bmc.password, isRepeatable(command));
   }
 
   private async readPower(p: Prepared, opts: BmcCallOptions | undefined): Promise<PowerState> {
