@@ -144,6 +144,12 @@ describe('refused before any packet is sent', () => {
     expect(callsSince(before)).toEqual([]);
   });
 
+  test('no ipmitool where the agent looks: BMC_ERROR naming the Debian package', async () => {
+    const e = await failure(ipmiDriver({ ipmitoolPath: `${sim.dir}/no-such-ipmitool` }).powerState(bmcOf(main)));
+    expect(e.code).toBe('BMC_ERROR');
+    expect(e.message).toMatch(/Debian package ipmitool/);
+  });
+
   test('virtual media: BMC_UNSUPPORTED, nothing run', async () => {
     const before = recorder.calls().length;
     expect((await failure(driver.insertMedia(bmcOf(main), 'http://10.0.0.1/ramdisk.iso'))).code).toBe('BMC_UNSUPPORTED');
