@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import { BmcError, type BmcDriver, type BmcEndpoint } from '../clients/bmc/driver';
 import { DriverRegistry } from '../clients/bmc/registry';
 import { checkIpmiDriverOptions, ipmiDriver, ipmiGuidToUuid, parseIpmiAddress } from '../clients/bmc/ipmi';
-import { IPMITOOL, recordingIpmitool, requireIpmiTools, startIpmiSim, type IpmiSim, type IpmiSimMachine, type RecordedIpmitoolCall } from './helpers/ipmi-sim';
+import { IPMITOOL, recordingIpmitool, requireIpmiTools, startIpmiSim, type IpmiBootEvent, type IpmiSim, type IpmiSimMachine, type RecordedIpmitoolCall } from './helpers/ipmi-sim';
 
 const run = promisify(execFile);
 
@@ -30,6 +30,7 @@ let zeroGuid: IpmiSimMachine;
 let dead: IpmiSimMachine;
 let recorder: { path: string; calls(): RecordedIpmitoolCall[] };
 let driver: BmcDriver;
+const bootEvents: { machine: string; boot: IpmiBootEvent }[] = [];
 
 const bmcOf = (m: IpmiSimMachine, patch: Partial<BmcEndpoint> = {}): BmcEndpoint => ({ address: m.address, username: m.user, password: m.password, options: {}, ...patch });
 
@@ -68,6 +69,7 @@ function ipmitoolsFor(port: number): number[] {
 beforeAll(async () => {
   process.env[SENTINEL] = 'must-not-reach-ipmitool';
   sim = await startIpmiSim({
+    onBoot: (machine, boot) => bootEvents.push({ machine: machine.id, boot }),
     machines: [
       { id: 'main', user: 'admin', password: 'Main-Pa55', guid: UUID_IPMI_ORDER, guidEncoding: 'ipmi' },
       { id: 'smbios', user: 'root', password: 'Smbios-Pa55', guid: UUID_SMBIOS_ORDER, guidEncoding: 'smbios', power: 'on' },
@@ -301,6 +303,36 @@ describe('boot device', () => {
     await driver.setBootDevice(bmcOf(main), 'bios', { persistent: true });
     expect(main.bootDevice()).toBe('bios');
     expect(main.calls().filter((c) => c.param === 'boot').map((c) => c.value).slice(-2)).toEqual(['cdrom', 'bios']);
+  });
+});
+
+describe('what the machine boots from (the helper\'s onBoot, for a simulated machine)', () => {
+  test('a once PXE override is used by the next start, then the machine boots its own order', async () => {
+    main.setPower('off');
+    const before = main.boots().length;
+    await driver.setBootDevice(bmcOf(main), 'pxe', { persistent: false });
+    await driver.power(bmcOf(main), 'on');
+    await driver.power(bmcOf(main), 'cycle');
+    expect(main.boots().slice(before).map((b) => b.override)).toEqual(['pxe', null]);
+    expect(main.bootDevice()).toBe('none');
+    // The same starts reach onBoot (fs.watch delivers them a moment later).
+    while (bootEvents.filter((e) => e.machine === 'main').length < main.boots().length) await new Promise((r) => setTimeout(r, 20));
+    expect(bootEvents.filter((e) => e.machine === 'main').map((e) => e.boot)).toEqual(main.boots());
+  });
+
+  test('a reset of a running machine is a start; a reset of one that is off is not', async () => {
+    main.setPower('on');
+    await driver.setBootDevice(bmcOf(main), 'disk', { persistent: false });
+    const before = main.boots().length;
+    await driver.power(bmcOf(main), 'reset');
+    expect(main.boots().slice(before).map((b) => b.override)).toEqual(['disk']);
+    // The driver never resets a machine that is off; a plain ipmitool does, and nothing starts.
+    main.setPower('off');
+    const resets = main.calls().filter((c) => c.param === 'reset').length;
+    await run(IPMITOOL, ['-I', 'lanplus', '-H', main.host, '-p', String(main.port), '-U', main.user, '-E', '-C', '3', 'power', 'reset'], { env: { PATH: process.env.PATH, IPMI_PASSWORD: main.password } });
+    expect(main.calls().filter((c) => c.param === 'reset').length).toBe(resets + 1);
+    expect(main.boots().length).toBe(before + 1);
+    expect(main.power()).toBe('off');
   });
 });
 

@@ -23,9 +23,12 @@
  *
  * API:
  *   requireIpmiTools()  throws, naming the Debian packages, when ipmi_sim or ipmitool is missing
- *   startIpmiSim({ machines?: number | IpmiSimMachineSpec[], user?, password?, guid? }) -> IpmiSim
- *   IpmiSim.machines[i]: address ('127.0.0.1:<port>'), calls(), destructiveCalls(), power(),
+ *   startIpmiSim({ machines?: number | IpmiSimMachineSpec[], user?, password?, guid?, onBoot?, bootOverride? })
+ *     onBoot(machine, { override }) on every start (off -> on applied, or a reset while on), with
+ *     bootOverride 'once' (default: the override is used up) or 'persistent'
+ *   IpmiSim.machines[i]: address ('127.0.0.1:<port>'), calls(), destructiveCalls(), boots(), power(),
  *     bootDevice(), setPower(), setFaults({ ignorePower, powerDelayMs, ignoreSoft }), stop(), start()
+ *     (a delayed power change applies at the first hook call after its time: any power status read)
  *   IpmiSim.stop(): kills every ipmi_sim and removes the temp dir
  *   recordingIpmitool(dir) -> { path, calls() }: an ipmitool that records its argv, its environment's
  *     variable names and the running ipmitool's /proc/<pid>/cmdline, then runs the real one
@@ -33,7 +36,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import dgram from 'node:dgram';
-import { existsSync, readFileSync, readdirSync, writeFileSync, openSync, closeSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, writeFileSync, openSync, closeSync, watch, type FSWatcher } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -64,8 +67,24 @@ export interface IpmiSimMachineSpec {
   power?: 'on' | 'off';
 }
 
+/** A machine starting: power applied off -> on, or a reset while on. */
+export interface IpmiBootEvent {
+  atMs: number;
+  /** The boot device override in force (ipmi_sim's `default` is the disk); null: none, the machine's own order. */
+  override: 'pxe' | 'disk' | 'cdrom' | 'bios' | null;
+}
+
+const OVERRIDES: Readonly<Record<string, IpmiBootEvent['override']>> = { pxe: 'pxe', default: 'disk', cdrom: 'cdrom', bios: 'bios', none: null };
+
 export interface IpmiSimOptions {
   machines?: number | IpmiSimMachineSpec[];
+  /**
+   * Called when a machine starts (test/sim's simulated machine can play PXE from here). ipmi_sim
+   * drops the persistent bit of a boot override, so whether one outlives a boot is this setting.
+   */
+  onBoot?: (machine: IpmiSimMachine, boot: IpmiBootEvent) => void;
+  /** once (default): an override is used up by the boot it applies to, as a next-boot-only IPMI override is. */
+  bootOverride?: 'once' | 'persistent';
   /** Defaults for every machine that does not set its own. */
   user?: string;
   password?: string;
@@ -102,6 +121,8 @@ export interface IpmiSimMachine {
   dir: string;
   /** Every `set` ipmi_sim passed to the hook, in order. */
   calls(): ChassisCall[];
+  /** Every time the machine started, with the boot override it started with. */
+  boots(): IpmiBootEvent[];
   /** power, reset and shutdown calls: what must never happen twice for one intended action. */
   destructiveCalls(): ChassisCall[];
   power(): 'on' | 'off';
@@ -122,13 +143,24 @@ export interface IpmiSim {
 const HOOK = `#!/bin/sh
 # ipmi_sim chassis_control hook: <machine-dir> get <parm>... | set <parm> <value>...
 d=$1; op=$2; shift 2
-ignore_power=0; power_delay_ms=0; ignore_soft=0
+ignore_power=0; power_delay_ms=0; ignore_soft=0; boot_override=once
 [ -f "$d/faults" ] && . "$d/faults"
 now_ms() { date +%s%3N; }
+# The machine starts: log what it boots from; a once override is used up, as the valid bit is.
+booted() {
+  echo "$(now_ms) $(cat "$d/boot")" >> "$d/boots"
+  [ "$boot_override" = once ] && echo none > "$d/boot"
+  return 0
+}
+apply_power() {
+  old=$(cat "$d/power"); echo "$1" > "$d/power"; rm -f "$d/power.pending"
+  [ "$old" = 0 ] && [ "$1" = 1 ] && booted
+  return 0
+}
 settle() {
   if [ -f "$d/power.pending" ]; then
     read -r v at < "$d/power.pending"
-    if [ "$(now_ms)" -ge "$at" ]; then echo "$v" > "$d/power"; rm -f "$d/power.pending"; fi
+    if [ "$(now_ms)" -ge "$at" ]; then apply_power "$v"; fi
   fi
 }
 set_power() {
@@ -136,7 +168,7 @@ set_power() {
   if [ "$power_delay_ms" -gt 0 ]; then
     echo "$1 $(( $(now_ms) + power_delay_ms ))" > "$d/power.pending"
   else
-    echo "$1" > "$d/power"; rm -f "$d/power.pending"
+    apply_power "$1"
   fi
 }
 settle
@@ -157,7 +189,8 @@ case $op in
         power) set_power "$v" ;;
         shutdown) [ "$ignore_soft" = 1 ] || set_power 0 ;;
         boot) echo "$v" > "$d/boot" ;;
-        reset|identify) ;;
+        reset) [ "$ignore_power" = 1 ] || { [ "$(cat "$d/power")" = 1 ] && booted; } ;;
+        identify) ;;
         *) echo "Invalid parameter: $p"; exit 1 ;;
       esac
     done ;;
@@ -230,7 +263,15 @@ class SimMachine implements IpmiSimMachine {
     readonly guid: string | null,
     readonly wireGuid: string | null,
     private readonly hook: string,
+    private readonly bootOverride: 'once' | 'persistent',
   ) {}
+
+  private watcher: FSWatcher | null = null;
+
+  unwatch(): void {
+    this.watcher?.close();
+    this.watcher = null;
+  }
 
   get address(): string {
     return `${this.host}:${this.port}`;
@@ -249,6 +290,26 @@ class SimMachine implements IpmiSimMachine {
     return this.calls().filter((c) => c.param === 'power' || c.param === 'reset' || c.param === 'shutdown');
   }
 
+  boots(): IpmiBootEvent[] {
+    const file = path.join(this.dir, 'boots');
+    if (!existsSync(file)) return [];
+    return readFileSync(file, 'utf8').split('\n').filter(Boolean).map((line) => {
+      const [at, override] = line.split(' ');
+      return { atMs: Number(at), override: OVERRIDES[override ?? 'none'] ?? null };
+    });
+  }
+
+  /** Calls the listener for each boot after the ones already delivered (fs.watch on the machine's dir). */
+  watchBoots(listener: (boot: IpmiBootEvent) => void): void {
+    let delivered = this.boots().length;
+    this.watcher = watch(this.dir, { persistent: false }, (_event, name) => {
+      if (name !== 'boots') return;
+      const all = this.boots();
+      for (const b of all.slice(delivered)) listener(b);
+      delivered = Math.max(delivered, all.length);
+    });
+  }
+
   power(): 'on' | 'off' {
     return readFileSync(path.join(this.dir, 'power'), 'utf8').trim() === '1' ? 'on' : 'off';
   }
@@ -264,7 +325,7 @@ class SimMachine implements IpmiSimMachine {
   setFaults(f: IpmiFaults): void {
     const ms = f.powerDelayMs ?? 0;
     if (!Number.isInteger(ms) || ms < 0) throw new RangeError('powerDelayMs must be a whole number of ms');
-    writeFileSync(path.join(this.dir, 'faults'), `ignore_power=${f.ignorePower ? 1 : 0}\npower_delay_ms=${ms}\nignore_soft=${f.ignoreSoft ? 1 : 0}\n`);
+    writeFileSync(path.join(this.dir, 'faults'), `ignore_power=${f.ignorePower ? 1 : 0}\npower_delay_ms=${ms}\nignore_soft=${f.ignoreSoft ? 1 : 0}\nboot_override=${this.bootOverride}\n`);
   }
 
   running(): boolean {
@@ -375,12 +436,15 @@ export async function startIpmiSim(options: IpmiSimOptions = {}): Promise<IpmiSi
       await fs.writeFile(path.join(mdir, 'bmc.emu'), EMU);
       await fs.writeFile(path.join(mdir, 'power'), spec.power === 'on' ? '1\n' : '0\n');
       await fs.writeFile(path.join(mdir, 'boot'), 'none\n');
-      const m = new SimMachine(id, mdir, user, password, guid?.toLowerCase() ?? null, guid ? wireBytes(guid, spec.guidEncoding ?? 'ipmi') : null, hook);
+      const m = new SimMachine(id, mdir, user, password, guid?.toLowerCase() ?? null, guid ? wireBytes(guid, spec.guidEncoding ?? 'ipmi') : null, hook, options.bootOverride ?? 'once');
       m.setFaults({});
+      const onBoot = options.onBoot;
+      if (onBoot) m.watchBoots((boot) => onBoot(m, boot));
       machines.push(m);
     }
     await Promise.all(machines.map((m) => m.start()));
   } catch (e) {
+    machines.forEach((m) => m.unwatch());
     await Promise.all(machines.map((m) => m.stop()));
     await fs.rm(dir, { recursive: true, force: true });
     throw e;
@@ -389,6 +453,7 @@ export async function startIpmiSim(options: IpmiSimOptions = {}): Promise<IpmiSi
     dir,
     machines,
     async stop() {
+      machines.forEach((m) => m.unwatch());
       await Promise.all(machines.map((m) => m.stop()));
       await fs.rm(dir, { recursive: true, force: true });
     },
