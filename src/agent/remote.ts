@@ -105,8 +105,20 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   await heartbeat();
   log.info({ agentId, apiUrl: opts.apiUrl, drivers: opts.registry.names() }, 'site agent registered its key and is serving its site');
 
+  // A lost report of a destructive command that did run would end as AGENT_LOST: worth a few
+  // tries. A refusal (CONFLICT: no longer held; INVALID_INPUT) is final.
   const report = async (commandId: string, result: CommandResult) => {
-    await call(REPORT, { c: commandId, r: result });
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        await call(REPORT, { c: commandId, r: result });
+        return;
+      } catch (error) {
+        if (error instanceof AgentApiError && error.code !== 'INTERNAL') throw error;
+        if (attempt >= 4) throw error;
+        log.warn({ commandId, attempt, err: error }, 'reporting a command result failed; retrying');
+        await new Promise((r) => setTimeout(r, 250 * 2 ** attempt));
+      }
+    }
   };
 
   const pump = new CommandPump<ClaimedCommand>({
@@ -140,6 +152,12 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         password = opened.password;
       } catch (error) {
         await report(command.id, { ok: false, code: 'AGENT_ERROR', message: `the sealed credentials did not open: ${error instanceof Error ? error.message : String(error)}`, retryable: false });
+        return;
+      }
+      // By the time the credentials arrived the claim may be over (a slow network, a paused
+      // process): the service has then settled it, and a destructive action must not start late.
+      if (Date.parse(creds.claimDeadline) <= Date.now()) {
+        log.warn({ commandId: command.id, claimDeadline: creds.claimDeadline }, 'the claim ran out before the command could start: dropped (the service settles it)');
         return;
       }
       log.info({ commandId: command.id, kind: command.kind, address: creds.endpoint.address, driver: creds.endpoint.driver }, 'running command');

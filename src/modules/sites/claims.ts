@@ -48,12 +48,10 @@ export async function claimQueued(db: Runner, agentId: string, scope: ClaimScope
       RETURNING id, kind, params, node_id, site_id, lease_expires_at`,
     [agentId, s.value, Math.round(leaseMs), limit],
   );
-  return rows
-    .map((r) => ({
-      id: r.id as string, kind: r.kind as CommandKind, params: (r.params ?? {}) as Record<string, unknown>, nodeId: (r.node_id ?? null) as string | null,
-      siteId: r.site_id as string, leaseExpiresAt: r.lease_expires_at as Date,
-    }))
-    .sort((a, b) => a.id.localeCompare(b.id));
+  return rows.map((r) => ({
+    id: r.id as string, kind: r.kind as CommandKind, params: (r.params ?? {}) as Record<string, unknown>, nodeId: (r.node_id ?? null) as string | null,
+    siteId: r.site_id as string, leaseExpiresAt: r.lease_expires_at as Date,
+  }));
 }
 
 /** Extends the lease of every command the agent still holds (its heartbeat). A lapsed lease is not revived: the sweep owns it. */
