@@ -142,6 +142,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         const builtin = startBuiltinAgent({
           sql: database.sql, secrets, registry: opts.drivers ?? defaultDriverRegistry(), log,
           heartbeatMs: config.agentHeartbeatMs, leaseMs: config.agentLeaseMs, pollMs: config.agentPollMs, concurrency: config.agentConcurrency,
+          databaseUrl,
         });
         // Before the pools close (cleanups run in reverse): running commands finish or are reported.
         cleanups.push(() => builtin.stop(config.shutdownTimeoutMs));

@@ -56,7 +56,9 @@ describe('the built-in site agent', () => {
     sim = await startRedfishSim({ machines: [{ id: 'm0', password: PASSWORD }, { id: 'm1', password: PASSWORD }, { id: 'm2', password: PASSWORD }, { id: 'hang', password: PASSWORD }] });
     databaseUrl = await createTestDatabase();
     app = await startApp(
-      { databaseUrl, adminToken: `test-admin-${randomBytes(8).toString('hex')}`, secretKey: randomBytes(32).toString('base64'), port: 0, host: '127.0.0.1', role: 'all', dataDir: '/nonexistent-not-used', agentPollMs: 100, shutdownTimeoutMs: 1000 },
+      { databaseUrl, adminToken: `test-admin-${randomBytes(8).toString('hex')}`, secretKey: randomBytes(32).toString('base64'), port: 0, host: '127.0.0.1', role: 'all', dataDir: '/nonexistent-not-used', shutdownTimeoutMs: 1000,
+        // Polling once a minute: every command below is claimed because its INSERT woke the agent (LISTEN).
+        agentPollMs: 60000 },
       { log: capturingLogger(lines), drivers: simDriverRegistry(driver) },
     );
     url = app.url!;

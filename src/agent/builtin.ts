@@ -1,6 +1,7 @@
 import os from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
+import pg from 'pg';
 import type { DriverRegistry } from '../../clients/bmc/registry';
 import type { SecretBroker } from '../../clients/secrets/broker';
 import type { Sql } from '../db/sql';
@@ -26,6 +27,8 @@ export interface BuiltinAgentOptions {
   leaseMs: number;
   pollMs: number;
   concurrency: number;
+  /** With it, the agent LISTENs for queued commands (the command_queued_notify trigger) and claims at once; AGENT_POLL_MS stays the fallback. */
+  databaseUrl?: string;
 }
 
 export interface BuiltinAgent {
@@ -84,8 +87,54 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
     },
   });
   pump.start();
+  const listener = opts.databaseUrl ? listenForCommands(opts.databaseUrl, log, () => pump.poke()) : null;
   log.info({ agentId, drivers: opts.registry.names() }, 'built-in site agent started: it serves every site with no remote agent heartbeating');
-  return { agentId, stop: (graceMs) => pump.stop(graceMs) };
+  return {
+    agentId,
+    async stop(graceMs) {
+      await listener?.stop();
+      await pump.stop(graceMs);
+    },
+  };
+}
+
+/** One LISTEN connection; when it drops, polling carries on and it reconnects after a second. */
+function listenForCommands(databaseUrl: string, log: Logger, onQueued: () => void): { stop(): Promise<void> } {
+  let stopped = false;
+  let client: pg.Client | null = null;
+  const connect = async () => {
+    const c = new pg.Client({ connectionString: databaseUrl, application_name: 'metal-builtin-agent' });
+    c.on('notification', onQueued);
+    c.on('error', (error) => {
+      log.warn({ err: error }, 'the built-in agent lost its LISTEN connection; polling until it is back');
+      void c.end().catch(() => undefined);
+      if (client === c) client = null;
+      if (!stopped) setTimeout(attempt, 1000).unref();
+    });
+    await c.connect();
+    await c.query('LISTEN metal_command_queued');
+    if (stopped) {
+      await c.end();
+      return;
+    }
+    client = c;
+  };
+  let started: Promise<void> = Promise.resolve();
+  const attempt = () => {
+    started = connect().catch((error: unknown) => {
+      log.warn({ err: error }, 'the built-in agent could not LISTEN for commands; polling, and trying again in a second');
+      if (!stopped) setTimeout(attempt, 1000).unref();
+    });
+  };
+  attempt();
+  return {
+    async stop() {
+      stopped = true;
+      await started;
+      await client?.end().catch(() => undefined);
+      client = null;
+    },
+  };
 }
 
 /**

@@ -37,6 +37,8 @@ export class CommandPump<T extends PumpItem> {
   private stopping = false;
   private inFlight = new Map<string, { item: T; done: Promise<void> }>();
   private wake: (() => void) | null = null;
+  /** A poke that came while a claim was under way: claim again instead of sleeping. */
+  private poked = false;
   private abort = new AbortController();
   private loop: Promise<void> | null = null;
   private renewTimer: NodeJS.Timeout | null = null;
@@ -60,13 +62,24 @@ export class CommandPump<T extends PumpItem> {
     this.loop = this.claimLoop();
   }
 
+  /** New work may be waiting (a command was queued): claim now rather than at the next poll. */
+  poke(): void {
+    this.poked = true;
+    this.wake?.();
+  }
+
   private sleep(ms: number): Promise<void> {
+    if (this.poked) {
+      this.poked = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.wake = null;
         resolve();
       }, ms);
       this.wake = () => {
+        this.poked = false;
         clearTimeout(timer);
         this.wake = null;
         resolve();
@@ -79,6 +92,8 @@ export class CommandPump<T extends PumpItem> {
     while (!this.stopping) {
       const free = this.deps.concurrency - this.inFlight.size;
       if (free <= 0) {
+        // A finished command wakes this; a poke must not spin it while every slot is busy.
+        this.poked = false;
         await this.sleep(this.deps.pollMs);
         continue;
       }

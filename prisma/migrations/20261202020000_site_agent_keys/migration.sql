@@ -9,3 +9,13 @@ ALTER TABLE "site_agent" ADD COLUMN "key_registered_at" TIMESTAMPTZ(3);
 ALTER TABLE "command" ADD COLUMN "lease_expires_at" TIMESTAMPTZ(3);
 CREATE INDEX "command_claimed_lease_idx" ON "command" ("lease_expires_at") WHERE "status" = 'claimed';
 CREATE INDEX "command_queued_expiry_idx" ON "command" ("expires_at") WHERE "status" = 'queued';
+
+-- Wakes the built-in agents the moment a command is queued (at commit), instead of at their next
+-- poll. INSERT only: a claim or a result is an UPDATE, and waking on those would make each claim
+-- that finds nothing wake the next one.
+CREATE FUNCTION "command_queued_notify"() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('metal_command_queued', '');
+  RETURN NULL;
+END $$;
+CREATE TRIGGER "command_queued_notify" AFTER INSERT ON "command" FOR EACH STATEMENT EXECUTE FUNCTION "command_queued_notify"();
