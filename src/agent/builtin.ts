@@ -44,7 +44,7 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
     const recorded = await opts.sql.transaction((tx) => recordResult(tx, commandId, agentId, result));
     if (!recorded) log.warn({ commandId }, 'the built-in agent no longer held the command when it finished; result dropped');
   };
-  const pump = new CommandPump<ClaimedRow>({
+  const pump = new CommandPump<ClaimedRow & { started?: boolean }>({
     log,
     concurrency: opts.concurrency,
     pollMs: opts.pollMs,
@@ -72,6 +72,7 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
           result = { ok: false, code: 'AGENT_ERROR', message: `the BMC credentials of node ${node.id} (${node.credentialsRef}) could not be read as { username, password }`, retryable: false };
         } else {
           log.info({ commandId: command.id, kind: command.kind, nodeId: node.id, address: node.address }, 'running command');
+          claimed.started = true;
           result = await executeCommand(
             opts.registry,
             { id: command.id, kind: command.kind, params: command.params },

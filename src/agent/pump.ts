@@ -9,6 +9,8 @@ import { DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from '../m
 export interface PumpItem {
   id: string;
   kind: string;
+  /** Set by `run` just before the driver is called: until then, a stop knows the BMC saw nothing. */
+  started?: boolean;
 }
 
 export interface PumpDeps<T extends PumpItem> {
@@ -26,11 +28,15 @@ export interface PumpDeps<T extends PumpItem> {
   isFatal?(error: unknown): boolean;
 }
 
-/** What an agent that stops mid-command reports: for a destructive kind, whether it ran is unknown. */
-export function abandonedResult(kind: string): CommandResult {
-  return DESTRUCTIVE_COMMANDS[kind as CommandKind]
-    ? { ok: false, code: 'AGENT_LOST', message: 'the site agent stopped while it ran the command: whether the action ran is unknown', retryable: false }
-    : { ok: false, code: 'AGENT_ERROR', message: 'the site agent stopped before the command finished', retryable: true };
+/**
+ * What an agent that stops mid-command reports: for a destructive kind already sent to the BMC,
+ * whether it ran is unknown; anything else certainly did no harm and may be sent again.
+ */
+export function abandonedResult(item: PumpItem): CommandResult {
+  if (item.started && DESTRUCTIVE_COMMANDS[item.kind as CommandKind]) {
+    return { ok: false, code: 'AGENT_LOST', message: 'the site agent stopped while it ran the command: whether the action ran is unknown', retryable: false };
+  }
+  return { ok: false, code: 'AGENT_ERROR', message: item.started ? 'the site agent stopped before the command finished' : 'the site agent stopped before the command was sent to the BMC', retryable: true };
 }
 
 export class CommandPump<T extends PumpItem> {
@@ -144,7 +150,7 @@ export class CommandPump<T extends PumpItem> {
         this.abort.abort(new Error('the agent is stopping'));
         await Promise.all(
           left.map((r) =>
-            this.deps.abandon(r.item, abandonedResult(r.item.kind)).catch((error: unknown) =>
+            this.deps.abandon(r.item, abandonedResult(r.item)).catch((error: unknown) =>
               this.deps.log.warn({ err: error, commandId: r.item.id }, 'could not report an abandoned command; its lease will lapse'),
             ),
           ),

@@ -47,6 +47,7 @@ interface ClaimedCommand {
   kind: string;
   params: Record<string, unknown>;
   leaseExpiresAt: string;
+  started?: boolean;
 }
 
 interface Credentials {
@@ -161,6 +162,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         return;
       }
       log.info({ commandId: command.id, kind: command.kind, address: creds.endpoint.address, driver: creds.endpoint.driver }, 'running command');
+      command.started = true;
       const result = await executeCommand(
         opts.registry,
         { id: command.id, kind: creds.kind, params: creds.params },
