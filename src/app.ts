@@ -136,11 +136,12 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     if (config.role !== 'api') await startWorkers(queues, log, { sql: database.sql, retentionHours: config.eventRetentionHours, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
     if (config.role !== 'api') {
       // Site agents' claims lapse and commands expire whether or not any agent is alive.
-      const sweeper = startCommandSweeper(database.sql, log, Math.max(config.agentPollMs, Math.min(15000, Math.floor(config.agentLeaseMs / 4))));
+      // backgroundSql: their statements must not count in request-level statement counts.
+      const sweeper = startCommandSweeper(database.backgroundSql, log, Math.max(config.agentPollMs, Math.min(15000, Math.floor(config.agentLeaseMs / 4))));
       cleanups.push(() => sweeper.stop());
       if (config.builtinAgent) {
         const builtin = startBuiltinAgent({
-          sql: database.sql, secrets, registry: opts.drivers ?? defaultDriverRegistry(), log,
+          sql: database.backgroundSql, secrets, registry: opts.drivers ?? defaultDriverRegistry(), log,
           heartbeatMs: config.agentHeartbeatMs, leaseMs: config.agentLeaseMs, pollMs: config.agentPollMs, concurrency: config.agentConcurrency,
           databaseUrl,
         });
