@@ -22,6 +22,7 @@ import { BuiltinSecretBroker, loadSecretKey } from '../clients/secrets/broker';
 import { Sequencer } from './events/sequencer';
 import { EventHub } from './events/hub';
 import { attachGraphqlWs } from './events/ws';
+import { BootHttp } from './modules/boot/routes';
 
 export interface App {
   config: Config;
@@ -150,6 +151,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         events,
         tokens,
         rest,
+        boot: new BootHttp(database.sql, log, { publicUrl: config.publicUrl, ramdiskKernelUrl: config.ramdiskKernelUrl, ramdiskInitrdUrl: config.ramdiskInitrdUrl }),
         metrics,
         log,
         version: await packageVersion(),

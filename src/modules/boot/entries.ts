@@ -1,4 +1,7 @@
+import { randomBytes } from 'node:crypto';
+import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
+import { queueAdvance } from '../../../jobs/registry';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -88,4 +91,136 @@ export async function reportsOf(db: Runner, runId: string, opts: { kind?: Report
     [runId, opts.kind ?? null, opts.afterId ?? null],
   );
   return rows.map((r) => ({ id: r.id as string, kind: r.kind as ReportKind, payload: r.payload as Record<string, unknown>, createdAt: r.created_at as Date }));
+}
+
+/**
+ * What a boot entry's params may carry for the ramdisk (the engine writes them; nothing secret):
+ * `wipe` the mode to wipe with (release; commission wipes quick, retire crypto-erases when unset),
+ * `dcgmLevel` the DCGM run level (commission, default 1), `disks` the serials the engine expects.
+ */
+export interface BootParams {
+  wipe?: 'quick' | 'secure-erase' | 'crypto-erase';
+  dcgmLevel?: number;
+  disks?: string[];
+  [key: string]: unknown;
+}
+
+/**
+ * Boots of one entry: each iPXE fetch is a boot with a token of its own. Past this many the entry
+ * boots nothing more (the MAC hears the "no entry" script): an entry lives for one run, and a
+ * machine that PXE-boots more often than that in one run is being impersonated or is looping.
+ */
+export const MAX_BOOTS_PER_ENTRY = 8;
+
+/** Boot tokens look like this, so a leaked one is recognisable (and never an API token). */
+export const BOOT_TOKEN_PREFIX = 'mbt_';
+
+export interface Boot {
+  entryId: string;
+  nodeId: string;
+  runId: string | null;
+  purpose: BootPurpose;
+  tokenId: string;
+  /** The token itself: handed to the machine in its iPXE script, never stored or logged. */
+  token: string;
+  expiresAt: Date;
+}
+
+/**
+ * One boot of the live, unexpired entry of `mac` (a normalised MAC) whose node still has that MAC:
+ * revokes the entry's earlier tokens (a new fetch is a new boot, so the last boot's ramdisk can no
+ * longer report) and mints the token of this one, expiring with the entry; only its hash is kept.
+ * Resolves null when the MAC has no such entry or its entry used up MAX_BOOTS_PER_ENTRY: the two
+ * are the same answer to the machine. Run it in a transaction: the entry row is locked, so two
+ * fetches at once leave one live token.
+ */
+export async function startBoot(db: Runner, mac: string): Promise<Boot | null> {
+  const { rows: entries } = await db.query(
+    `SELECT e.id, e.node_id, e.run_id, e.purpose, e.expires_at
+       FROM boot_entry e JOIN node n ON n.id = e.node_id
+      WHERE e.mac = $1 AND e.revoked_at IS NULL AND e.expires_at > now() AND e.mac = ANY(n.macs)
+        FOR UPDATE OF e`,
+    [mac],
+  );
+  const entry = entries[0];
+  if (!entry) return null;
+  const entryId = entry.id as string;
+  const token = BOOT_TOKEN_PREFIX + randomBytes(32).toString('base64url');
+  const tokenId = newId('BootToken');
+  const { rows } = await db.query(
+    `WITH boots AS (
+       SELECT count(*)::int AS n FROM boot_token WHERE boot_entry_id = $1
+     ), revoked AS (
+       UPDATE boot_token SET revoked_at = now()
+        WHERE boot_entry_id = $1 AND revoked_at IS NULL AND (SELECT n FROM boots) < $5
+     )
+     INSERT INTO boot_token (id, boot_entry_id, node_id, hash, expires_at)
+     SELECT $2, $1, $3, $4, e.expires_at FROM boot_entry e
+      WHERE e.id = $1 AND (SELECT n FROM boots) < $5
+     RETURNING id`,
+    [entryId, tokenId, entry.node_id, hashToken(token), MAX_BOOTS_PER_ENTRY],
+  );
+  if (!rows[0]) return null;
+  return {
+    entryId,
+    nodeId: entry.node_id as string,
+    runId: (entry.run_id as string | null) ?? null,
+    purpose: entry.purpose as BootPurpose,
+    tokenId,
+    token,
+    expiresAt: entry.expires_at as Date,
+  };
+}
+
+/** The boot a valid token belongs to: what a ramdisk callback may act for. */
+export interface BootSession {
+  tokenId: string;
+  entryId: string;
+  nodeId: string;
+  runId: string | null;
+  purpose: BootPurpose;
+  params: BootParams;
+  expiresAt: Date;
+}
+
+/**
+ * The boot of `token` when the token is unrevoked and unexpired, belongs to the node of its entry,
+ * and that entry is still live (not revoked by a newer entry, the run's end or revokeNodeBoot, and
+ * not expired); null otherwise, with no hint of which. `lock` (inside a transaction) holds the
+ * token and entry against a concurrent revocation until the caller commits.
+ */
+export async function bootSession(db: Runner, token: string, opts: { lock?: boolean } = {}): Promise<BootSession | null> {
+  if (!token.startsWith(BOOT_TOKEN_PREFIX)) return null;
+  const { rows } = await db.query(
+    `SELECT t.id AS token_id, e.id AS entry_id, e.node_id, e.run_id, e.purpose, e.params, e.expires_at
+       FROM boot_token t JOIN boot_entry e ON e.id = t.boot_entry_id AND e.node_id = t.node_id
+      WHERE t.hash = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
+        AND e.revoked_at IS NULL AND e.expires_at > now()${opts.lock ? ' FOR SHARE OF t, e' : ''}`,
+    [hashToken(token)],
+  );
+  const r = rows[0];
+  if (!r) return null;
+  return {
+    tokenId: r.token_id as string,
+    entryId: r.entry_id as string,
+    nodeId: r.node_id as string,
+    runId: (r.run_id as string | null) ?? null,
+    purpose: r.purpose as BootPurpose,
+    params: (r.params ?? {}) as BootParams,
+    expiresAt: r.expires_at as Date,
+  };
+}
+
+/**
+ * Stores one report of a boot with its entry's run, and wakes that run (metal.advance), in the
+ * caller's transaction. The payload is already checked (reports.ts). Resolves to the report's id.
+ */
+export async function storeReport(db: Runner, session: BootSession, kind: ReportKind, payload: object): Promise<{ id: string; createdAt: Date }> {
+  const { rows } = await db.query(
+    `INSERT INTO ramdisk_report (boot_entry_id, boot_token_id, node_id, run_id, kind, payload)
+     VALUES ($1, $2, $3, $4, $5, $6::jsonb) RETURNING id::text, created_at`,
+    [session.entryId, session.tokenId, session.nodeId, session.runId, kind, JSON.stringify(payload)],
+  );
+  if (session.runId) await queueAdvance(db, session.runId);
+  return { id: rows[0]!.id as string, createdAt: rows[0]!.created_at as Date };
 }
