@@ -82,12 +82,15 @@ export interface ReportRow {
   createdAt: Date;
 }
 
-/** The run's ramdisk reports, oldest first, optionally of one kind and after a report id. */
+/**
+ * The run's ramdisk reports, oldest first, optionally of one kind and after a report id. (Ordered
+ * by the bigint column: the select list's `id::text` would sort "10" before "9".)
+ */
 export async function reportsOf(db: Runner, runId: string, opts: { kind?: ReportKind; afterId?: string } = {}): Promise<ReportRow[]> {
   const { rows } = await db.query(
     `SELECT id::text, kind, payload, created_at FROM ramdisk_report
       WHERE run_id = $1 AND ($2::text IS NULL OR kind = $2) AND ($3::bigint IS NULL OR id > $3::bigint)
-      ORDER BY id`,
+      ORDER BY ramdisk_report.id`,
     [runId, opts.kind ?? null, opts.afterId ?? null],
   );
   return rows.map((r) => ({ id: r.id as string, kind: r.kind as ReportKind, payload: r.payload as Record<string, unknown>, createdAt: r.created_at as Date }));

@@ -59,7 +59,9 @@ function checkUrlSetting(name: string, value: string): string {
   return value.replace(/\/+$/, '');
 }
 
-function unauthorized(res: ServerResponse, requestId: string): void {
+function unauthorized(req: IncomingMessage, res: ServerResponse, requestId: string): void {
+  // The body is never read for a caller without a boot: drained, so the answer reaches the client.
+  req.resume();
   res.setHeader('www-authenticate', 'Bearer realm="boot"');
   sendError(res, 401, 'UNAUTHENTICATED', 'a valid boot token for this boot entry is required', requestId);
 }
@@ -105,7 +107,7 @@ export class BootHttp {
     }
     // Who is calling, before anything about the request is looked at: no boot, no answer.
     const caller = await this.authenticate(req, m[1]!, requestId);
-    if (!caller) return unauthorized(res, requestId);
+    if (!caller) return unauthorized(req, res, requestId);
     const { session } = caller;
     if (url.search) throw invalidInput(`query.${[...url.searchParams.keys()][0] ?? ''}`, 'is not a known field');
     if (action === 'instructions') {
@@ -173,7 +175,7 @@ export class BootHttp {
       if (!locked || locked.tokenId !== session.tokenId) return null;
       return storeReport(tx, locked, kind, payload);
     });
-    if (!stored) return unauthorized(res, requestId);
+    if (!stored) return unauthorized(req, res, requestId);
     this.log.info({ requestId, entryId: session.entryId, nodeId: session.nodeId, runId: session.runId, kind, reportId: stored.id }, 'ramdisk report stored');
     sendJson(res, 201, { report: { id: stored.id, kind, createdAt: stored.createdAt.toISOString() } });
   }
