@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
-import { queueAdvance } from '../../../jobs/registry';
+import { insertJobsSql } from '../../../jobs/registry';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -189,16 +189,15 @@ export interface BootSession {
 /**
  * The boot of `token` when the token is unrevoked and unexpired, belongs to the node of its entry,
  * and that entry is still live (not revoked by a newer entry, the run's end or revokeNodeBoot, and
- * not expired); null otherwise, with no hint of which. `lock` (inside a transaction) holds the
- * token and entry against a concurrent revocation until the caller commits.
+ * not expired); null otherwise, with no hint of which.
  */
-export async function bootSession(db: Runner, token: string, opts: { lock?: boolean } = {}): Promise<BootSession | null> {
+export async function bootSession(db: Runner, token: string): Promise<BootSession | null> {
   if (!token.startsWith(BOOT_TOKEN_PREFIX)) return null;
   const { rows } = await db.query(
     `SELECT t.id AS token_id, e.id AS entry_id, e.node_id, e.run_id, e.purpose, e.params, e.expires_at
        FROM boot_token t JOIN boot_entry e ON e.id = t.boot_entry_id AND e.node_id = t.node_id
       WHERE t.hash = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
-        AND e.revoked_at IS NULL AND e.expires_at > now()${opts.lock ? ' FOR SHARE OF t, e' : ''}`,
+        AND e.revoked_at IS NULL AND e.expires_at > now()`,
     [hashToken(token)],
   );
   const r = rows[0];
@@ -215,15 +214,35 @@ export async function bootSession(db: Runner, token: string, opts: { lock?: bool
 }
 
 /**
- * Stores one report of a boot with its entry's run, and wakes that run (metal.advance), in the
- * caller's transaction. The payload is already checked (reports.ts). Resolves to the report's id.
+ * Stores one report of the boot of `token` with its entry's run, and wakes that run (metal.advance),
+ * in one statement: the token is checked again there, under a share lock, so a revocation or a new
+ * iPXE fetch that commits first wins and nothing is stored (null). `payload` is already checked
+ * (reports.ts). One round trip: the callbacks of 1,000 machines are most of a lifecycle's requests.
  */
-export async function storeReport(db: Runner, session: BootSession, kind: ReportKind, payload: object): Promise<{ id: string; createdAt: Date }> {
+export async function storeReport(db: Runner, token: string, kind: ReportKind, payload: object): Promise<{ id: string; createdAt: Date; session: Pick<BootSession, 'tokenId' | 'entryId' | 'nodeId' | 'runId'> } | null> {
   const { rows } = await db.query(
-    `INSERT INTO ramdisk_report (boot_entry_id, boot_token_id, node_id, run_id, kind, payload)
-     VALUES ($1, $2, $3, $4, $5, $6::jsonb) RETURNING id::text, created_at`,
-    [session.entryId, session.tokenId, session.nodeId, session.runId, kind, JSON.stringify(payload)],
+    `WITH s AS (
+       SELECT t.id AS token_id, e.id AS entry_id, e.node_id, e.run_id
+         FROM boot_token t JOIN boot_entry e ON e.id = t.boot_entry_id AND e.node_id = t.node_id
+        WHERE t.hash = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
+          AND e.revoked_at IS NULL AND e.expires_at > now()
+          FOR SHARE OF t, e
+     ), rep AS (
+       INSERT INTO ramdisk_report (boot_entry_id, boot_token_id, node_id, run_id, kind, payload)
+       SELECT entry_id, token_id, node_id, run_id, $2, $3::jsonb FROM s
+       RETURNING id, run_id, created_at
+     ), job AS (
+       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', rep.run_id)", '(SELECT run_id FROM rep WHERE run_id IS NOT NULL) AS rep')} RETURNING 1
+     )
+     SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM job) AS jobs FROM rep, s`,
+    [hashToken(token), kind, JSON.stringify(payload)],
   );
-  if (session.runId) await queueAdvance(db, session.runId);
-  return { id: rows[0]!.id as string, createdAt: rows[0]!.created_at as Date };
+  const r = rows[0];
+  if (!r) return null;
+  if (r.run_id && Number(r.jobs) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
+  return {
+    id: r.id as string,
+    createdAt: r.created_at as Date,
+    session: { tokenId: r.token_id as string, entryId: r.entry_id as string, nodeId: r.node_id as string, runId: (r.run_id as string | null) ?? null },
+  };
 }

@@ -168,13 +168,9 @@ export class BootHttp {
     if (!reportAllowed(session.purpose, kind)) {
       throw new AppError('INVALID_STATE', `a ${session.purpose} boot takes no ${kind} report`, { purpose: session.purpose, reports: ['heartbeat', 'step', ...REPORTS_BY_PURPOSE[session.purpose]] });
     }
-    // Checked again under lock: a new iPXE fetch or a revocation that committed since the check
-    // above wins, and the report is refused rather than stored for a boot that is over.
-    const stored = await this.sql.transaction(async (tx) => {
-      const locked = await bootSession(tx, token, { lock: true });
-      if (!locked || locked.tokenId !== session.tokenId) return null;
-      return storeReport(tx, locked, kind, payload);
-    });
+    // The token is checked again in the statement that stores: a new iPXE fetch or a revocation
+    // that committed since the check above wins, and nothing is stored for a boot that is over.
+    const stored = await storeReport(this.sql, token, kind, payload);
     if (!stored) return unauthorized(req, res, requestId);
     this.log.info({ requestId, entryId: session.entryId, nodeId: session.nodeId, runId: session.runId, kind, reportId: stored.id }, 'ramdisk report stored');
     sendJson(res, 201, { report: { id: stored.id, kind, createdAt: stored.createdAt.toISOString() } });
