@@ -14,6 +14,7 @@ import { startRedfishSim, type BootEvent, type MachineOptions, type RedfishSim, 
 import type { MockupName } from '../redfish/mockup';
 import type { DcgmReport, InventoryReport, StepReport, WipeReport } from '../../../src/modules/boot/reports';
 import type { BootParams, BootPurpose, ReportKind } from '../../../src/modules/boot/entries';
+import { REPORT_PATHS } from '../../../src/modules/boot/routes';
 import { parseIpxeScript } from './ipxe';
 import { hardwareOf, type Hardware } from './inventory';
 
@@ -214,7 +215,7 @@ class Machine implements SimulatedMachine {
       if (!parsed) {
         // iPXE's `exit` (or a script it cannot run): the firmware goes on to the next boot device.
         outcome = response.ok ? 'exit' : 'error';
-        this.counters.noEntryExits++;
+        if (response.ok) this.counters.noEntryExits++;
         this.counters.diskBoots++;
         return;
       }
@@ -255,7 +256,7 @@ class Machine implements SimulatedMachine {
         if (response.status === 401) throw new Stopped();
         return null;
       }
-      if (method === 'POST') this.counters.reports[REPORT_KIND[path]!]++;
+      if (method === 'POST') this.counters.reports[REPORT_PATHS[path]!]++;
       return answer;
     };
     const step = (name: string, status: StepReport['status'], message?: string) =>
@@ -365,7 +366,6 @@ const METHOD: Record<NonNullable<BootParams['wipe']>, string> = {
 
 const COUNTED = ['pxeBoots', 'ipxeFetches', 'noEntryExits', 'ramdiskBoots', 'refused', 'failedCalls', 'wipesPerformed', 'cryptoErases', 'diskBoots', 'mediaBoots'] as const;
 
-const REPORT_KIND: Record<string, ReportKind> = { heartbeat: 'heartbeat', inventory: 'inventory', steps: 'step', dcgm: 'dcgm', wipe: 'wipe' };
 
 interface Fleet {
   serviceUrl: string;
