@@ -40,6 +40,8 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
           { id: 'rescue' },
           { id: 'crashes', mockup: 'public-localstorage' },
           { id: 'retiree', mockup: 'public-localstorage', flavour: 'supermicro' },
+          { id: 'slow' },
+          { id: 'quiet', mockup: 'public-localstorage' },
         ],
       },
       behaviour: (id) => ({
@@ -48,6 +50,8 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
         silent: { neverCallBack: true },
         rescue: { heartbeatMs: 25 },
         crashes: { stopAfterCalls: 2 },
+        slow: { delayMs: 1500 },
+        quiet: { quiet: true },
       }[id] ?? {}),
       onPxe: (e) => pxe.push(e),
     });
@@ -198,6 +202,21 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
     const stored = (await kinds(runId)).length;
     expect(stored).toBe(m.counts().reports.heartbeat);
     expect(new Set(await kinds(runId))).toEqual(new Set(['heartbeat']));
+  });
+
+  it('a machine powered off mid-way stops its ramdisk; a quiet one reports no steps', async () => {
+    const slow = sim.machine('slow');
+    const slowRun = await runFor('slow', 'commission');
+    const quietRun = await runFor('quiet', 'commission');
+    await Promise.all([bootIntoPxe(slow), bootIntoPxe(sim.machine('quiet'))]);
+    // Off while the slow machine still waits before its first call.
+    const auth = { authorization: `Basic ${Buffer.from(`${slow.bmc.username}:${slow.bmc.password}`).toString('base64')}`, 'content-type': 'application/json' };
+    const system = await fetch(`${slow.bmc.url}${slow.bmc.systemPath}`, { headers: auth }).then((r) => r.json()) as any;
+    expect((await fetch(`${slow.bmc.url}${system.Actions['#ComputerSystem.Reset'].target}`, { method: 'POST', headers: auth, body: JSON.stringify({ ResetType: 'ForceOff' }) })).status).toBe(204);
+    await sim.idle();
+    expect(await kinds(slowRun)).toEqual([]);
+    expect(slow.counts()).toMatchObject({ ramdiskBoots: 1, wipesPerformed: 0, refused: 0 });
+    expect(await kinds(quietRun)).toEqual(['heartbeat', 'dcgm', 'wipe', 'wipe', 'wipe', 'wipe']);
   });
 
   it('a powered-on machine booted into its disk (no override) plays nothing', async () => {

@@ -177,3 +177,44 @@ export function checkReport<K extends ReportKind>(kind: K, body: unknown): Repor
       return body as ReportPayloads[K];
   }
 }
+
+/** What the wipe reports of a run prove about the disks that had to be wiped. */
+export interface WipeVerdict {
+  /** Every expected disk has an attested record in the mode asked (or a stronger one). */
+  attested: boolean;
+  /** Expected serials with no record at all. */
+  missing: string[];
+  /** Expected serials whose latest record is not attested. */
+  unattested: string[];
+  /** Expected serials wiped in another mode than asked (a quick wipe for a secure erase, ...). */
+  weaker: string[];
+}
+
+/**
+ * Whether a disk wiped in `done` mode meets a request for `asked`: any erase is at least a quick
+ * one, but a secure erase and a crypto-erase are different promises (the block contents versus
+ * the media key), so neither stands in for the other.
+ */
+function satisfies(asked: (typeof WIPE_REPORT_MODES)[number], done: (typeof WIPE_REPORT_MODES)[number]): boolean {
+  return done === asked || asked === 'quick';
+}
+
+/**
+ * A release's rule, as data the engine can apply: `ready` only with an attested wipe record for
+ * every disk of the inventory, in the mode asked. `reports` are the run's wipe payloads oldest
+ * first (one per disk, or several disks each); a later record of a disk replaces an earlier one (a
+ * retried erase). Disks reported beyond the expected ones do not matter.
+ */
+export function wipeVerdict(expectedSerials: readonly string[], mode: (typeof WIPE_REPORT_MODES)[number], reports: readonly WipeReport[]): WipeVerdict {
+  const latest = new Map<string, WipeReport['disks'][number]>();
+  for (const report of reports) for (const disk of report.disks) latest.set(disk.serial, disk);
+  const verdict: WipeVerdict = { attested: false, missing: [], unattested: [], weaker: [] };
+  for (const serial of expectedSerials) {
+    const record = latest.get(serial);
+    if (!record) verdict.missing.push(serial);
+    else if (!record.attested) verdict.unattested.push(serial);
+    else if (!satisfies(mode, record.mode)) verdict.weaker.push(serial);
+  }
+  verdict.attested = !verdict.missing.length && !verdict.unattested.length && !verdict.weaker.length;
+  return verdict;
+}
