@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { startTestApp, type TestApp } from './helpers/app';
-import { rest } from './helpers/client';
+import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { issueEntry, makeRun } from './helpers/boot';
 import { reportsOf, revokeNodeBoot, type BootPurpose } from '../src/modules/boot/entries';
@@ -17,6 +17,8 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
   let sim: MachineSim;
   let provision: string;
   let poolId: string;
+  let tenantId: string;
+  let siteId: string;
   const pxe: PxeEvent[] = [];
   const nodeOf = new Map<string, string>();
 
@@ -24,6 +26,8 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
     t = await startTestApp({ role: 'api' });
     const tree = await makeTenantTree(t.app.database.prisma, 'machines', { pools: 1, nodesPerPool: 0 });
     poolId = tree.pools[0]!.id;
+    tenantId = tree.tenant.id;
+    siteId = tree.site.id;
     provision = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
     sql = new pg.Client({ connectionString: t.app.databaseUrl });
     await sql.connect();
@@ -42,6 +46,7 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
           { id: 'retiree', mockup: 'public-localstorage', flavour: 'supermicro' },
           { id: 'slow' },
           { id: 'quiet', mockup: 'public-localstorage' },
+          { id: 'orphan', uuid: '5c2e9b7d-3a5f-4e1c-8d40-6b1e9d3c0f4a' },
         ],
       },
       behaviour: (id) => ({
@@ -56,7 +61,7 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
       onPxe: (e) => pxe.push(e),
     });
     for (const m of sim.machines) {
-      if (m.id === 'stranger') continue; // never enrolled: its PXE is a discovery sighting
+      if (m.id === 'stranger' || m.id === 'orphan') continue; // never enrolled (stranger), or by its UUID only (orphan, below)
       const r = await rest(t.url, provision, 'POST', '/api/compute/metal/enroll', {
         poolId, name: m.id, macs: m.macs, bmc: { address: new URL(m.bmc.url).hostname, driver: 'redfish', credentials: { username: m.bmc.username, password: m.bmc.password } },
       });
@@ -186,9 +191,43 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
     await sim.idle();
     expect(stranger.counts()).toMatchObject({ ipxeFetches: 1, noEntryExits: 1, diskBoots: 1, ramdiskBoots: 0 });
     expect(pxe.filter((e) => e.machineId === 'stranger')).toEqual([
-      { machineId: 'stranger', mac: stranger.macs[0], uuid: '9d3c6b1e-0f4a-4c2e-9b7d-3a5f8e1c2d41', arch: 'x86_64', outcome: 'exit' },
+      { machineId: 'stranger', mac: stranger.macs[0], uuid: '9d3c6b1e-0f4a-4c2e-9b7d-3a5f8e1c2d41', dhcpUuid: '1e6b3c9d-4a0f-2e4c-9b7d-3a5f8e1c2d41', arch: 'x86_64', at: expect.any(String), outcome: 'exit' },
     ]);
     expect(pxe.filter((e) => e.machineId === 'local').map((e) => e.outcome)).toEqual(['ramdisk', 'ramdisk']);
+  });
+
+  it('a machine enrolled by its UUID only: no entry, PXE exits, its sighting becomes the candidate, confirmMac, then it boots the ramdisk', async () => {
+    const orphan = sim.machine('orphan');
+    const admin = await makeToken(t.app.database.prisma, tenantId, [{ permission: 'admin', scopeType: 'tenant', scopeId: tenantId }]);
+    const enrolled = await rest(t.url, provision, 'POST', '/api/compute/metal/enroll', {
+      poolId, name: 'orphan', productUuid: orphan.uuid, bmc: { address: '10.7.0.1', driver: 'ipmi', credentials: { username: 'u', password: 'p' } },
+    });
+    expect(enrolled.status).toBe(200);
+    const nodeId = enrolled.body.node.id as string;
+    nodeOf.set('orphan', nodeId);
+    await expect(runFor('orphan', 'inspect')).rejects.toThrow(/no confirmed MAC/);
+    // What the engine's PXE-once step records before it powers the machine on with no boot entry.
+    await sql.query(`UPDATE node SET pxe_cycled_at = now() - interval '1 second' WHERE id = $1`, [nodeId]);
+    await bootIntoPxe(orphan);
+    await sim.idle();
+    const seen = pxe.filter((e) => e.machineId === 'orphan');
+    expect(seen.map((e) => e.outcome)).toEqual(['exit']);
+    expect(orphan.counts()).toMatchObject({ noEntryExits: 1, ramdiskBoots: 0 });
+    // The site agent reports what its DHCP listener saw.
+    const agent = await gql(t.url, admin, 'mutation ($s: ID!) { registerSiteAgent(siteId: $s, name: "dhcp") { token } }', { s: siteId });
+    const sighting = { mac: seen[0]!.mac, productUuid: seen[0]!.dhcpUuid, arch: seen[0]!.arch, firstSeen: seen[0]!.at, lastSeen: seen[0]!.at, requestCount: 1 };
+    const reported = await gql(t.url, agent.data!.registerSiteAgent.token, 'mutation ($m: [SightingInput!]) { agentReportStatus(machines: $m) { id } }', { m: [sighting] });
+    expect(reported.errors).toBeUndefined();
+    const discovered = await rest(t.url, admin, 'POST', '/api/compute/metal/discovered', { siteId });
+    expect(discovered.status).toBe(200);
+    expect(discovered.body.machines.find((m: { mac: string }) => m.mac === orphan.macs[0])).toMatchObject({ candidateFor: nodeId });
+    const confirmed = await rest(t.url, provision, 'POST', '/api/compute/metal/confirmMac', { nodeId, mac: orphan.macs[0] });
+    expect(confirmed.body.node.macs).toEqual([orphan.macs[0]]);
+    const runId = await runFor('orphan', 'inspect');
+    await bootIntoPxe(orphan);
+    await sim.idle();
+    const [inventory] = await reportsOf(t.app.database.sql, runId, { kind: 'inventory' });
+    expect(inventory!.payload).toMatchObject({ uuid: orphan.uuid, nics: orphan.macs.map((mac) => expect.objectContaining({ mac })) });
   });
 
   it('rescue heartbeats until the service ends the boot (revokeNodeBoot: 401), then stops', async () => {

@@ -15,6 +15,7 @@ import type { MockupName } from '../redfish/mockup';
 import type { DcgmReport, InventoryReport, StepReport, WipeReport } from '../../../src/modules/boot/reports';
 import type { BootParams, BootPurpose, ReportKind } from '../../../src/modules/boot/entries';
 import { REPORT_PATHS } from '../../../src/modules/boot/routes';
+import { swapUuid } from '../../../src/modules/metal/discovery';
 import { parseIpxeScript } from './ipxe';
 import { hardwareOf, type Hardware } from './inventory';
 
@@ -82,7 +83,11 @@ export interface PxeEvent {
   machineId: string;
   mac: string;
   uuid: string;
+  /** The UUID as DHCP option 97 carries it: SMBIOS byte order (the first three fields byte-swapped). */
+  dhcpUuid: string;
   arch: 'x86_64';
+  /** When the DHCP request went out (ISO 8601). */
+  at: string;
   /** What the script said: boot the ramdisk of an entry, or exit (no entry). */
   outcome: 'ramdisk' | 'exit' | 'error';
 }
@@ -207,6 +212,7 @@ class Machine implements SimulatedMachine {
     if (b.noPxe) return;
     if (b.bootDelayMs) await this.nap(b.bootDelayMs);
     const mac = this.macs[0]!;
+    const at = new Date().toISOString();
     let outcome: PxeEvent['outcome'] = 'error';
     try {
       this.alive(generation);
@@ -227,7 +233,7 @@ class Machine implements SimulatedMachine {
     } catch (error) {
       if (!(error instanceof Stopped)) this.counters.failedCalls++;
     } finally {
-      this.sim.onPxe?.({ machineId: this.id, mac, uuid: this.uuid, arch: 'x86_64', outcome });
+      this.sim.onPxe?.({ machineId: this.id, mac, uuid: this.uuid, dhcpUuid: swapUuid(this.uuid), arch: 'x86_64', at, outcome });
     }
   }
 
