@@ -109,7 +109,7 @@ export class BootHttp {
     const caller = await this.authenticate(req, m[1]!, requestId);
     if (!caller) return unauthorized(req, res, requestId);
     const { session } = caller;
-    if (url.search) throw invalidInput(`query.${[...url.searchParams.keys()][0] ?? ''}`, 'is not a known field');
+    if (url.search) throw invalidInput(queryField([...url.searchParams.keys()][0] ?? ''), 'is not a known field');
     if (action === 'instructions') {
       const raw = await readBody(req);
       if (raw.length > 0) throw invalidInput('body', 'this route takes no body');
@@ -161,8 +161,9 @@ export class BootHttp {
     let parsed: unknown;
     try {
       parsed = JSON.parse(raw.toString('utf8') || 'null');
-    } catch (error) {
-      throw new AppError('INVALID_INPUT', `body: malformed JSON (${(error as Error).message})`, { field: 'body' });
+    } catch {
+      // Not the parser's message: it quotes a piece of the body.
+      throw new AppError('INVALID_INPUT', 'body: malformed JSON', { field: 'body' });
     }
     const payload = checkReport(kind, parsed);
     if (!reportAllowed(session.purpose, kind)) {
@@ -182,7 +183,7 @@ export class BootHttp {
       return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use GET`, requestId);
     }
     for (const key of url.searchParams.keys()) {
-      if (key !== 'mac') throw invalidInput(/^[A-Za-z_][A-Za-z0-9_-]{0,63}$/.test(key) ? `query.${key}` : 'query', 'is not a known field');
+      if (key !== 'mac') throw invalidInput(queryField(key), 'is not a known field');
     }
     const macs = url.searchParams.getAll('mac');
     if (macs.length !== 1) throw invalidInput('query.mac', macs.length ? 'is given more than once' : 'is required');
@@ -215,6 +216,11 @@ export class BootHttp {
     res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(script), ...serverTiming(res) });
     res.end(script);
   }
+}
+
+/** An unknown query parameter as a field name, only when it is a short clean one (it is the caller's input). */
+function queryField(key: string): string {
+  return /^[A-Za-z_][A-Za-z0-9_-]{0,63}$/.test(key) ? `query.${key}` : 'query';
 }
 
 /** This service as the machine reached it: the address and port its request came in on. */
