@@ -39,6 +39,8 @@ export interface Config {
   /** The ramdisk's kernel and initrd, as iPXE fetches them; unset: under publicUrl at /boot/ramdisk/. */
   ramdiskKernelUrl: string | undefined;
   ramdiskInitrdUrl: string | undefined;
+  /** Where the service finds the ramdisk it serves at /boot/ramdisk/ (vmlinuz, initrd.img); unset: DATA_DIR/ramdisk. */
+  ramdiskDir: string | undefined;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -86,6 +88,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     publicUrl: env.PUBLIC_URL || undefined,
     ramdiskKernelUrl: env.RAMDISK_KERNEL_URL || undefined,
     ramdiskInitrdUrl: env.RAMDISK_INITRD_URL || undefined,
+    ramdiskDir: env.RAMDISK_DIR ? path.resolve(env.RAMDISK_DIR) : undefined,
   };
 }
 

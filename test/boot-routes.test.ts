@@ -1,3 +1,6 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import pg from 'pg';
 import pino from 'pino';
 import { capturingLogger, startTestApp, type TestApp } from './helpers/app';
@@ -361,5 +364,58 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
     const run = await makeRun(sql, nodes.c, 'metal-inspect');
     await t.app.database.sql.transaction((tx) => issueBootEntry(tx, { nodeId: nodes.c, runId: run, purpose: 'rescue', params: {}, ttlMs: 60_000 }));
     expect(Number((await sql.query('SELECT count(*) FROM boot_entry WHERE mac = $1 AND revoked_at IS NULL', [MAC_C])).rows[0].count)).toBe(1);
+  });
+});
+
+describe('PUBLIC_URL in the scripts, and the ramdisk files served from RAMDISK_DIR', () => {
+  let t: TestApp;
+  let dir: string;
+  beforeAll(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ramdisk-'));
+    fs.writeFileSync(path.join(dir, 'vmlinuz'), Buffer.from('kernel bytes'));
+    fs.writeFileSync(path.join(dir, 'secret.txt'), 'not served');
+    t = await startTestApp({ role: 'api', publicUrl: 'https://boot.example:8443/', ramdiskDir: dir });
+  });
+  afterAll(async () => {
+    await t.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('the callback and the ramdisk URLs are under PUBLIC_URL', async () => {
+    const tree = await makeTenantTree(t.app.database.prisma, 'boot-public', { pools: 1, nodesPerPool: 0 });
+    const token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', { poolId: tree.pools[0]!.id, macs: ['52:54:00:b1:00:01'], bmc: { address: '10.9.1.1', driver: 'redfish', credentials: { username: 'u', password: 'p' } } });
+    const sql = new pg.Client({ connectionString: t.app.databaseUrl });
+    await sql.connect();
+    try {
+      const [entry] = await issueEntry(t, r.body.node.id, await makeRun(sql, r.body.node.id, 'metal-inspect'), 'inspect');
+      const script = parseIpxeScript(await (await fetch(`${t.url}/boot/ipxe?mac=52:54:00:b1:00:01`)).text())!;
+      expect(script).toMatchObject({
+        callback: `https://boot.example:8443/boot/v1/entries/${entry}`,
+        kernelUrl: 'https://boot.example:8443/boot/ramdisk/vmlinuz',
+        initrdUrl: 'https://boot.example:8443/boot/ramdisk/initrd.img',
+      });
+    } finally {
+      await sql.end();
+    }
+  });
+
+  it('serves vmlinuz and initrd.img from RAMDISK_DIR, and nothing else', async () => {
+    const kernel = await fetch(`${t.url}/boot/ramdisk/vmlinuz`);
+    expect(kernel.status).toBe(200);
+    expect(kernel.headers.get('content-type')).toBe('application/octet-stream');
+    expect(Buffer.from(await kernel.arrayBuffer()).toString()).toBe('kernel bytes');
+    const head = await fetch(`${t.url}/boot/ramdisk/vmlinuz`, { method: 'HEAD' });
+    expect(head.headers.get('content-length')).toBe(String('kernel bytes'.length));
+    // Not installed yet: a 404 that says so.
+    const initrd = await rest(t.url, null, 'GET', '/boot/ramdisk/initrd.img');
+    expect(initrd.status).toBe(404);
+    expect(initrd.body.error.code).toBe('NOT_FOUND');
+    for (const other of ['/boot/ramdisk/secret.txt', '/boot/ramdisk/../ramdisk/secret.txt', '/boot/ramdisk/%2e%2e%2fsecret.txt', '/boot/ramdisk/']) {
+      const answer = await rest(t.url, null, 'GET', other);
+      expect({ other, status: answer.status }).toEqual({ other, status: 404 });
+      expect(JSON.stringify(answer.body)).not.toContain('not served');
+    }
+    expect((await rest(t.url, null, 'POST', '/boot/ramdisk/vmlinuz', {})).status).toBe(405);
   });
 });

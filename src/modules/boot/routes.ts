@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Sql } from '../../db/sql';
@@ -22,7 +24,12 @@ export interface BootHttpOptions {
   publicUrl?: string;
   ramdiskKernelUrl?: string;
   ramdiskInitrdUrl?: string;
+  /** RAMDISK_DIR: the folder whose vmlinuz and initrd.img are served at /boot/ramdisk/. */
+  ramdiskDir?: string;
 }
+
+/** The only files /boot/ramdisk/ serves: no path is ever built from the request. */
+export const RAMDISK_FILES = ['vmlinuz', 'initrd.img'] as const;
 
 /** What the ramdisk is told to heartbeat at (rescue keeps calling while it is up). */
 export const HEARTBEAT_SECONDS = 60;
@@ -75,26 +82,30 @@ export class BootHttp {
   private readonly publicUrl: string | null;
   private readonly kernelUrl: string | null;
   private readonly initrdUrl: string | null;
+  private readonly ramdiskDir: string | null;
 
   constructor(private sql: Sql, private log: Logger, opts: BootHttpOptions = {}) {
     this.publicUrl = opts.publicUrl ? checkUrlSetting('PUBLIC_URL', opts.publicUrl) : null;
     this.kernelUrl = opts.ramdiskKernelUrl ? checkUrlSetting('RAMDISK_KERNEL_URL', opts.ramdiskKernelUrl) : null;
     this.initrdUrl = opts.ramdiskInitrdUrl ? checkUrlSetting('RAMDISK_INITRD_URL', opts.ramdiskInitrdUrl) : null;
+    this.ramdiskDir = opts.ramdiskDir ?? null;
   }
 
   owns(pathname: string): boolean {
-    return pathname === '/boot/ipxe' || pathname.startsWith('/boot/v1/');
+    return pathname === '/boot/ipxe' || pathname.startsWith('/boot/v1/') || pathname.startsWith('/boot/ramdisk/');
   }
 
   /** The metrics label of a boot path: its template, never the entry id. */
   static routeLabel(pathname: string): string | null {
     if (pathname === '/boot/ipxe') return pathname;
+    if (pathname.startsWith('/boot/ramdisk/')) return '/boot/ramdisk/{file}';
     const m = CALLBACK.exec(pathname);
     return m ? `/boot/v1/entries/{entryId}/${m[2] === 'instructions' || REPORT_PATHS[m[2]!] ? m[2] : 'other'}` : null;
   }
 
   async serve(req: IncomingMessage, res: ServerResponse, url: URL, requestId: string): Promise<void> {
     if (url.pathname === '/boot/ipxe') return this.ipxe(req, res, url, requestId);
+    if (url.pathname.startsWith('/boot/ramdisk/')) return this.ramdiskFile(req, res, url, requestId);
     const m = CALLBACK.exec(url.pathname);
     const action = m?.[2];
     const kind = action ? REPORT_PATHS[action] : undefined;
@@ -175,6 +186,36 @@ export class BootHttp {
     if (!stored) return unauthorized(req, res, requestId);
     this.log.info({ requestId, entryId: session.entryId, nodeId: session.nodeId, runId: session.runId, kind, reportId: stored.id }, 'ramdisk report stored');
     sendJson(res, 201, { report: { id: stored.id, kind, createdAt: stored.createdAt.toISOString() } });
+  }
+
+  /**
+   * The ramdisk's kernel and initrd, for the default RAMDISK_KERNEL_URL and RAMDISK_INITRD_URL: as
+   * public as the iPXE route (firmware fetches them), and as secret-free (a ramdisk image holds
+   * no credential: its token comes on the kernel command line).
+   */
+  private async ramdiskFile(req: IncomingMessage, res: ServerResponse, url: URL, requestId: string): Promise<void> {
+    const name = RAMDISK_FILES.find((f) => url.pathname === `/boot/ramdisk/${f}`);
+    if (!name || !this.ramdiskDir) return sendError(res, 404, 'NOT_FOUND', 'no such ramdisk file (RAMDISK_DIR serves vmlinuz and initrd.img)', requestId);
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('allow', 'GET, HEAD');
+      return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use GET`, requestId);
+    }
+    const file = path.join(this.ramdiskDir, name);
+    const stat = await fs.promises.stat(file).catch(() => null);
+    if (!stat?.isFile()) return sendError(res, 404, 'NOT_FOUND', `the ramdisk's ${name} is not installed (put it in RAMDISK_DIR)`, requestId);
+    res.writeHead(200, {
+      'content-type': 'application/octet-stream',
+      'content-length': String(stat.size),
+      'last-modified': stat.mtime.toUTCString(),
+      'cache-control': 'no-cache',
+    });
+    if (req.method === 'HEAD') return void res.end();
+    await new Promise<void>((resolve) => {
+      const stream = fs.createReadStream(file);
+      stream.on('error', () => { res.destroy(); resolve(); });
+      res.on('close', () => { stream.destroy(); resolve(); });
+      stream.pipe(res);
+    });
   }
 
   private async ipxe(req: IncomingMessage, res: ServerResponse, url: URL, requestId: string): Promise<void> {
