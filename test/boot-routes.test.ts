@@ -147,6 +147,35 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
     expect(answers.map((a) => a.status).sort()).toEqual([201, 401, 401, 401, 401]);
   });
 
+  it('reports racing new fetches of the same entry: each is stored or refused (401), never an error, and the last token is the one that works', async () => {
+    const run = await makeRun(sql, nodes.b, 'metal-rescue');
+    const [entry] = await issueEntry(t, nodes.b, run, 'rescue');
+    const statuses: number[] = [];
+    let current = await boot(MAC_B);
+    // Under the cap: the first boot and seven more.
+    for (let round = 0; round < MAX_BOOTS_PER_ENTRY - 1; round += 1) {
+      const [fetched, ...answers] = await Promise.all([ipxe(MAC_B), ...Array.from({ length: 4 }, () => post(current, 'heartbeat', {}))]);
+      statuses.push(...answers.map((a) => a.status));
+      expect({ status: fetched.status, ramdisk: parseIpxeScript(fetched.text) !== null, text: parseIpxeScript(fetched.text) ? '' : fetched.text }).toEqual({ status: 200, ramdisk: true, text: '' });
+      current = parseIpxeScript(fetched.text)!;
+      minted.push(current.token);
+    }
+    expect(statuses.filter((s) => s !== 201 && s !== 401)).toEqual([]);
+    expect(await liveTokens(entry!)).toBe(1);
+    expect((await post(current, 'heartbeat', {})).status).toBe(201);
+    // ...and racing the revocation of the node's boot (a run's end): stored before it, or 401 after.
+    for (let round = 0; round < 3; round += 1) {
+      await issueEntry(t, nodes.b, run, 'rescue');
+      const b = await boot(MAC_B);
+      const [, ...answers] = await Promise.all([
+        t.app.database.sql.transaction((tx) => revokeNodeBoot(tx, nodes.b)),
+        ...Array.from({ length: 4 }, () => post(b, 'heartbeat', {})),
+      ]);
+      expect(answers.filter((a) => a.status !== 201 && a.status !== 401)).toEqual([]);
+      expect((await post(b, 'heartbeat', {})).status).toBe(401);
+    }
+  });
+
   it(`an entry boots at most ${MAX_BOOTS_PER_ENTRY} times; past that its MAC hears the no-entry script`, async () => {
     const run = await makeRun(sql, nodes.c, 'metal-inspect');
     const [entry] = await issueEntry(t, nodes.c, run, 'inspect');

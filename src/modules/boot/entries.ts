@@ -135,14 +135,16 @@ export interface Boot {
  * longer report) and mints the token of this one, expiring with the entry; only its hash is kept.
  * Resolves null when the MAC has no such entry or its entry used up MAX_BOOTS_PER_ENTRY: the two
  * are the same answer to the machine. Run it in a transaction: the entry row is locked, so two
- * fetches at once leave one live token.
+ * fetches at once leave one live token. The lock is NO KEY UPDATE, not UPDATE: a report being
+ * stored holds its token and takes the entry's KEY SHARE for its foreign key, and an UPDATE lock
+ * here would deadlock with it (test/boot-routes.test.ts races the two).
  */
 export async function startBoot(db: Runner, mac: string): Promise<Boot | null> {
   const { rows: entries } = await db.query(
     `SELECT e.id, e.node_id, e.run_id, e.purpose, e.expires_at
        FROM boot_entry e JOIN node n ON n.id = e.node_id
       WHERE e.mac = $1 AND e.revoked_at IS NULL AND e.expires_at > now() AND e.mac = ANY(n.macs)
-        FOR UPDATE OF e`,
+        FOR NO KEY UPDATE OF e`,
     [mac],
   );
   const entry = entries[0];
@@ -216,7 +218,10 @@ export async function bootSession(db: Runner, token: string): Promise<BootSessio
 /**
  * Stores one report of the boot of `token` with its entry's run, and wakes that run (metal.advance),
  * in one statement: the token is checked again there, under a share lock, so a revocation or a new
- * iPXE fetch that commits first wins and nothing is stored (null). `payload` is already checked
+ * iPXE fetch that commits first wins and nothing is stored (null). Only the token row is locked:
+ * every revocation (a new fetch, a new entry, revokeNodeBoot) updates the tokens it ends, so the
+ * token alone orders a report against them, and no lock is taken on the entry beyond the foreign
+ * key's KEY SHARE. `payload` is already checked
  * (reports.ts). One round trip: the callbacks of 1,000 machines are most of a lifecycle's requests.
  */
 export async function storeReport(db: Runner, token: string, kind: ReportKind, payload: object): Promise<{ id: string; createdAt: Date; session: Pick<BootSession, 'tokenId' | 'entryId' | 'nodeId' | 'runId'> } | null> {
@@ -226,7 +231,7 @@ export async function storeReport(db: Runner, token: string, kind: ReportKind, p
          FROM boot_token t JOIN boot_entry e ON e.id = t.boot_entry_id AND e.node_id = t.node_id
         WHERE t.hash = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
           AND e.revoked_at IS NULL AND e.expires_at > now()
-          FOR SHARE OF t, e
+          FOR SHARE OF t
      ), rep AS (
        INSERT INTO ramdisk_report (boot_entry_id, boot_token_id, node_id, run_id, kind, payload)
        SELECT entry_id, token_id, node_id, run_id, $2, $3::jsonb FROM s
