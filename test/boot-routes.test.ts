@@ -174,6 +174,18 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
       expect(answers.filter((a) => a.status !== 201 && a.status !== 401)).toEqual([]);
       expect((await post(b, 'heartbeat', {})).status).toBe(401);
     }
+    // A fetch racing the revocation: a boot before it (its token then revoked) or the no-entry script after.
+    for (let round = 0; round < 5; round += 1) {
+      await issueEntry(t, nodes.b, run, 'rescue');
+      await boot(MAC_B);
+      const [fetched] = await Promise.all([ipxe(MAC_B), t.app.database.sql.transaction((tx) => revokeNodeBoot(tx, nodes.b))]);
+      expect(fetched.status).toBe(200);
+      const raced = parseIpxeScript(fetched.text);
+      if (raced) {
+        minted.push(raced.token);
+        expect((await post(raced, 'heartbeat', {})).status).toBe(401);
+      } else expect(fetched.text).toBe(NO_ENTRY_SCRIPT);
+    }
   });
 
   it(`an entry boots at most ${MAX_BOOTS_PER_ENTRY} times; past that its MAC hears the no-entry script`, async () => {

@@ -63,16 +63,17 @@ export async function issueBootEntry(db: Runner, e: IssueBootEntry): Promise<str
  * number of entries revoked.
  */
 export async function revokeNodeBoot(db: Runner, nodeId: string, macs: readonly string[] = []): Promise<number> {
+  // Entries first, then their tokens, in two statements: the order an iPXE fetch locks them in
+  // (startBoot), so a run's end racing a boot of the same entry waits instead of deadlocking.
   const { rows } = await db.query(
-    `WITH e AS (
-       UPDATE boot_entry SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $1 OR mac = ANY($2::text[])) RETURNING id
-     ), t AS (
-       UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $1 OR boot_entry_id IN (SELECT id FROM e))
-     )
-     SELECT count(*)::int AS n FROM e`,
+    'UPDATE boot_entry SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $1 OR mac = ANY($2::text[])) RETURNING id',
     [nodeId, macs],
   );
-  return Number(rows[0]?.n ?? 0);
+  await db.query(
+    'UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $1 OR boot_entry_id = ANY($2::text[]))',
+    [nodeId, rows.map((r) => r.id as string)],
+  );
+  return rows.length;
 }
 
 export interface ReportRow {
