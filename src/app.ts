@@ -25,6 +25,7 @@ import { attachGraphqlWs } from './events/ws';
 import type { DriverRegistry } from '../clients/bmc/registry';
 import { defaultDriverRegistry } from '../clients/bmc/defaults';
 import { startBuiltinAgent, startCommandSweeper } from './agent/builtin';
+import { BootHttp } from './modules/boot/routes';
 
 export interface App {
   config: Config;
@@ -169,6 +170,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         events,
         tokens,
         rest,
+        boot: new BootHttp(database.sql, log, { publicUrl: config.publicUrl, ramdiskKernelUrl: config.ramdiskKernelUrl, ramdiskInitrdUrl: config.ramdiskInitrdUrl, ramdiskDir: config.ramdiskDir ?? path.join(config.dataDir, 'ramdisk') }),
         metrics,
         log,
         version: await packageVersion(),

@@ -47,6 +47,13 @@ export interface Config {
   /** Fabric rollouts: SSH connect + handshake budget, and each node's whole budget for its steps. */
   fabricSshConnectTimeoutMs: number;
   fabricNodeTimeoutMs: number;
+  /** The URL machines reach this service at (iPXE scripts carry it to the ramdisk); unset: the address a request came in on. */
+  publicUrl: string | undefined;
+  /** The ramdisk's kernel and initrd, as iPXE fetches them; unset: under publicUrl at /boot/ramdisk/. */
+  ramdiskKernelUrl: string | undefined;
+  ramdiskInitrdUrl: string | undefined;
+  /** Where the service finds the ramdisk it serves at /boot/ramdisk/ (vmlinuz, initrd.img); unset: DATA_DIR/ramdisk. */
+  ramdiskDir: string | undefined;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -100,6 +107,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     fabricBgpWaitMs: intEnv(env, 'FABRIC_BGP_WAIT_MS', 120000, 1),
     fabricSshConnectTimeoutMs: intEnv(env, 'FABRIC_SSH_CONNECT_TIMEOUT_MS', 10000, 1),
     fabricNodeTimeoutMs: intEnv(env, 'FABRIC_NODE_TIMEOUT_MS', 900000, 1),
+    publicUrl: env.PUBLIC_URL || undefined,
+    ramdiskKernelUrl: env.RAMDISK_KERNEL_URL || undefined,
+    ramdiskInitrdUrl: env.RAMDISK_INITRD_URL || undefined,
+    ramdiskDir: env.RAMDISK_DIR ? path.resolve(env.RAMDISK_DIR) : undefined,
   };
 }
 
