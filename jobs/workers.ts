@@ -40,7 +40,7 @@ export const PRUNE_CRON = '*/10 * * * *';
  * here; a queue with no worker keeps its jobs until a worker process picks them up.
  */
 export async function startWorkers(queues: Queues, log: Logger,
-  deps: { sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'> }): Promise<{ stop(): void }> {
+  deps: { sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'>; engineSql?: Sql }): Promise<{ stop(): void }> {
   await queues.boss.schedule('events.prune', PRUNE_CRON, {}, { tz: 'UTC' });
   await queues.work('events.prune', async () => {
     const result = await pruneEvents(deps.sql, deps.retentionHours);
@@ -52,14 +52,16 @@ export async function startWorkers(queues: Queues, log: Logger,
       if (queued) log.info({ batchId: job.data.batchId, queued }, 'batch released: reconciler jobs queued');
     }
   });
-  const engine = { sql: deps.sql, log, leaseMs: leaseMsFromEnv() };
+  // The engine's statements are background work (engineSql: the pool's uncounted face), not a request's.
+  const engineSql = deps.engineSql ?? deps.sql;
+  const engine = { sql: engineSql, log, leaseMs: leaseMsFromEnv() };
   await queues.work('metal.advance', async (jobs) => {
     await eachSettled(jobs, (job) => advanceRun(engine, job.data.runId));
   }, { batchSize: ADVANCE_BATCH });
   // A worker starting after a crash wakes at once every run nobody holds; then, every few
   // seconds, the runs that stayed quiet with something to do (see sweepRuns).
   const sweep = async (graceMs: number) => {
-    const woken = await sweepRuns(deps.sql, graceMs);
+    const woken = await sweepRuns(engineSql, graceMs);
     if (woken) log.info({ woken }, 'woke workflow runs whose wake-up was lost');
   };
   await sweep(0);

@@ -22,6 +22,10 @@ import { BuiltinSecretBroker, loadSecretKey } from '../clients/secrets/broker';
 import { Sequencer } from './events/sequencer';
 import { EventHub } from './events/hub';
 import { attachGraphqlWs } from './events/ws';
+import type { DriverRegistry } from '../clients/bmc/registry';
+import { defaultDriverRegistry } from '../clients/bmc/defaults';
+import { startBuiltinAgent, startCommandSweeper } from './agent/builtin';
+import { BootHttp } from './modules/boot/routes';
 
 export interface App {
   config: Config;
@@ -71,8 +75,9 @@ async function bootstrapAdmin(config: Config, tokens: TokenStore, database: Data
   log.info({ path: file }, 'generated the platform admin token and wrote it to this file (mode 0600)');
 }
 
-export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Logger } = {}): Promise<App> {
+export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Logger; drivers?: DriverRegistry } = {}): Promise<App> {
   const config = { ...loadConfig(), ...overrides };
+  if (config.role === 'agent') throw new Error('ROLE=agent runs the site agent (src/agent/process.ts), not the service');
   const log = opts.log ?? createLogger(config.logLevel);
   const cleanups: (() => Promise<void>)[] = [];
   const stopAll = async () => {
@@ -130,9 +135,22 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     }
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, log };
     if (config.role !== 'api') {
-      const workers = await startWorkers(queues, log, { sql: database.sql, retentionHours: config.eventRetentionHours, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
-      // Cleanups run in reverse: the sweep stops before the queues and the pool close.
+      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, retentionHours: config.eventRetentionHours, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+      // Cleanups run in reverse: the run sweep stops before the queues and the pool close.
       cleanups.push(async () => workers.stop());
+      // Site agents' claims lapse and commands expire whether or not any agent is alive.
+      // backgroundSql: their statements must not count in request-level statement counts.
+      const sweeper = startCommandSweeper(database.backgroundSql, log, Math.max(config.agentPollMs, Math.min(15000, Math.floor(config.agentLeaseMs / 4))));
+      cleanups.push(() => sweeper.stop());
+      if (config.builtinAgent) {
+        const builtin = startBuiltinAgent({
+          sql: database.backgroundSql, secrets, registry: opts.drivers ?? defaultDriverRegistry(), log,
+          heartbeatMs: config.agentHeartbeatMs, leaseMs: config.agentLeaseMs, pollMs: config.agentPollMs, concurrency: config.agentConcurrency,
+          databaseUrl,
+        });
+        // Before the pools close (cleanups run in reverse): running commands finish or are reported.
+        cleanups.push(() => builtin.stop(config.shutdownTimeoutMs));
+      }
     }
 
     let server: Server | null = null;
@@ -154,6 +172,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         events,
         tokens,
         rest,
+        boot: new BootHttp(database.sql, log, { publicUrl: config.publicUrl, ramdiskKernelUrl: config.ramdiskKernelUrl, ramdiskInitrdUrl: config.ramdiskInitrdUrl, ramdiskDir: config.ramdiskDir ?? path.join(config.dataDir, 'ramdisk') }),
         metrics,
         log,
         version: await packageVersion(),

@@ -10,7 +10,8 @@ export interface Config {
   /** As root, where the embedded PostgreSQL's binaries and clusters go when the postgres user cannot reach the clone or DATA_DIR. */
   embeddedPgSystemDir: string;
   adminToken: string | undefined;
-  role: 'api' | 'worker' | 'all';
+  /** agent: a remote site agent (no HTTP listener, no database; AGENT_TOKEN and API_URL). */
+  role: 'api' | 'worker' | 'all' | 'agent';
   logLevel: string;
   corsOrigins: string[];
   maxDepth: number;
@@ -22,6 +23,18 @@ export interface Config {
   /** Events a subscriber may fall behind before it is closed with its last cursor. */
   subscriberBuffer: number;
   agentHeartbeatMs: number;
+  /** How long an agent's claim on a command holds without a heartbeat renewing it (AGENT_LEASE_MS). */
+  agentLeaseMs: number;
+  /** The worker's built-in agent for every site no remote agent serves (BUILTIN_AGENT, `off` disables). */
+  builtinAgent: boolean;
+  /** How often an agent (built-in or remote) asks for commands, and the lease sweep's period. */
+  agentPollMs: number;
+  /** Commands one agent runs at once. */
+  agentConcurrency: number;
+  /** ROLE=agent: the service's base URL and the agent's token (AGENT_TOKEN, or AGENT_TOKEN_FILE). */
+  apiUrl: string | undefined;
+  agentToken: string | undefined;
+  agentTokenFile: string | undefined;
   responseCacheTtlMs: number;
   shutdownTimeoutMs: number;
   secretKey: string | undefined;
@@ -34,6 +47,13 @@ export interface Config {
   /** Fabric rollouts: SSH connect + handshake budget, and each node's whole budget for its steps. */
   fabricSshConnectTimeoutMs: number;
   fabricNodeTimeoutMs: number;
+  /** The URL machines reach this service at (iPXE scripts carry it to the ramdisk); unset: the address a request came in on. */
+  publicUrl: string | undefined;
+  /** The ramdisk's kernel and initrd, as iPXE fetches them; unset: under publicUrl at /boot/ramdisk/. */
+  ramdiskKernelUrl: string | undefined;
+  ramdiskInitrdUrl: string | undefined;
+  /** Where the service finds the ramdisk it serves at /boot/ramdisk/ (vmlinuz, initrd.img); unset: DATA_DIR/ramdisk. */
+  ramdiskDir: string | undefined;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -48,9 +68,11 @@ function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0)
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const role = (env.ROLE ?? 'all') as Config['role'];
-  if (!['api', 'worker', 'all'].includes(role)) {
-    throw new Error(`ROLE must be api, worker or all, got "${env.ROLE}"`);
+  if (!['api', 'worker', 'all', 'agent'].includes(role)) {
+    throw new Error(`ROLE must be api, worker, all or agent, got "${env.ROLE}"`);
   }
+  const builtin = (env.BUILTIN_AGENT ?? 'on').trim().toLowerCase();
+  if (!['on', 'off', 'true', 'false', '1', '0'].includes(builtin)) throw new Error(`BUILTIN_AGENT must be on or off, got "${env.BUILTIN_AGENT}"`);
   return {
     host: env.HOST ?? '127.0.0.1',
     port: intEnv(env, 'PORT', 4000),
@@ -69,6 +91,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     eventRetentionHours: intEnv(env, 'EVENT_RETENTION_HOURS', 168, 1),
     subscriberBuffer: intEnv(env, 'SUBSCRIBER_BUFFER', 10000, 1),
     agentHeartbeatMs: intEnv(env, 'AGENT_HEARTBEAT_MS', 60000, 1),
+    agentLeaseMs: intEnv(env, 'AGENT_LEASE_MS', 120000, 1000),
+    builtinAgent: ['on', 'true', '1'].includes(builtin),
+    agentPollMs: intEnv(env, 'AGENT_POLL_MS', 1000, 50),
+    agentConcurrency: intEnv(env, 'AGENT_CONCURRENCY', 8, 1),
+    apiUrl: env.API_URL || undefined,
+    agentToken: env.AGENT_TOKEN || undefined,
+    agentTokenFile: env.AGENT_TOKEN_FILE || undefined,
     responseCacheTtlMs: intEnv(env, 'RESPONSE_CACHE_TTL_MS', 10000),
     shutdownTimeoutMs: intEnv(env, 'SHUTDOWN_TIMEOUT_MS', 10000),
     secretKey: env.SECRET_KEY || undefined,
@@ -78,6 +107,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     fabricBgpWaitMs: intEnv(env, 'FABRIC_BGP_WAIT_MS', 120000, 1),
     fabricSshConnectTimeoutMs: intEnv(env, 'FABRIC_SSH_CONNECT_TIMEOUT_MS', 10000, 1),
     fabricNodeTimeoutMs: intEnv(env, 'FABRIC_NODE_TIMEOUT_MS', 900000, 1),
+    publicUrl: env.PUBLIC_URL || undefined,
+    ramdiskKernelUrl: env.RAMDISK_KERNEL_URL || undefined,
+    ramdiskInitrdUrl: env.RAMDISK_INITRD_URL || undefined,
+    ramdiskDir: env.RAMDISK_DIR ? path.resolve(env.RAMDISK_DIR) : undefined,
   };
 }
 

@@ -4,6 +4,8 @@ import { loadConfig } from './config';
 import { createLogger } from './ops/log';
 import { fatalLine } from './ops/fatal';
 import { stopEmbeddedPostgresNow } from './db/embedded';
+import { runAgentProcess } from './agent/process';
+import { defaultDriverRegistry } from '../clients/bmc/defaults';
 
 /**
  * A terminal's Ctrl-C (or systemd's stop) signals the whole group, and `npm start` forwards the
@@ -25,6 +27,12 @@ function exitAfterFlush(log: ReturnType<typeof createLogger>, code: number): voi
 async function main(): Promise<void> {
   const config = loadConfig();
   const log = createLogger(config.logLevel);
+  if (config.role === 'agent') {
+    // A remote site agent: no database, no listener; it handles its own signals.
+    const code = await runAgentProcess(config, log, defaultDriverRegistry());
+    exitAfterFlush(log, code);
+    return;
+  }
   // Handlers first: a signal during start-up (initdb takes seconds) must not kill us with the
   // detached PostgreSQL left running; the stop waits for the start to finish instead.
   let starting: Promise<App> | undefined;

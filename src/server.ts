@@ -14,6 +14,7 @@ import type { EventHub } from './events/hub';
 import { serveEventStream } from './events/sse';
 import { bearerToken, type TokenStore } from './auth/tokens';
 import { unauthenticated } from './errors';
+import { BootHttp } from './modules/boot/routes';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -22,6 +23,8 @@ export interface HttpDeps {
   events: EventHub | null;
   tokens: TokenStore;
   rest: RestRouter;
+  /** iPXE scripts and ramdisk callbacks (src/modules/boot): machines, not API tokens. */
+  boot?: BootHttp | null;
   metrics: Metrics;
   log: Logger;
   version: string;
@@ -32,6 +35,8 @@ export interface HttpDeps {
 function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
   if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/api/events'].includes(pathname)) return pathname;
   for (const assets of [docsAssets, graphiqlAssets]) if (assets.owns(pathname)) return assets.prefix;
+  const boot = BootHttp.routeLabel(pathname);
+  if (boot) return boot;
   for (const r of deps.rest.routes) {
     if (r.method !== method) continue;
     const re = new RegExp('^' + r.path.replace(/\{\w+\}/g, '[^/]+') + '/?$');
@@ -197,6 +202,8 @@ export function createHttpServer(deps: HttpDeps): http.Server {
       // The files of the browser pages (/docs, GraphiQL), from their npm packages: no CDN.
       if (docsAssets.owns(url.pathname)) return await docsAssets.serve(req, res, url);
       if (graphiqlAssets.owns(url.pathname)) return await graphiqlAssets.serve(req, res, url);
+      // Before the REST surface: a machine has a boot token at most, never an API token.
+      if (deps.boot?.owns(url.pathname)) return await deps.boot.serve(req, res, url, requestId);
       if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res, await authenticateRest(deps.tokens, req));
       return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);
     } catch (error) {

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page, type Request } from 'playwright-core';
 import { routes } from '../src/rest/routes';
+import { bootOpenApiPaths } from '../src/modules/boot/openapi';
 import { startTestApp, type TestApp } from './helpers/app';
 import { makeTenantTree } from './helpers/fixtures';
 
@@ -216,7 +217,8 @@ describe('browser pages with no network but loopback (headless Chromium)', () =>
     it('renders every route of /openapi.json, from this service alone', async () => {
       const response = await page.goto(`${t.url}/docs`);
       expect(response?.status()).toBe(200);
-      const expected = [...routes.map((r) => `${r.method} ${r.path}`), 'GET /api/events'].sort();
+      const boot = Object.entries(bootOpenApiPaths()).flatMap(([path, item]) => Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`));
+      const expected = [...routes.map((r) => `${r.method} ${r.path}`), 'GET /api/events', ...boot].sort();
       await page.waitForFunction((n) => document.querySelectorAll('.opblock').length >= n, expected.length, { timeout: 60_000 });
       const shown = await page.locator('.opblock').evaluateAll((blocks) =>
         blocks.map((b) => `${b.querySelector('.opblock-summary-method')?.textContent} ${b.querySelector('.opblock-summary-path')?.getAttribute('data-path')}`),

@@ -3,6 +3,7 @@ import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
 import { PROVISION_STATES, decidePower, type ProvisionState } from '../src/modules/metal/states';
+import { generateAgentKeyPair } from '../src/modules/sites/seal';
 
 const REGISTER = 'mutation ($s: ID!, $n: String!) { registerSiteAgent(siteId: $s, name: $n) { token agent { id serving } } }';
 const HEARTBEAT = 'mutation { agentReportStatus { id serving lastHeartbeatAt } }';
@@ -17,7 +18,8 @@ describe('power and site agents', () => {
   let agentToken: string;
 
   beforeAll(async () => {
-    t = await startTestApp({ agentHeartbeatMs: 60000 });
+    // The built-in agent off: with it, every site is served (test/site-agent-builtin.test.ts).
+    t = await startTestApp({ agentHeartbeatMs: 60000, builtinAgent: false });
     tree = await makeTenantTree(t.app.database.prisma, 'pwr', { pools: 1, nodesPerPool: 0 });
     other = await makeTenantTree(t.app.database.prisma, 'pwr-other', { pools: 1, nodesPerPool: 0 });
     admin = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
@@ -50,6 +52,7 @@ describe('power and site agents', () => {
     const registered = await gql(t.url, admin, REGISTER, { s: tree.site.id, n: 'rack-1' });
     expect(registered.data!.registerSiteAgent.agent.serving).toBe(false);
     agentToken = registered.data!.registerSiteAgent.token;
+    await gql(t.url, agentToken, 'mutation ($k: String!) { registerAgentKey(publicKey: $k) { id } }', { k: generateAgentKeyPair().publicKey });
     const beat = await gql(t.url, agentToken, HEARTBEAT);
     expect(beat.data!.agentReportStatus.serving).toBe(true);
     expect(codeOf(await gql(t.url, admin, HEARTBEAT))).toBe('PERMISSION_DENIED');
@@ -109,9 +112,9 @@ describe('power and site agents', () => {
     expect(claimed.map((c: { id: string }) => c.id)).toEqual([fresh.body.commandId]);
     expect(claimed[0]).toMatchObject({ kind: 'bmc.power', params: { action: 'on' }, status: 'claimed' });
     expect((await t.app.database.prisma.command.findUniqueOrThrow({ where: { id: stale.body.commandId } })).status).toBe('expired');
-    const done = await gql(t.url, agentToken, 'mutation ($c: ID!) { reportCommandResult(commandId: $c, ok: true, message: "chassis on") { status result } }', { c: fresh.body.commandId });
-    expect(done.data!.reportCommandResult).toEqual({ status: 'succeeded', result: { ok: true, message: 'chassis on' } });
-    expect(codeOf(await gql(t.url, agentToken, 'mutation ($c: ID!) { reportCommandResult(commandId: $c, ok: false) { status } }', { c: fresh.body.commandId }))).toBe('CONFLICT');
+    const done = await gql(t.url, agentToken, 'mutation ($c: ID!) { reportCommandResult(commandId: $c, result: { ok: true, value: "on", notes: ["chassis on"] }) { status result } }', { c: fresh.body.commandId });
+    expect(done.data!.reportCommandResult).toEqual({ status: 'succeeded', result: { ok: true, value: 'on', notes: ['chassis on'] } });
+    expect(codeOf(await gql(t.url, agentToken, 'mutation ($c: ID!) { reportCommandResult(commandId: $c, result: { ok: false, code: "BMC_ERROR", message: "again" }) { status } }', { c: fresh.body.commandId }))).toBe('CONFLICT');
   });
 
   it('an agent whose heartbeat is older than AGENT_HEARTBEAT_MS no longer serves', async () => {

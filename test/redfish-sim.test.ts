@@ -392,3 +392,87 @@ describe('destructive-call counts', () => {
     expect((await fetch(`${sim.url}/sim/machines/nope`)).status).toBe(404);
   });
 });
+
+describe('what the driver tests rely on', () => {
+  let own: RedfishSim;
+  const N: Record<string, SimMachine> = {};
+  beforeAll(async () => {
+    own = await startRedfishSim({
+      machines: [
+        { id: 'nos', noSessions: true },
+        { id: 'keys', powerState: 'On' },
+        { id: 'types', resetTypes: ['On', 'ForceOff', 'PowerCycle'], powerState: 'On' },
+      ],
+    });
+    for (const m of own.machines) N[m.id] = m;
+  });
+  afterAll(async () => { await own.stop(); });
+
+  it('noSessions: no Links.Sessions in the root, POST Sessions is 405, basic auth reads', async () => {
+    const m = N.nos!;
+    const root = await rf(m, '/redfish/v1', { auth: null });
+    expect(root.body!.Links?.Sessions).toBeUndefined();
+    expect(root.body!.SessionService).toBeUndefined();
+    expect((await rf(m, '/redfish/v1/SessionService/Sessions', { method: 'POST', auth: null, body: { UserName: m.username, Password: m.password } })).status).toBe(405);
+    expect((await rf(m, '/redfish/v1/Systems')).status).toBe(200);
+  });
+
+  it('duplicateKeys counts a key only when the BMC accepted it twice; a 503 or a 500 on a destructive call is counted as received', async () => {
+    const m = N.keys!;
+    const target = await resetTarget(m);
+    own.setFault('keys', { unavailable: { retryAfterS: 1, count: 1, destructiveOnly: true } });
+    // Reads pass while destructive calls get the 503.
+    expect((await rf(m, '/redfish/v1/Systems')).status).toBe(200);
+    expect((await rf(m, target, { method: 'POST', body: { ResetType: 'ForceOff' }, headers: { 'Idempotency-Key': 'd1' } })).status).toBe(503);
+    expect((await rf(m, target, { method: 'POST', body: { ResetType: 'ForceOff' }, headers: { 'Idempotency-Key': 'd1' } })).status).toBe(204);
+    expect(own.counts('keys').duplicateKeys).toEqual([]);
+    own.setFault('keys', { fail500Destructive: 1 });
+    expect((await rf(m, '/redfish/v1/Systems')).status).toBe(200);
+    expect((await rf(m, target, { method: 'POST', body: { ResetType: 'On' }, headers: { 'Idempotency-Key': 'd2' } })).status).toBe(500);
+    own.setFault('keys', {});
+    expect((await rf(m, target, { method: 'POST', body: { ResetType: 'ForceOff' }, headers: { 'Idempotency-Key': 'd1' } })).status).toBe(204);
+    expect(own.counts('keys').calls.map((c) => [c.detail, c.status])).toEqual([['fault:503', 503], ['ForceOff', 204], ['fault:500', 500], ['ForceOff', 204]]);
+    expect(own.counts('keys').duplicateKeys).toEqual(['d1']);
+  });
+
+  it('LastResetTime moves when a reset applies and not when the BMC lies; redirects answer 308; the request log and connection count', async () => {
+    const m = N.keys!;
+    const sysPath = await systemOf(m);
+    const target = await resetTarget(m);
+    const t0 = (await rf(m, sysPath)).body!.LastResetTime;
+    own.setFault('keys', { lies: true });
+    await rf(m, target, { method: 'POST', body: { ResetType: 'On' } });
+    expect((await rf(m, sysPath)).body!.LastResetTime).toBe(t0);
+    own.setFault('keys', { redirects: { [sysPath]: `${sysPath}/` } });
+    const moved = await fetch(m.url + sysPath, { redirect: 'manual', headers: { Authorization: basic(m) } });
+    expect([moved.status, moved.headers.get('location')]).toEqual([308, `${sysPath}/`]);
+    own.setFault('keys', {});
+    await rf(m, target, { method: 'POST', body: { ResetType: 'On' } });
+    expect((await rf(m, sysPath)).body!.LastResetTime).not.toBe(t0);
+    const log = own.requests('keys');
+    expect(log.at(-1)).toMatchObject({ method: 'GET', path: sysPath, status: 200 });
+    expect(log.some((r) => r.status === 308 && r.path === sysPath)).toBe(true);
+    expect(m.state().connections).toBeGreaterThan(0);
+  });
+
+  it('resetTypes replaces the AllowableValues: a listed PowerCycle applies, an unlisted ForceRestart is 400', async () => {
+    const m = N.types!;
+    const sys = await rf(m, await systemOf(m));
+    expect(sys.body!.Actions['#ComputerSystem.Reset']['ResetType@Redfish.AllowableValues']).toEqual(['On', 'ForceOff', 'PowerCycle']);
+    expect((await rf(m, await resetTarget(m), { method: 'POST', body: { ResetType: 'ForceRestart' } })).status).toBe(400);
+    expect((await rf(m, await resetTarget(m), { method: 'POST', body: { ResetType: 'PowerCycle' } })).status).toBe(204);
+    expect(m.state().resetsApplied).toBe(1);
+    // Another machine of the same mockup keeps the mockup's list.
+    expect((await rf(N.keys!, await systemOf(N.keys!))).body!.Actions['#ComputerSystem.Reset']['ResetType@Redfish.AllowableValues']).not.toContain('PowerCycle');
+  });
+
+  it('hangDestructive: a Reset is received and counted and never answered; reads still answer', async () => {
+    const m = N.types!;
+    own.setFault('types', { hangDestructive: true });
+    expect((await rf(m, '/redfish/v1/Systems')).status).toBe(200);
+    await expect(rf(m, await resetTarget(m), { method: 'POST', body: { ResetType: 'ForceOff' }, timeoutMs: 300 })).rejects.toThrow(/timeout|aborted/i);
+    expect(own.counts('types').calls.at(-1)).toMatchObject({ kind: 'reset', detail: 'fault:hang', status: 0 });
+    expect(m.state().powerState).toBe('On');
+    own.setFault('types', {});
+  });
+});

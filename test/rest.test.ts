@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import type { DocumentNode } from 'graphql';
 import { routes } from '../src/rest/routes';
+import { bootOpenApiPaths } from '../src/modules/boot/openapi';
 import {
   HardwareProfilesDocument,
   MetalNodeDocument,
@@ -156,9 +157,9 @@ describe('REST compatibility plumbing', () => {
       expect(Object.keys(stream.responses['200'].content)).toEqual(['text/event-stream']);
     });
 
-    it('lists nothing beyond the route table and the event stream, and has unique operationIds', () => {
+    it('lists nothing beyond the route table, the event stream and the ramdisk callbacks, and has unique operationIds', () => {
       const operations = Object.values(doc.paths as Record<string, Record<string, any>>).flatMap((item) => Object.values(item));
-      expect(operations).toHaveLength(routes.length + 1);
+      expect(operations).toHaveLength(routes.length + 1 + Object.values(bootOpenApiPaths()).flatMap((item) => Object.keys(item)).length);
       const ids = operations.map((o) => o.operationId);
       expect(new Set(ids).size).toBe(ids.length);
     });

@@ -67,6 +67,11 @@ export interface BmcCallOptions {
   signal?: AbortSignal;
   /** How long a power change may take to show in the read-back before BMC_NOT_APPLIED. */
   verifyDeadlineMs?: number;
+  /**
+   * The command's idempotency key: a driver sends it (with a suffix per request) on every
+   * destructive request, so a BMC or the simulator can tell a repeat from a new action.
+   */
+  idempotencyKey?: string;
 }
 
 /** A result with the notes a driver wants in the timeline ("ResetType PowerCycle gave 501; used ForceOff then On"). */

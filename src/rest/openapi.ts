@@ -3,6 +3,7 @@ import { components, type JsonSchema } from './schemas';
 import { EXAMPLE_IDS as ID } from './examples';
 import { HTTP_STATUS, type ErrorCode } from '../errors';
 import { MAX_BODY_BYTES } from '../http/body';
+import { BOOT_SECURITY_SCHEME, bootOpenApiPaths } from '../modules/boot/openapi';
 
 /** What each code means, for the response descriptions (README: code and HTTP). */
 const CODE_MEANING: Record<ErrorCode, string> = {
@@ -153,6 +154,8 @@ export function openApiDocument(routes: Route[], version: string): Record<string
     };
   }
   paths['/api/events'] = { get: eventStreamOperation() };
+  // The ramdisk callbacks: authenticated by a per-boot token instead (each operation says so).
+  Object.assign(paths, bootOpenApiPaths());
   return {
     openapi: '3.1.0',
     info: {
@@ -161,7 +164,7 @@ export function openApiDocument(routes: Route[], version: string): Record<string
       description: [
         'REST compatibility routes. Each executes a GraphQL operation of the same service (`x-graphql-operation`); [/graphql](/graphql) is the full API (GraphiQL in a browser).',
         '',
-        'Every route needs `Authorization: Bearer <token>` (the Authorize button sets it for Try it out). Errors are `{"error": {"code", "message", "requestId"}}`, with `details` for some codes:',
+        'Every route needs `Authorization: Bearer <token>` (the Authorize button sets it for Try it out), but the ramdisk callbacks under `/boot/v1/` (tag boot), which take the per-boot token of their boot entry instead. Errors are `{"error": {"code", "message", "requestId"}}`, with `details` for some codes:',
         '',
         '| code | HTTP |',
         '| --- | --- |',
@@ -170,11 +173,11 @@ export function openApiDocument(routes: Route[], version: string): Record<string
     },
     servers: [{ url: '/' }],
     security: [{ bearer: [] }],
-    tags: [...new Set([...routes.map((r) => r.tag), 'events'])].map((name) => ({ name })),
+    tags: [...new Set([...routes.map((r) => r.tag), 'events', 'boot'])].map((name) => ({ name })),
     paths,
     components: {
       schemas: components,
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API token (see README: admin token)' } },
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API token (see README: admin token)' }, bootToken: BOOT_SECURITY_SCHEME },
     },
   };
 }

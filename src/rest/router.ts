@@ -87,7 +87,7 @@ function fieldOf(where: string, error: ErrorObject): string {
   return [where, ...parts].join('.').replace(/\.(\d+)(?=\.|$)/g, '[$1]');
 }
 
-function explain(where: string, error: ErrorObject): AppError {
+export function explain(where: string, error: ErrorObject): AppError {
   const field = fieldOf(where, error);
   const message =
     error.keyword === 'additionalProperties' ? 'is not a known field'

@@ -36,12 +36,12 @@ export interface TestApp {
 }
 
 /** Starts the whole service (HTTP on a free port, queues, workers) on a database of its own. */
-export async function startTestApp(overrides: Partial<Config> = {}, opts: { log?: import('pino').Logger } = {}): Promise<TestApp> {
+export async function startTestApp(overrides: Partial<Config> = {}, opts: { log?: import('pino').Logger; drivers?: import('../../clients/bmc/registry').DriverRegistry } = {}): Promise<TestApp> {
   const databaseUrl = overrides.databaseUrl ?? (await createTestDatabase());
   const adminToken = overrides.adminToken ?? `test-admin-${randomBytes(16).toString('hex')}`;
   const app = await startApp(
     { databaseUrl, adminToken, secretKey: randomBytes(32).toString('base64'), port: 0, host: '127.0.0.1', role: 'all', dataDir: '/nonexistent-not-used', ...overrides },
-    { log: opts.log ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }) },
+    { log: opts.log ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }), drivers: opts.drivers },
   );
   return { app, url: app.url!, adminToken, stop: () => app.stop() };
 }

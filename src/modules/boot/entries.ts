@@ -1,4 +1,7 @@
+import { randomBytes } from 'node:crypto';
+import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
+import { insertJobsSql } from '../../../jobs/registry';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -60,16 +63,17 @@ export async function issueBootEntry(db: Runner, e: IssueBootEntry): Promise<str
  * number of entries revoked.
  */
 export async function revokeNodeBoot(db: Runner, nodeId: string, macs: readonly string[] = []): Promise<number> {
+  // Entries first, then their tokens, in two statements: the order an iPXE fetch locks them in
+  // (startBoot), so a run's end racing a boot of the same entry waits instead of deadlocking.
   const { rows } = await db.query(
-    `WITH e AS (
-       UPDATE boot_entry SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $1 OR mac = ANY($2::text[])) RETURNING id
-     ), t AS (
-       UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $1 OR boot_entry_id IN (SELECT id FROM e))
-     )
-     SELECT count(*)::int AS n FROM e`,
+    'UPDATE boot_entry SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $1 OR mac = ANY($2::text[])) RETURNING id',
     [nodeId, macs],
   );
-  return Number(rows[0]?.n ?? 0);
+  await db.query(
+    'UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $1 OR boot_entry_id = ANY($2::text[]))',
+    [nodeId, rows.map((r) => r.id as string)],
+  );
+  return rows.length;
 }
 
 export interface ReportRow {
@@ -79,13 +83,172 @@ export interface ReportRow {
   createdAt: Date;
 }
 
-/** The run's ramdisk reports, oldest first, optionally of one kind and after a report id. */
+/**
+ * The run's ramdisk reports, oldest first, optionally of one kind and after a report id. (Ordered
+ * by the bigint column: the select list's `id::text` would sort "10" before "9".)
+ */
 export async function reportsOf(db: Runner, runId: string, opts: { kind?: ReportKind; afterId?: string } = {}): Promise<ReportRow[]> {
   const { rows } = await db.query(
     `SELECT id::text, kind, payload, created_at FROM ramdisk_report
       WHERE run_id = $1 AND ($2::text IS NULL OR kind = $2) AND ($3::bigint IS NULL OR id > $3::bigint)
-      ORDER BY id`,
+      ORDER BY ramdisk_report.id`,
     [runId, opts.kind ?? null, opts.afterId ?? null],
   );
   return rows.map((r) => ({ id: r.id as string, kind: r.kind as ReportKind, payload: r.payload as Record<string, unknown>, createdAt: r.created_at as Date }));
+}
+
+/**
+ * What a boot entry's params may carry for the ramdisk (the engine writes them; nothing secret):
+ * `wipe` the mode to wipe with (release; commission wipes quick, retire crypto-erases when unset),
+ * `dcgmLevel` the DCGM run level (commission, default 1), `disks` the serials the engine expects.
+ */
+export interface BootParams {
+  wipe?: 'quick' | 'secure-erase' | 'crypto-erase';
+  dcgmLevel?: number;
+  disks?: string[];
+  [key: string]: unknown;
+}
+
+/**
+ * Boots of one entry: each iPXE fetch is a boot with a token of its own. Past this many the entry
+ * boots nothing more (the MAC hears the "no entry" script): an entry lives for one run, and a
+ * machine that PXE-boots more often than that in one run is being impersonated or is looping.
+ */
+export const MAX_BOOTS_PER_ENTRY = 8;
+
+/** Boot tokens look like this, so a leaked one is recognisable (and never an API token). */
+export const BOOT_TOKEN_PREFIX = 'mbt_';
+
+export interface Boot {
+  entryId: string;
+  nodeId: string;
+  runId: string | null;
+  purpose: BootPurpose;
+  tokenId: string;
+  /** The token itself: handed to the machine in its iPXE script, never stored or logged. */
+  token: string;
+  expiresAt: Date;
+}
+
+/**
+ * One boot of the live, unexpired entry of `mac` (a normalised MAC) whose node still has that MAC:
+ * revokes the entry's earlier tokens (a new fetch is a new boot, so the last boot's ramdisk can no
+ * longer report) and mints the token of this one, expiring with the entry; only its hash is kept.
+ * Resolves null when the MAC has no such entry or its entry used up MAX_BOOTS_PER_ENTRY: the two
+ * are the same answer to the machine. Run it in a transaction: the entry row is locked, so two
+ * fetches at once leave one live token. The lock is NO KEY UPDATE, not UPDATE: a report being
+ * stored holds its token and takes the entry's KEY SHARE for its foreign key, and an UPDATE lock
+ * here would deadlock with it (test/boot-routes.test.ts races the two).
+ */
+export async function startBoot(db: Runner, mac: string): Promise<Boot | null> {
+  const { rows: entries } = await db.query(
+    `SELECT e.id, e.node_id, e.run_id, e.purpose, e.expires_at
+       FROM boot_entry e JOIN node n ON n.id = e.node_id
+      WHERE e.mac = $1 AND e.revoked_at IS NULL AND e.expires_at > now() AND e.mac = ANY(n.macs)
+        FOR NO KEY UPDATE OF e`,
+    [mac],
+  );
+  const entry = entries[0];
+  if (!entry) return null;
+  const entryId = entry.id as string;
+  const token = BOOT_TOKEN_PREFIX + randomBytes(32).toString('base64url');
+  const tokenId = newId('BootToken');
+  const { rows } = await db.query(
+    `WITH boots AS (
+       SELECT count(*)::int AS n FROM boot_token WHERE boot_entry_id = $1
+     ), revoked AS (
+       UPDATE boot_token SET revoked_at = now()
+        WHERE boot_entry_id = $1 AND revoked_at IS NULL AND (SELECT n FROM boots) < $5
+     )
+     INSERT INTO boot_token (id, boot_entry_id, node_id, hash, expires_at)
+     SELECT $2, $1, $3, $4, e.expires_at FROM boot_entry e
+      WHERE e.id = $1 AND (SELECT n FROM boots) < $5
+     RETURNING id`,
+    [entryId, tokenId, entry.node_id, hashToken(token), MAX_BOOTS_PER_ENTRY],
+  );
+  if (!rows[0]) return null;
+  return {
+    entryId,
+    nodeId: entry.node_id as string,
+    runId: (entry.run_id as string | null) ?? null,
+    purpose: entry.purpose as BootPurpose,
+    tokenId,
+    token,
+    expiresAt: entry.expires_at as Date,
+  };
+}
+
+/** The boot a valid token belongs to: what a ramdisk callback may act for. */
+export interface BootSession {
+  tokenId: string;
+  entryId: string;
+  nodeId: string;
+  runId: string | null;
+  purpose: BootPurpose;
+  params: BootParams;
+  expiresAt: Date;
+}
+
+/**
+ * The boot of `token` when the token is unrevoked and unexpired, belongs to the node of its entry,
+ * and that entry is still live (not revoked by a newer entry, the run's end or revokeNodeBoot, and
+ * not expired); null otherwise, with no hint of which.
+ */
+export async function bootSession(db: Runner, token: string): Promise<BootSession | null> {
+  if (!token.startsWith(BOOT_TOKEN_PREFIX)) return null;
+  const { rows } = await db.query(
+    `SELECT t.id AS token_id, e.id AS entry_id, e.node_id, e.run_id, e.purpose, e.params, e.expires_at
+       FROM boot_token t JOIN boot_entry e ON e.id = t.boot_entry_id AND e.node_id = t.node_id
+      WHERE t.hash = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
+        AND e.revoked_at IS NULL AND e.expires_at > now()`,
+    [hashToken(token)],
+  );
+  const r = rows[0];
+  if (!r) return null;
+  return {
+    tokenId: r.token_id as string,
+    entryId: r.entry_id as string,
+    nodeId: r.node_id as string,
+    runId: (r.run_id as string | null) ?? null,
+    purpose: r.purpose as BootPurpose,
+    params: (r.params ?? {}) as BootParams,
+    expiresAt: r.expires_at as Date,
+  };
+}
+
+/**
+ * Stores one report of the boot of `token` with its entry's run, and wakes that run (metal.advance),
+ * in one statement: the token is checked again there, under a share lock, so a revocation or a new
+ * iPXE fetch that commits first wins and nothing is stored (null). Only the token row is locked:
+ * every revocation (a new fetch, a new entry, revokeNodeBoot) updates the tokens it ends, so the
+ * token alone orders a report against them, and no lock is taken on the entry beyond the foreign
+ * key's KEY SHARE. `payload` is already checked
+ * (reports.ts). One round trip: the callbacks of 1,000 machines are most of a lifecycle's requests.
+ */
+export async function storeReport(db: Runner, token: string, kind: ReportKind, payload: object): Promise<{ id: string; createdAt: Date; session: Pick<BootSession, 'tokenId' | 'entryId' | 'nodeId' | 'runId'> } | null> {
+  const { rows } = await db.query(
+    `WITH s AS (
+       SELECT t.id AS token_id, e.id AS entry_id, e.node_id, e.run_id
+         FROM boot_token t JOIN boot_entry e ON e.id = t.boot_entry_id AND e.node_id = t.node_id
+        WHERE t.hash = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
+          AND e.revoked_at IS NULL AND e.expires_at > now()
+          FOR SHARE OF t
+     ), rep AS (
+       INSERT INTO ramdisk_report (boot_entry_id, boot_token_id, node_id, run_id, kind, payload)
+       SELECT entry_id, token_id, node_id, run_id, $2, $3::jsonb FROM s
+       RETURNING id, run_id, created_at
+     ), job AS (
+       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', rep.run_id)", '(SELECT run_id FROM rep WHERE run_id IS NOT NULL) AS rep')} RETURNING 1
+     )
+     SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM job) AS jobs FROM rep, s`,
+    [hashToken(token), kind, JSON.stringify(payload)],
+  );
+  const r = rows[0];
+  if (!r) return null;
+  if (r.run_id && Number(r.jobs) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
+  return {
+    id: r.id as string,
+    createdAt: r.created_at as Date,
+    session: { tokenId: r.token_id as string, entryId: r.entry_id as string, nodeId: r.node_id as string, runId: (r.run_id as string | null) ?? null },
+  };
 }

@@ -6,6 +6,7 @@ import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
 import { createNode, prismaRunner } from './node-store';
 import { isSecretRef } from '../../../clients/secrets/broker';
+import { checkIpmiNode, IpmiConfigError } from '../../../clients/bmc/ipmi';
 import { poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
 import { BMC_DRIVERS, type DriverBindings } from '../tenancy/tenancy';
@@ -135,6 +136,16 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
     const row = await ctx.prisma.hardwareProfile.findUnique({ where: { name: profileName } });
     if (!row) throw invalidInput(input.hardwareProfile ? 'hardwareProfile' : 'pool.policy.hardwareProfile', `no hardware profile named "${profileName}"`);
     profile = { id: row.id, driverBindings: row.driverBindings as unknown as DriverBindings };
+  }
+
+  // What the IPMI driver could never use (a URL, cipher suite 0), refused before anything is written.
+  if (Object.values(bindingsFor(driver, profile?.driverBindings ?? null)).includes('ipmi')) {
+    try {
+      checkIpmiNode(address, driverOptions);
+    } catch (e) {
+      if (e instanceof IpmiConfigError) throw invalidInput(e.field, e.reason);
+      throw e;
+    }
   }
 
   // Checked before the broker is written (a refusal has no side effect), and again under the site's

@@ -1,5 +1,6 @@
 import type { BmcErrorCode, BootDevice, PowerAction } from '../../../clients/bmc/driver';
 import { newId } from '../../ids';
+import { invalidInput } from '../../errors';
 
 /**
  * The commands a site agent runs for metal, with their parameters and the result it reports.
@@ -99,4 +100,91 @@ export async function queueCommand<K extends CommandKind>(db: Runner, c: QueueCo
 export async function commandByKey(db: Runner, idempotencyKey: string): Promise<CommandRow | null> {
   const { rows } = await db.query('SELECT id, kind, status, result, expires_at FROM command WHERE idempotency_key = $1', [idempotencyKey]);
   return rows[0] ? rowOf(rows[0]) : null;
+}
+
+/** The codes an agent may report; EXPIRED is the sweep's alone (no agent ever held the command). */
+export const AGENT_RESULT_CODES = [
+  'BMC_UNREACHABLE', 'BMC_TIMEOUT', 'BMC_AUTH_FAILED', 'BMC_TLS', 'BMC_UNSUPPORTED', 'BMC_NOT_APPLIED', 'BMC_BUSY', 'BMC_ERROR',
+  'AGENT_ERROR', 'AGENT_LOST',
+] as const satisfies readonly Exclude<Extract<CommandResult, { ok: false }>['code'], 'EXPIRED'>[];
+
+const POWER_STATES = ['on', 'off', 'powering-on', 'powering-off', 'unknown'] as const;
+/** A result is a row in command and a timeline message: bounded, so one agent cannot bloat either. */
+export const RESULT_LIMITS = { valueBytes: 64 * 1024, notes: 32, noteChars: 1000, messageChars: 2000, depth: 8 } as const;
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Rejects NUL (PostgreSQL's jsonb refuses \u0000) and nesting deeper than a driver's value needs. */
+function checkJson(field: string, value: unknown, depth = 0): void {
+  if (depth > RESULT_LIMITS.depth) throw invalidInput(field, `nests deeper than ${RESULT_LIMITS.depth} levels`);
+  if (typeof value === 'string') {
+    if (value.includes('\u0000')) throw invalidInput(field, 'contains a NUL character');
+  } else if (typeof value === 'number') {
+    if (!Number.isFinite(value)) throw invalidInput(field, 'must be a finite number');
+  } else if (Array.isArray(value)) {
+    value.forEach((v, i) => checkJson(`${field}[${i}]`, v, depth + 1));
+  } else if (isObject(value)) {
+    for (const [k, v] of Object.entries(value)) {
+      if (k.includes('\u0000')) throw invalidInput(field, 'has a key with a NUL character');
+      checkJson(`${field}.${k}`, v, depth + 1);
+    }
+  } else if (value !== null && typeof value !== 'boolean') {
+    throw invalidInput(field, 'must be JSON');
+  }
+}
+
+function checkText(field: string, value: unknown, max: number): string {
+  if (typeof value !== 'string') throw invalidInput(field, 'must be a string');
+  if (value.includes('\u0000')) throw invalidInput(field, 'contains a NUL character');
+  if (value.length > max) throw invalidInput(field, `is longer than ${max} characters`);
+  return value;
+}
+
+/** What `value` must be for each kind: the driver's return, as the engine reads it. */
+function checkValue(kind: string, value: unknown): void {
+  const field = 'result.value';
+  if (kind === 'bmc.power' || kind === 'bmc.power-state') {
+    if (!(POWER_STATES as readonly unknown[]).includes(value)) throw invalidInput(field, `must be the power state read back: one of ${POWER_STATES.join(', ')}`);
+  } else if (kind === 'bmc.inventory') {
+    if (!isObject(value)) throw invalidInput(field, 'must be the out-of-band inventory object');
+    if (value.uuid !== null && typeof value.uuid !== 'string') throw invalidInput('result.value.uuid', 'must be a string or null');
+    if (!Array.isArray(value.macs) || !value.macs.every((m) => typeof m === 'string')) throw invalidInput('result.value.macs', 'must be a list of strings');
+  } else if (value !== undefined && value !== null) {
+    throw invalidInput(field, `must be absent for ${kind}`);
+  }
+}
+
+/**
+ * An agent's report, checked field by field before anything is written (hostile input: wrong
+ * types, NUL, huge values get INVALID_INPUT naming the field). Unknown fields are refused too, so
+ * a typo does not pass as a result with the field silently dropped.
+ */
+export function checkCommandResult(kind: string, raw: unknown): CommandResult {
+  if (!isObject(raw)) throw invalidInput('result', 'must be an object');
+  if (typeof raw.ok !== 'boolean') throw invalidInput('result.ok', 'must be true or false');
+  const allowed = raw.ok ? ['ok', 'value', 'notes'] : ['ok', 'code', 'message', 'retryable'];
+  for (const key of Object.keys(raw)) {
+    if (!allowed.includes(key)) throw invalidInput(`result.${key}`, `is not a field of a ${raw.ok ? 'successful' : 'failed'} result (${allowed.join(', ')})`);
+  }
+  if (raw.ok) {
+    let notes: string[] | undefined;
+    if (raw.notes !== undefined && raw.notes !== null) {
+      if (!Array.isArray(raw.notes)) throw invalidInput('result.notes', 'must be a list of strings');
+      if (raw.notes.length > RESULT_LIMITS.notes) throw invalidInput('result.notes', `has more than ${RESULT_LIMITS.notes} entries`);
+      notes = raw.notes.map((n, i) => checkText(`result.notes[${i}]`, n, RESULT_LIMITS.noteChars));
+    }
+    const value = raw.value ?? undefined;
+    if (value !== undefined) {
+      const size = Buffer.byteLength(JSON.stringify(value) ?? '', 'utf8');
+      if (size > RESULT_LIMITS.valueBytes) throw invalidInput('result.value', `is ${size} bytes, more than ${RESULT_LIMITS.valueBytes}`);
+      checkJson('result.value', value);
+    }
+    checkValue(kind, value);
+    return { ok: true, ...(value !== undefined ? { value } : {}), ...(notes ? { notes } : {}) };
+  }
+  if (!(AGENT_RESULT_CODES as readonly unknown[]).includes(raw.code)) throw invalidInput('result.code', `must be one of ${AGENT_RESULT_CODES.join(', ')}`);
+  const message = checkText('result.message', raw.message, RESULT_LIMITS.messageChars);
+  if (!message.trim()) throw invalidInput('result.message', 'must say what failed');
+  if (raw.retryable !== undefined && raw.retryable !== null && typeof raw.retryable !== 'boolean') throw invalidInput('result.retryable', 'must be true or false');
+  return { ok: false, code: raw.code as (typeof AGENT_RESULT_CODES)[number], message, ...(typeof raw.retryable === 'boolean' ? { retryable: raw.retryable } : {}) };
 }

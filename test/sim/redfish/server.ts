@@ -5,6 +5,7 @@
  * (GET /sim/machines) for the state and the destructive-call counts. No dependency beyond node:http.
  */
 import http from 'node:http';
+import https from 'node:https';
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { loadMockup, members, normalize, type Doc, type MockupName } from './mockup';
@@ -26,6 +27,10 @@ export interface MachineOptions {
   applyDelayMs?: number;
   /** PATCH of the ComputerSystem needs If-Match with the current @odata.etag (428 without, 412 on mismatch). */
   requireEtag?: boolean;
+  /** No SessionService: the root has no Links.Sessions and POST Sessions is 405 (basic auth only). */
+  noSessions?: boolean;
+  /** The Reset's ResetType@Redfish.AllowableValues instead of the mockup's (e.g. one that lists PowerCycle). */
+  resetTypes?: string[];
 }
 
 export interface Faults {
@@ -33,12 +38,24 @@ export interface Faults {
   latencyMs?: number;
   /** The next N requests answer 500. */
   fail500Next?: number;
-  /** Requests answer 503 with Retry-After (for `count` requests, or until cleared). */
-  unavailable?: { retryAfterS: number; count?: number } | null;
+  /** The next N destructive calls (Reset, InsertMedia, EjectMedia, boot PATCH) answer 500, reads go on. */
+  fail500Destructive?: number;
+  /**
+   * Requests answer 503 with Retry-After (for `count` requests, or until cleared); with
+   * destructiveOnly, only destructive calls do.
+   */
+  unavailable?: { retryAfterS: number; count?: number; destructiveOnly?: boolean } | null;
   /** Requests are read and never answered. */
   hang?: boolean;
-  /** Reset and InsertMedia answer 204 and change nothing. */
+  /**
+   * Only destructive calls (Reset, InsertMedia, EjectMedia, boot PATCH) hang: the call is received
+   * and counted, and never answered, as a BMC whose answer is lost after it acted.
+   */
+  hangDestructive?: boolean;
+  /** Reset, InsertMedia, EjectMedia and the boot PATCH answer 204 and change nothing. */
   lies?: boolean;
+  /** Request path as sent -> Location: the path answers 308 (method and body kept) to the Location. */
+  redirects?: Record<string, string>;
   /** These ResetTypes answer 501 although AllowableValues lists them. */
   notImplementedResetTypes?: string[];
   /** Reset answers 202 with a task monitor; the task completes when the change applies. */
@@ -60,9 +77,20 @@ export interface Counts {
   ejectMedia: number;
   bootOverride: number;
   total: number;
-  /** Idempotency keys received more than once on destructive calls. */
+  /**
+   * Idempotency keys accepted (2xx) more than once on destructive calls: a call refused before it
+   * did anything (401, 412, 428, 503, ...) and sent again under its key is not a duplicate.
+   */
   duplicateKeys: string[];
   calls: DestructiveCall[];
+}
+
+/** Every request a machine answered (the last 2,000), for tests that check what a client asked. */
+export interface RequestRecord {
+  method: string;
+  path: string;
+  status: number;
+  at: number;
 }
 
 export interface MachineState {
@@ -76,11 +104,13 @@ export interface MachineState {
   nmis: number;
   continuousDiskOverrides: number;
   sessions: number;
+  /** TCP connections accepted so far (a client that pools its connections opens few). */
+  connections: number;
 }
 
 export interface SimMachine {
   id: string;
-  /** http://127.0.0.1:<port>, the BMC's address (the service root is url + /redfish/v1). */
+  /** http://127.0.0.1:<port> (https:// with the tls option), the BMC's address (the service root is url + /redfish/v1). */
   url: string;
   flavour: FlavourName;
   username: string;
@@ -108,6 +138,8 @@ export interface RedfishSimOptions {
   machines?: number | MachineOptions[];
   /** Defaults for every machine. */
   defaults?: MachineOptions;
+  /** Serve the machines over HTTPS with this key and certificate (the admin server stays http). */
+  tls?: { key: string | Buffer; cert: string | Buffer };
 }
 
 export interface RedfishSim {
@@ -116,6 +148,9 @@ export interface RedfishSim {
   machines: SimMachine[];
   setFault(id: string, faults: Faults): void;
   counts(id: string): Counts;
+  requests(id: string): RequestRecord[];
+  /** Forgets every session of the machine, as a BMC restart or a session timeout does. */
+  expireSessions(id: string): void;
   stop(): Promise<void>;
 }
 
@@ -156,12 +191,15 @@ class Machine {
   readonly sessions = new Map<string, { id: string; user: string }>();
   readonly tasks = new Map<string, { state: 'Running' | 'Completed'; resetType: string }>();
   readonly calls: DestructiveCall[] = [];
+  readonly requests: RequestRecord[] = [];
+  readonly noSessions: boolean;
+  connections = 0;
   readonly timers = new Set<NodeJS.Timeout>();
   resetsApplied = 0;
   nmis = 0;
   continuousDiskOverrides = 0;
   url = '';
-  server!: http.Server;
+  server!: http.Server | https.Server;
   /** Set by startRedfishSim: the public view handed to onBoot. */
   onBoot: ((boot: BootEvent) => void) | null = null;
 
@@ -173,6 +211,7 @@ class Machine {
     this.password = o.password ?? 'password';
     this.applyDelayMs = o.applyDelayMs ?? 0;
     this.requireEtag = o.requireEtag ?? false;
+    this.noSessions = o.noSessions ?? false;
     let docs = loadMockup(o.mockup ?? 'public-rackmount1');
     const systems = members(docs.get('/redfish/v1/Systems'));
     if (!systems[0]) throw new Error('mockup has no ComputerSystem');
@@ -183,6 +222,12 @@ class Machine {
     own(this.systemPath);
     // Sessions are this machine's own, not the mockup's samples.
     for (const k of [...docs.keys()]) if (k.startsWith('/redfish/v1/SessionService/Sessions/')) docs.delete(k);
+    if (this.noSessions) {
+      const root = own('/redfish/v1');
+      delete root.SessionService;
+      delete (root.Links as Doc | undefined)?.Sessions;
+      for (const k of [...docs.keys()]) if (k.startsWith('/redfish/v1/SessionService')) docs.delete(k);
+    }
     const sys = this.system();
     sys.UUID = o.uuid ?? randomUUID();
     sys.SerialNumber = o.serial ?? `SIM${String(index).padStart(6, '0')}`;
@@ -195,6 +240,12 @@ class Machine {
     delete boot.UefiTargetBootSourceOverride;
     const reset = ((sys.Actions as Doc | undefined)?.['#ComputerSystem.Reset'] ?? null) as Doc | null;
     if (!reset) throw new Error('mockup system has no #ComputerSystem.Reset');
+    if (o.resetTypes) {
+      const actions = (sys.Actions = structuredClone(sys.Actions)) as Doc;
+      const r = actions['#ComputerSystem.Reset'] as Doc;
+      delete r['@Redfish.ActionInfo'];
+      r['ResetType@Redfish.AllowableValues'] = [...o.resetTypes];
+    }
     this.resetTarget = normalize(reset.target as string);
     // MACs: the system's EthernetInterfaces in collection order.
     const nics = members(docs.get(`${this.systemPath}/EthernetInterfaces`)).filter((p) => docs.has(p));
@@ -252,7 +303,7 @@ class Machine {
       powerState: sys.PowerState as RedfishPowerState,
       boot: { target: boot.BootSourceOverrideTarget as string, enabled: boot.BootSourceOverrideEnabled as string, mode: (boot.BootSourceOverrideMode as string | undefined) ?? null },
       virtualMedia: vms, uuid: sys.UUID as string, macs: nics, serial: sys.SerialNumber as string,
-      resetsApplied: this.resetsApplied, nmis: this.nmis, continuousDiskOverrides: this.continuousDiskOverrides, sessions: this.sessions.size,
+      resetsApplied: this.resetsApplied, nmis: this.nmis, continuousDiskOverrides: this.continuousDiskOverrides, sessions: this.sessions.size, connections: this.connections,
     };
   }
 
@@ -261,7 +312,7 @@ class Machine {
     const seen = new Map<string, number>();
     for (const call of this.calls) {
       c[call.kind]++; c.total++;
-      if (call.idempotencyKey) seen.set(call.idempotencyKey, (seen.get(call.idempotencyKey) ?? 0) + 1);
+      if (call.idempotencyKey && call.status >= 200 && call.status < 300) seen.set(call.idempotencyKey, (seen.get(call.idempotencyKey) ?? 0) + 1);
     }
     c.duplicateKeys = [...seen].filter(([, n]) => n > 1).map(([k]) => k);
     return c;
@@ -322,14 +373,36 @@ const UNAUTHENTICATED = new Set(['/redfish', '/redfish/v1', '/redfish/v1/odata',
 
 async function handle(m: Machine, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
   const f = m.faults;
+  const at = Date.now();
+  res.on('finish', () => {
+    m.requests.push({ method: req.method ?? 'GET', path: normalize(req.url ?? '/'), status: res.statusCode, at });
+    if (m.requests.length > 2000) m.requests.splice(0, m.requests.length - 2000);
+  });
   if (f.hang) return; // read, never answered; stop() destroys the socket
+  if (f.hangDestructive) {
+    const kind = destructiveKind(m, req);
+    if (kind) {
+      await readBody(req);
+      m.calls.push({ kind, detail: 'fault:hang', idempotencyKey: idempotencyKey(req), status: 0, at });
+      return;
+    }
+  }
   if (f.latencyMs) await sleep(f.latencyMs);
-  if (f.unavailable) {
+  const redirect = f.redirects?.[req.url ?? '/'];
+  if (redirect) {
+    await readBody(req);
+    return send(res, 308, undefined, { Location: redirect });
+  }
+  if (f.unavailable && (!f.unavailable.destructiveOnly || destructiveKind(m, req))) {
     if (f.unavailable.count !== undefined && --f.unavailable.count <= 0) m.faults = { ...f, unavailable: null };
+    await readBody(req);
+    const kind = destructiveKind(m, req);
+    if (kind) m.calls.push({ kind, detail: 'fault:503', idempotencyKey: idempotencyKey(req), status: 503, at });
     return send(res, 503, redfishError(503, 'Base.1.8.ServiceTemporarilyUnavailable', 'The service is temporarily unavailable.', [String(f.unavailable.retryAfterS)]), { 'Retry-After': String(f.unavailable.retryAfterS) });
   }
-  if (f.fail500Next && f.fail500Next > 0) {
-    f.fail500Next--;
+  if ((f.fail500Next && f.fail500Next > 0) || (f.fail500Destructive && f.fail500Destructive > 0 && destructiveKind(m, req))) {
+    if (f.fail500Next && f.fail500Next > 0) f.fail500Next--;
+    else f.fail500Destructive!--;
     await readBody(req);
     // A destructive call that failed is still a call received.
     const kind = destructiveKind(m, req);
@@ -341,7 +414,10 @@ async function handle(m: Machine, req: http.IncomingMessage, res: http.ServerRes
   const body = method === 'GET' || method === 'HEAD' ? '' : await readBody(req);
 
   if (path === '/redfish' && method === 'GET') return send(res, 200, { v1: '/redfish/v1/' });
-  if (path === '/redfish/v1/SessionService/Sessions' && method === 'POST') return createSession(m, body, res);
+  if (path === '/redfish/v1/SessionService/Sessions' && method === 'POST') {
+    if (m.noSessions) return send(res, 405, redfishError(405, 'Base.1.8.OperationNotAllowed', 'Sessions are not supported: use basic authentication.'), { Allow: 'GET' });
+    return createSession(m, body, res);
+  }
   if (!(UNAUTHENTICATED.has(path) && method === 'GET') && !authorized(m, req)) {
     return send(res, 401, redfishError(401, 'Base.1.8.ResourceAtUriUnauthorized', `While accessing the resource at ${path}, the service received an authorization error: wrong or missing credentials.`, [path, 'Unauthorized']), { 'WWW-Authenticate': 'Basic realm="Redfish"' });
   }
@@ -439,6 +515,7 @@ function patchSystem(m: Machine, req: http.IncomingMessage, body: Doc, res: http
     if (!allowed[k]) return done(400, redfishError(400, 'Base.1.8.PropertyUnknown', `The property ${k} is not in the list of valid properties for the resource.`, [k]));
     if (!allowed[k].includes(v as string)) return done(400, redfishError(400, 'Base.1.8.PropertyValueNotInList', `The value ${String(v)} for the property ${k} is not in the list of acceptable values.`, [String(v), k]));
   }
+  if (m.faults.lies) return done(204);
   Object.assign(boot, patch);
   if (boot.BootSourceOverrideEnabled === 'Continuous' && boot.BootSourceOverrideTarget === 'Hdd') m.continuousDiskOverrides++;
   m.etagVersion++;
@@ -465,7 +542,11 @@ function reset(m: Machine, req: http.IncomingMessage, body: Doc, res: http.Serve
   const target: 'On' | 'Off' | null = kind === 'On' ? 'On' : kind === 'Off' ? 'Off' : kind === 'Cycle' ? (on ? 'On' : null) : kind === 'Toggle' ? (on ? 'Off' : 'On') : null;
   const apply = () => {
     if (kind === 'Nmi') m.nmis++;
-    else if (target) { sys.PowerState = target; m.resetsApplied++; }
+    else if (target) {
+      sys.PowerState = target; m.resetsApplied++;
+      // Only a BMC that reports LastResetTime (rackmount1 does) moves it: a client can tell a restart happened.
+      if ('LastResetTime' in sys) sys.LastResetTime = new Date().toISOString();
+    }
     m.etagVersion++;
     if (target === 'On') m.booted();
   };
@@ -507,7 +588,8 @@ function insertMedia(m: Machine, req: http.IncomingMessage, vmPath: string, body
   vm.ImageName = body.Image.split('/').pop() ?? body.Image;
   vm.Inserted = body.Inserted === undefined ? true : body.Inserted === true;
   vm.WriteProtected = body.WriteProtected ?? true;
-  vm.ConnectedVia = 'URI';
+  // Staged but not inserted (Inserted: false) is not connected yet.
+  vm.ConnectedVia = vm.Inserted ? 'URI' : 'NotConnected';
   done(204);
 }
 
@@ -519,18 +601,19 @@ function ejectMedia(m: Machine, req: http.IncomingMessage, vmPath: string, res: 
   if (m.flavour.ejectFailsWhenEmpty && vm.Inserted !== true && !vm.Image) {
     return done(400, redfishError(400, 'iLO.2.15.UnableToEject', 'Unable to eject the virtual media: no media is inserted.'));
   }
+  if (m.faults.lies) return done(204);
   vm.Image = null; vm.ImageName = null; vm.Inserted = false; vm.ConnectedVia = 'NotConnected';
   done(204);
 }
 
-function listen(server: http.Server): Promise<string> {
+function listen(server: http.Server | https.Server, scheme: 'http' | 'https' = 'http'): Promise<string> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`));
+    server.listen(0, '127.0.0.1', () => resolve(`${scheme}://127.0.0.1:${(server.address() as AddressInfo).port}`));
   });
 }
 
-function close(server: http.Server): Promise<void> {
+function close(server: http.Server | https.Server): Promise<void> {
   return new Promise((resolve) => { server.close(() => resolve()); server.closeAllConnections(); });
 }
 
@@ -539,14 +622,16 @@ export async function startRedfishSim(opts: RedfishSimOptions = {}): Promise<Red
   const machines = list.map((o, i) => new Machine(i, { ...opts.defaults, ...o }));
   const byId = new Map(machines.map((m) => [m.id, m]));
   if (byId.size !== machines.length) throw new Error('machine ids must be unique');
-  const servers: http.Server[] = [];
+  const servers: (http.Server | https.Server)[] = [];
   const lookup = (id: string) => { const m = byId.get(id); if (!m) throw new Error(`no simulated machine ${id}`); return m; };
   const view = (m: Machine) => ({ id: m.id, url: m.url, flavour: m.flavour.name, systemPath: m.systemPath, faults: m.faults, state: m.state(), counts: m.counts() });
   try {
     for (const m of machines) {
-      m.server = http.createServer((req, res) => { handle(m, req, res).catch((e: unknown) => { if (!res.headersSent) send(res, 500, redfishError(500, 'Base.1.8.InternalError', String(e))); }); });
+      const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => { handle(m, req, res).catch((e: unknown) => { if (!res.headersSent) send(res, 500, redfishError(500, 'Base.1.8.InternalError', String(e))); }); };
+      m.server = opts.tls ? https.createServer({ key: opts.tls.key, cert: opts.tls.cert }, onRequest) : http.createServer(onRequest);
+      m.server.on(opts.tls ? 'secureConnection' : 'connection', () => { m.connections++; });
       servers.push(m.server);
-      m.url = await listen(m.server);
+      m.url = await listen(m.server, opts.tls ? 'https' : 'http');
     }
     const admin = http.createServer((req, res) => {
       void (async () => {
@@ -573,6 +658,8 @@ export async function startRedfishSim(opts: RedfishSimOptions = {}): Promise<Red
       machines: publicMachines,
       setFault: (id, faults) => { lookup(id).faults = structuredClone(faults); },
       counts: (id) => lookup(id).counts(),
+      requests: (id) => [...lookup(id).requests],
+      expireSessions: (id) => { lookup(id).sessions.clear(); },
       stop: async () => {
         for (const m of machines) { for (const t of m.timers) clearTimeout(t); m.timers.clear(); }
         await Promise.all(servers.map(close));

@@ -1,0 +1,15 @@
+/**
+ * Dell iDRAC. Since 6.00.02 the VirtualMedia (and so InsertMedia) moved from the Manager to the
+ * System: the driver takes the system's own VirtualMedia link when it has one, else the
+ * manager's, so both firmware lines work by following links. iDRAC refuses InsertMedia while an
+ * image is "already connected" (IDRAC.2.8.VRM0012, HTTP 500), so a slot that is inserted or still
+ * connected is ejected first. iDRAC lists Nmi among its ResetTypes.
+ */
+import { genericOccupied, redfishGeneric, type RedfishFlavour } from './driver';
+
+export const idrac: RedfishFlavour = {
+  ...redfishGeneric,
+  name: 'idrac',
+  capabilities: { ...redfishGeneric.capabilities, nmi: true },
+  occupied: genericOccupied,
+};

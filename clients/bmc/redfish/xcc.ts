@@ -1,0 +1,13 @@
+/**
+ * Lenovo XClarity Controller. A Continuous boot override to the disk can boot-loop Lenovo UEFI, so
+ * a persistent disk boot is set Once (the machine boots its disk by default afterwards anyway), and
+ * the capabilities say persistentBoot false. XCC lists Nmi among its ResetTypes.
+ */
+import { redfishGeneric, type RedfishFlavour } from './driver';
+
+export const xcc: RedfishFlavour = {
+  ...redfishGeneric,
+  name: 'xcc',
+  capabilities: { ...redfishGeneric.capabilities, nmi: true, persistentBoot: false },
+  continuousAllowed: (device) => device !== 'disk',
+};

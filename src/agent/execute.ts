@@ -1,0 +1,84 @@
+import { BmcError, type BmcEndpoint, type BootDevice, type PowerAction } from '../../clients/bmc/driver';
+import type { DriverInterface, DriverRegistry, NodeBindings } from '../../clients/bmc/registry';
+import type { CommandKind, CommandResult } from '../modules/sites/commands';
+
+/** The driver interface each command kind runs through (the node's driverBindings pick the driver). */
+export const COMMAND_INTERFACE: Readonly<Record<CommandKind, DriverInterface>> = {
+  'bmc.power': 'power',
+  'bmc.power-state': 'power',
+  'bmc.boot-device': 'management',
+  'bmc.inventory': 'management',
+  'bmc.media-insert': 'virtualMedia',
+  'bmc.media-eject': 'virtualMedia',
+};
+
+const POWER_ACTIONS: readonly string[] = ['on', 'off', 'graceful-off', 'reset', 'graceful-restart', 'cycle', 'nmi'];
+const BOOT_DEVICES: readonly string[] = ['pxe', 'disk', 'cd', 'bios'];
+
+export interface ExecutableCommand {
+  id: string;
+  kind: string;
+  params: Record<string, unknown>;
+}
+
+/**
+ * A driver's error text is the BMC's or the transport's, and some echo what they were sent: the
+ * password never leaves the agent, in a result, a note or a log line.
+ */
+export function redact(text: string, secret: string): string {
+  return secret ? text.split(secret).join('[redacted]') : text;
+}
+
+const isKind = (kind: string): kind is CommandKind => Object.prototype.hasOwnProperty.call(COMMAND_INTERFACE, kind);
+
+/**
+ * Runs one command through the driver its node's bindings name and turns whatever happened into
+ * the CommandResult the agent reports: a BmcError keeps its code, anything else is AGENT_ERROR.
+ * The same function for a remote agent and the built-in one.
+ */
+export async function executeCommand(
+  registry: DriverRegistry,
+  command: ExecutableCommand,
+  bmc: BmcEndpoint,
+  bindings: Partial<NodeBindings>,
+  signal?: AbortSignal,
+): Promise<CommandResult> {
+  try {
+    if (!isKind(command.kind)) throw new BmcError('BMC_UNSUPPORTED', `this agent does not know the command kind ${command.kind}`);
+    const driver = registry.resolve(bindings, COMMAND_INTERFACE[command.kind]);
+    const opts = { signal };
+    const p = command.params;
+    switch (command.kind) {
+      case 'bmc.power': {
+        if (typeof p.action !== 'string' || !POWER_ACTIONS.includes(p.action)) throw new BmcError('BMC_UNSUPPORTED', `params.action ${String(p.action)} is not a power action`);
+        const r = await driver.power(bmc, p.action as PowerAction, opts);
+        return { ok: true, value: r.value, notes: r.notes.map((n) => redact(n, bmc.password)) };
+      }
+      case 'bmc.power-state':
+        return { ok: true, value: await driver.powerState(bmc, opts) };
+      case 'bmc.boot-device': {
+        if (typeof p.device !== 'string' || !BOOT_DEVICES.includes(p.device)) throw new BmcError('BMC_UNSUPPORTED', `params.device ${String(p.device)} is not a boot device`);
+        const mode = { persistent: p.persistent === true, ...(typeof p.uefi === 'boolean' ? { uefi: p.uefi } : {}) };
+        const r = await driver.setBootDevice(bmc, p.device as BootDevice, mode, opts);
+        return { ok: true, notes: r.notes.map((n) => redact(n, bmc.password)) };
+      }
+      case 'bmc.media-insert': {
+        if (typeof p.imageUrl !== 'string' || !p.imageUrl) throw new BmcError('BMC_UNSUPPORTED', 'params.imageUrl is missing');
+        const r = await driver.insertMedia(bmc, p.imageUrl, opts);
+        return { ok: true, notes: r.notes.map((n) => redact(n, bmc.password)) };
+      }
+      case 'bmc.media-eject': {
+        const r = await driver.ejectMedia(bmc, opts);
+        return { ok: true, notes: r.notes.map((n) => redact(n, bmc.password)) };
+      }
+      case 'bmc.inventory': {
+        const r = await driver.inventory(bmc, opts);
+        return { ok: true, value: r.value, notes: r.notes.map((n) => redact(n, bmc.password)) };
+      }
+    }
+  } catch (error) {
+    const message = redact(error instanceof Error ? error.message : String(error), bmc.password).slice(0, 2000) || 'the driver failed without a message';
+    if (error instanceof BmcError) return { ok: false, code: error.code, message, retryable: error.retryable };
+    return { ok: false, code: 'AGENT_ERROR', message, retryable: false };
+  }
+}

@@ -1,0 +1,185 @@
+import { insertJobsSql, queueAdvance } from '../../../jobs/registry';
+import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from './commands';
+
+/**
+ * The rows of the agent protocol, in SQL shared by the remote agents' API (agent.ts) and the
+ * built-in agent (src/agent/builtin.ts): one claim, one lease, one sweep, one way to record a
+ * result. No Context here: the built-in agent has no request.
+ */
+
+export interface Runner {
+  query(text: string, values?: unknown[]): Promise<{ rows: Record<string, unknown>[] }>;
+}
+
+const DESTRUCTIVE_KINDS: string[] = COMMAND_KINDS.filter((k) => DESTRUCTIVE_COMMANDS[k]);
+
+/** Which commands an agent may claim: its own site's, or (the built-in agent) every site no remote agent serves. */
+export type ClaimScope = { siteId: string } | { unservedWithinMs: number };
+
+export interface ClaimedRow {
+  id: string;
+  kind: CommandKind;
+  params: Record<string, unknown>;
+  nodeId: string | null;
+  siteId: string;
+  leaseExpiresAt: Date;
+}
+
+function scopeSql(scope: ClaimScope, at: number): { where: string; value: unknown } {
+  if ('siteId' in scope) return { where: `site_id = $${at}`, value: scope.siteId };
+  return {
+    where: `site_id NOT IN (SELECT site_id FROM site_agent WHERE last_heartbeat_at >= now() - $${at}::int * interval '1 millisecond')`,
+    value: scope.unservedWithinMs,
+  };
+}
+
+/**
+ * Claims up to `limit` queued, unexpired commands, oldest first, for `agentId`, each held until
+ * now + leaseMs. SKIP LOCKED: two agents (or two built-in agents of two workers) never claim the
+ * same command.
+ */
+export async function claimQueued(db: Runner, agentId: string, scope: ClaimScope, limit: number, leaseMs: number): Promise<ClaimedRow[]> {
+  const s = scopeSql(scope, 2);
+  const { rows } = await db.query(
+    `UPDATE command SET status = 'claimed', claimed_by = $1, claimed_at = now(),
+            lease_expires_at = now() + $3::int * interval '1 millisecond', updated_at = now()
+      WHERE id IN (SELECT id FROM command WHERE ${s.where} AND status = 'queued' AND expires_at > now()
+                   ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+      RETURNING id, kind, params, node_id, site_id, lease_expires_at`,
+    [agentId, s.value, Math.round(leaseMs), limit],
+  );
+  return rows.map((r) => ({
+    id: r.id as string, kind: r.kind as CommandKind, params: (r.params ?? {}) as Record<string, unknown>, nodeId: (r.node_id ?? null) as string | null,
+    siteId: r.site_id as string, leaseExpiresAt: r.lease_expires_at as Date,
+  }));
+}
+
+/** Extends the lease of every command the agent still holds (its heartbeat). A lapsed lease is not revived: the sweep owns it. */
+export async function renewLeases(db: Runner, agentId: string, leaseMs: number): Promise<number> {
+  const { rows } = await db.query(
+    `WITH renewed AS (
+       UPDATE command SET lease_expires_at = now() + $2::int * interval '1 millisecond', updated_at = now()
+        WHERE claimed_by = $1 AND status = 'claimed' AND lease_expires_at > now() RETURNING 1)
+     SELECT count(*)::int AS n FROM renewed`,
+    [agentId, Math.round(leaseMs)],
+  );
+  return rows[0]!.n as number;
+}
+
+export const AGENT_LOST_MESSAGE = 'the site agent\'s claim lapsed without a result: whether the action ran is unknown, so it is not sent again';
+
+export interface SweepCounts {
+  lost: number;
+  requeued: number;
+  expired: number;
+  woken: number;
+}
+
+/**
+ * One statement: a lapsed claim of a destructive command fails as AGENT_LOST (never re-sent
+ * blindly: the engine reads the state back), a lapsed claim of any other command goes back to
+ * queued, and a queued command past expires_at becomes EXPIRED; the run of every command that
+ * ended here gets its metal.advance job in the same statement, so a run waiting for it wakes.
+ * Run by every claim (for the claimer's site), by a credentials request (for that command's
+ * site) and periodically by each worker process (every site), so it happens whether or not an
+ * agent is alive. Rows another sweep has locked are skipped: that sweep handles them.
+ */
+export async function sweepCommands(db: Runner, siteId: string | null = null): Promise<SweepCounts> {
+  const site = 'AND ($2::text IS NULL OR site_id = $2::text)';
+  const { rows } = await db.query(
+    `WITH lapsed AS (
+       SELECT id FROM command WHERE status = 'claimed' AND lease_expires_at <= now() ${site} FOR UPDATE SKIP LOCKED
+     ), lost AS (
+       UPDATE command c SET status = 'failed', lease_expires_at = NULL, updated_at = now(),
+              result = jsonb_build_object('ok', false, 'code', 'AGENT_LOST', 'message', $3::text, 'retryable', false)
+         FROM lapsed WHERE c.id = lapsed.id AND c.kind = ANY($1::text[])
+       RETURNING c.id, c.run_id
+     ), requeued AS (
+       UPDATE command c SET status = 'queued', claimed_by = NULL, claimed_at = NULL, lease_expires_at = NULL, updated_at = now()
+         FROM lapsed WHERE c.id = lapsed.id AND NOT (c.kind = ANY($1::text[]))
+       RETURNING c.id
+     ), stale AS (
+       SELECT id FROM command WHERE status = 'queued' AND expires_at <= now() ${site} FOR UPDATE SKIP LOCKED
+     ), expired AS (
+       UPDATE command c SET status = 'expired', updated_at = now(),
+              result = jsonb_build_object('ok', false, 'code', 'EXPIRED', 'message',
+                'no site agent claimed it within ' || round(extract(epoch FROM c.expires_at - c.created_at))::text || ' s')
+         FROM stale WHERE c.id = stale.id
+       RETURNING c.id, c.run_id
+     ), woken AS (
+       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', r.run_id)", '(SELECT DISTINCT run_id FROM (SELECT run_id FROM lost UNION ALL SELECT run_id FROM expired) e WHERE run_id IS NOT NULL) r')}
+       RETURNING 1
+     )
+     SELECT (SELECT count(*) FROM lost)::int AS lost, (SELECT count(*) FROM requeued)::int AS requeued,
+            (SELECT count(*) FROM expired)::int AS expired, (SELECT count(*) FROM woken)::int AS woken`,
+    [DESTRUCTIVE_KINDS, siteId, AGENT_LOST_MESSAGE],
+  );
+  const r = rows[0]!;
+  return { lost: r.lost as number, requeued: r.requeued as number, expired: r.expired as number, woken: r.woken as number };
+}
+
+/** A command with its node's BMC endpoint, as a credentials request or the built-in agent reads it. */
+export interface HeldCommand {
+  id: string;
+  kind: CommandKind;
+  params: Record<string, unknown>;
+  status: string;
+  siteId: string;
+  claimedBy: string | null;
+  leaseExpiresAt: Date | null;
+  /** Whether the lease still holds, by the database's clock (the one that wrote it). */
+  held: boolean;
+  node: {
+    id: string;
+    tenantId: string;
+    siteId: string;
+    address: string;
+    driver: string;
+    driverOptions: Record<string, unknown>;
+    driverBindings: Record<string, string>;
+    credentialsRef: string | null;
+  } | null;
+}
+
+export async function heldCommand(db: Runner, commandId: string): Promise<HeldCommand | null> {
+  const { rows } = await db.query(
+    `SELECT c.id, c.kind, c.params, c.status, c.site_id, c.claimed_by, c.lease_expires_at,
+            (c.status = 'claimed' AND c.lease_expires_at > now()) AS held,
+            n.id AS node_id, n.tenant_id, n.site_id AS node_site_id, n.bmc_address, n.bmc_driver, n.bmc_driver_options,
+            n.driver_bindings, n.bmc_credentials_ref
+       FROM command c LEFT JOIN node n ON n.id = c.node_id WHERE c.id = $1`,
+    [commandId],
+  );
+  const r = rows[0];
+  if (!r) return null;
+  return {
+    id: r.id as string, kind: r.kind as CommandKind, params: (r.params ?? {}) as Record<string, unknown>, status: r.status as string,
+    siteId: r.site_id as string, claimedBy: (r.claimed_by ?? null) as string | null, leaseExpiresAt: (r.lease_expires_at ?? null) as Date | null,
+    held: r.held === true,
+    node: r.node_id
+      ? {
+          id: r.node_id as string, tenantId: r.tenant_id as string, siteId: r.node_site_id as string, address: r.bmc_address as string,
+          driver: r.bmc_driver as string, driverOptions: (r.bmc_driver_options ?? {}) as Record<string, unknown>,
+          driverBindings: (r.driver_bindings ?? {}) as Record<string, string>, credentialsRef: (r.bmc_credentials_ref ?? null) as string | null,
+        }
+      : null,
+  };
+}
+
+/**
+ * Records the result of a command the agent still holds (status claimed, by it) and, when a run
+ * queued it, that run's metal.advance job, in one transaction (the caller's). A result that
+ * arrives after the lease lapsed but before a sweep is accepted: it is better knowledge than
+ * AGENT_LOST. Returns false when the agent does not hold the command (any more).
+ */
+export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult): Promise<boolean> {
+  const { rows } = await db.query(
+    `UPDATE command SET status = $3, result = $4::jsonb, lease_expires_at = NULL, updated_at = now()
+      WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
+      RETURNING run_id`,
+    [commandId, agentId, result.ok ? 'succeeded' : 'failed', JSON.stringify(result)],
+  );
+  if (!rows[0]) return false;
+  if (rows[0].run_id) await queueAdvance(db, rows[0].run_id as string);
+  return true;
+}
