@@ -28,12 +28,26 @@ afterAll(async () => {
   await t?.stop();
 });
 
+async function untilSettled(nodeIds: string[], moving: string[]): Promise<Record<string, string>> {
+  const { sql } = t.app.services;
+  const read = async (): Promise<Record<string, string>> => Object.fromEntries(await Promise.all(nodeIds.map(async (id): Promise<[string, string]> =>
+    [id, (await sql.query('SELECT provision_state FROM node WHERE id = $1', [id])).rows[0]!.provision_state as string])));
+  let now = await read();
+  for (let i = 0; Object.values(now).some((s) => moving.includes(s)); i += 1) {
+    if (i > 1200) throw new Error(`still moving: ${JSON.stringify(now)}`);
+    await new Promise((r) => setTimeout(r, 100));
+    now = await read();
+  }
+  return now;
+}
+
 describe('enroll to ready through the real agent, drivers, boot API and simulated machines', () => {
+  const nodes = new Map<string, string>();
+
   it('every machine is verified, inspected and commissioned; a DCGM failure fails commissioning', async () => {
     const { prisma, sql } = t.app.services;
     const tree = await makeTenantTree(prisma, 'e2e', { pools: 1, nodesPerPool: 0 });
     const token = await makeToken(prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
-    const nodes = new Map<string, string>();
     for (const m of sim.machines) {
       const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', {
         poolId: tree.pools[0]!.id, name: m.id, macs: m.macs,
@@ -72,5 +86,31 @@ describe('enroll to ready through the real agent, drivers, boot API and simulate
       expect(power).toBe(4);
       expect((await sql.query(`SELECT count(*)::int AS n FROM boot_entry WHERE node_id = $1 AND revoked_at IS NULL`, [nodeId])).rows[0]!.n).toBe(0);
     }
+  });
+
+  it('release with secure-erase returns to ready; an unattested wipe is UNVERIFIED_WIPE until recover; retire crypto-erases on a bcd pool', async () => {
+    const { sql } = t.app.services;
+    const plain = nodes.get('plain')!;
+    const dell = nodes.get('dell')!;
+    const disks = (id: string) => sim.machine(id).inventory().disks.length;
+    const before = sim.machine('plain').counts();
+    await startRun(sql, plain, 'metal-release', { verb: 'undeploy', wipe: 'secure-erase' }, { provisionState: 'releasing' });
+    sim.setBehaviour('dell', { wipeUnattested: 'first' });
+    await startRun(sql, dell, 'metal-release', { verb: 'undeploy', wipe: 'quick' }, { provisionState: 'releasing' });
+    expect(await untilSettled([plain, dell], ['releasing'])).toEqual({ [plain]: 'ready', [dell]: 'failed' });
+    expect(sim.machine('plain').counts().wipesPerformed - before.wipesPerformed).toBe(disks('plain'));
+    const failed = (await sql.query('SELECT failed_from, last_error_code FROM node WHERE id = $1', [dell])).rows[0]!;
+    expect(failed).toEqual({ failed_from: 'releasing', last_error_code: 'UNVERIFIED_WIPE' });
+
+    sim.setBehaviour('dell', {});
+    await startRun(sql, dell, 'metal-release', { verb: 'recover', wipe: 'quick' }, { provisionState: 'releasing', failedFrom: null, lastErrorCode: null, lastErrorMessage: null });
+    expect(await untilSettled([dell], ['releasing'])).toEqual({ [dell]: 'ready' });
+
+    const erasesBefore = sim.machine('plain').counts().cryptoErases;
+    await startRun(sql, plain, 'metal-retire', { verb: 'retire' }, { provisionState: 'retiring' });
+    expect(await untilSettled([plain], ['retiring'])).toEqual({ [plain]: 'retired' });
+    expect(sim.machine('plain').counts().cryptoErases - erasesBefore).toBe(disks('plain'));
+    const live = (await sql.query(`SELECT (SELECT count(*) FROM boot_entry WHERE node_id = $1 AND revoked_at IS NULL)::int AS e, (SELECT count(*) FROM boot_token WHERE node_id = $1 AND revoked_at IS NULL)::int AS k`, [plain])).rows[0]!;
+    expect(live).toEqual({ e: 0, k: 0 });
   });
 });
