@@ -9,18 +9,22 @@ import { startTestApp, type TestApp } from './helpers/app';
 import { rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { startRun, stepsOf } from './helpers/engine';
-import { startMachineSim, type MachineSim } from './sim/machine';
+import { startMachineSim, type MachineSim, type PxeEvent } from './sim/machine';
+import { gql } from './helpers/client';
+import { queueAdvance } from '../jobs/registry';
 
 jest.setTimeout(150_000);
 
 let t: TestApp;
 let sim: MachineSim;
+const pxe: PxeEvent[] = [];
 beforeAll(async () => {
   t = await startTestApp({ role: 'all', agentPollMs: 200 });
   sim = await startMachineSim({
     serviceUrl: t.url,
-    redfish: { machines: [{ id: 'plain' }, { id: 'dell', flavour: 'idrac', mockup: 'public-localstorage' }, { id: 'gpu-bad' }] },
+    redfish: { machines: [{ id: 'plain' }, { id: 'dell', flavour: 'idrac', mockup: 'public-localstorage' }, { id: 'gpu-bad' }, { id: 'orphan', uuid: '7a1c3e5f-2b4d-4f6a-8c0e-1d3f5b7a9c2e' }] },
     behaviour: (id) => (id === 'gpu-bad' ? { dcgmFails: true } : {}),
+    onPxe: (e) => pxe.push(e),
   });
 });
 afterAll(async () => {
@@ -48,7 +52,7 @@ describe('enroll to ready through the real agent, drivers, boot API and simulate
     const { prisma, sql } = t.app.services;
     const tree = await makeTenantTree(prisma, 'e2e', { pools: 1, nodesPerPool: 0 });
     const token = await makeToken(prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
-    for (const m of sim.machines) {
+    for (const m of sim.machines.filter((x) => x.id !== 'orphan')) {
       const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', {
         poolId: tree.pools[0]!.id, name: m.id, macs: m.macs,
         bmc: { address: m.bmc.url, driver: 'redfish', credentials: { username: m.bmc.username, password: m.bmc.password } },
@@ -112,5 +116,52 @@ describe('enroll to ready through the real agent, drivers, boot API and simulate
     expect(sim.machine('plain').counts().cryptoErases - erasesBefore).toBe(disks('plain'));
     const live = (await sql.query(`SELECT (SELECT count(*) FROM boot_entry WHERE node_id = $1 AND revoked_at IS NULL)::int AS e, (SELECT count(*) FROM boot_token WHERE node_id = $1 AND revoked_at IS NULL)::int AS k`, [plain])).rows[0]!;
     expect(live).toEqual({ e: 0, k: 0 });
+  });
+
+  it('a machine known only by its UUID: PXE-booted once with no entry, its sighting discovered, confirmMac, then on to ready', async () => {
+    const { prisma, sql } = t.app.services;
+    // A site of its own: the DHCP listener's agent registered there steps the built-in agent aside.
+    const tree = await makeTenantTree(prisma, 'e2e-uuid', { pools: 1, nodesPerPool: 0 });
+    const provision = await makeToken(prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    const admin = await makeToken(prisma, tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    const orphan = sim.machine('orphan');
+    const enrolled = await rest(t.url, provision, 'POST', '/api/compute/metal/enroll', {
+      poolId: tree.pools[0]!.id, name: 'orphan', productUuid: orphan.uuid,
+      bmc: { address: orphan.bmc.url, driver: 'redfish', credentials: { username: orphan.bmc.username, password: orphan.bmc.password } },
+    });
+    expect(enrolled.status).toBe(200);
+    const nodeId = enrolled.body.node.id as string;
+    const runId = await startRun(sql, nodeId, 'metal-enroll', { verb: 'enroll' });
+    for (let i = 0; !pxe.some((e) => e.machineId === 'orphan'); i += 1) {
+      if (i > 600) throw new Error('the UUID-only machine never PXE-booted');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const seen = pxe.find((e) => e.machineId === 'orphan')!;
+    expect(seen.outcome).toBe('exit');
+    expect(orphan.counts()).toMatchObject({ noEntryExits: 1, ramdiskBoots: 0 });
+    // The machine booted as soon as the BMC applied the power-on; the run goes on once the agent reports it.
+    const waitingFor = async () => (await sql.query('SELECT waiting_for FROM workflow_run WHERE id = $1', [runId])).rows[0]!.waiting_for as string | null;
+    for (let i = 0; (await waitingFor()) !== 'its MAC address to be confirmed (confirmMac)'; i += 1) {
+      if (i > 600) throw new Error(`the run never waited for its MAC: ${await waitingFor()}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect((await sql.query('SELECT pxe_cycled_at FROM node WHERE id = $1', [nodeId])).rows[0]!.pxe_cycled_at).toBeInstanceOf(Date);
+    expect((await sql.query('SELECT count(*)::int AS n FROM boot_entry WHERE node_id = $1', [nodeId])).rows[0]!.n).toBe(0);
+
+    const agent = await gql(t.url, admin, 'mutation ($s: ID!) { registerSiteAgent(siteId: $s, name: "dhcp") { agent { id } token } }', { s: tree.site.id });
+    const sighting = { mac: seen.mac, productUuid: seen.dhcpUuid, arch: seen.arch, firstSeen: seen.at, lastSeen: seen.at, requestCount: 1 };
+    expect((await gql(t.url, agent.data!.registerSiteAgent.token, 'mutation ($m: [SightingInput!]) { agentReportStatus(machines: $m) { id } }', { m: [sighting] })).errors).toBeUndefined();
+    const discovered = await rest(t.url, admin, 'POST', '/api/compute/metal/discovered', { siteId: tree.site.id });
+    expect(discovered.body.machines.find((m: { mac: string }) => m.mac === orphan.macs[0])).toMatchObject({ candidateFor: nodeId });
+    const confirmed = await rest(t.url, provision, 'POST', '/api/compute/metal/confirmMac', { nodeId, mac: orphan.macs[0] });
+    expect(confirmed.status).toBe(200);
+    // The DHCP listener goes quiet, so the built-in agent serves the site again; and the wake-up
+    // confirmMac will queue for the node's active run (runs.md: the intent part) is given here.
+    await sql.query(`UPDATE site_agent SET last_heartbeat_at = now() - interval '1 day' WHERE id = $1`, [agent.data!.registerSiteAgent.agent.id]);
+    await queueAdvance(sql, runId);
+    expect(await untilSettled([nodeId], ['enrolling', 'inspecting', 'commissioning'])).toEqual({ [nodeId]: 'ready' });
+    expect(orphan.counts()).toMatchObject({ ramdiskBoots: 2 });
+    const inventory = (await sql.query('SELECT inventory FROM node WHERE id = $1', [nodeId])).rows[0]!.inventory;
+    expect(inventory.ramdisk).toEqual(orphan.inventory());
   });
 });

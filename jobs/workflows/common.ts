@@ -29,10 +29,11 @@ export const fail = (code: string, message: string, retryable = false): never =>
 };
 
 /** Sets PXE for the next boot only, then powers the machine on (or cycles it when it runs). */
-export async function pxeBootOnce(ctx: StepContext): Promise<string> {
+export async function pxeBootOnce(ctx: StepContext, beforePower?: () => Promise<void>): Promise<string> {
   await ctx.command('bmc.boot-device', { device: 'pxe', persistent: false });
   const state = (await ctx.command('bmc.power-state', {})) as PowerState;
   const action = state === 'off' ? 'on' : 'cycle';
+  await beforePower?.();
   await ctx.command('bmc.power', { action });
   return action === 'on' ? 'PXE once, powered on' : `PXE once, power-cycled (it was ${state})`;
 }

@@ -49,9 +49,13 @@ export const enrollWorkflow: WorkflowDef = {
       destructive: true,
       async run(ctx) {
         if (ctx.node.macs.length > 0) return skipped('the node has a confirmed MAC');
-        const how = await pxeBootOnce(ctx);
-        // Discovery binds a PXE sighting to this node only within its window after this instant.
-        await ctx.updateNode({ pxeCycledAt: ctx.now });
+        const how = await pxeBootOnce(ctx, async () => {
+          // Discovery binds a PXE sighting to this node only within its window after this instant,
+          // so it is recorded with the power command, before the machine can boot: once.
+          if (ctx.memo.pxeCycledAt) return;
+          await ctx.updateNode({ pxeCycledAt: ctx.now });
+          ctx.memo.pxeCycledAt = ctx.now.toISOString();
+        });
         return complete(`${how}, with no boot entry`);
       },
     },
