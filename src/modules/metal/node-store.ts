@@ -194,10 +194,10 @@ export async function updateNode(db: Runner, node: { id: string; version: number
 
 /**
  * CONFLICT when the node has a run still aborting: its cleanup steps are running, and a new run
- * (recover's, retire's) would fight them for the machine. The verbs ask first, for a refusal before
- * any side effect; the store's statement asks again, for a race.
+ * (recover's, retire's) would fight them for the machine. Asked when a write that starts a run
+ * wrote nothing, to say why (its statement refuses to start a run beside an aborting one).
  */
-export async function refuseWhileAborting(db: Runner, nodeId: string): Promise<void> {
+async function refuseWhileAborting(db: Runner, nodeId: string): Promise<void> {
   const { rows } = await db.query<{ id: string }>(`SELECT id FROM workflow_run WHERE node_id = $1 AND status = 'aborting' LIMIT 1`, [nodeId]);
   if (rows[0]) {
     throw new AppError('CONFLICT', `node ${nodeId}: its aborted run ${rows[0].id} is still cleaning up; retry when it ends`, { workflowId: rows[0].id });

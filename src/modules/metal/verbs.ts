@@ -6,7 +6,7 @@ import { newId } from '../../ids';
 import { isModuleRegistered } from '../../config';
 import { nodeResource } from '../tenancy/resources';
 import { clearedFailure, decideMove, RECOVER_TO, runKindOf, type ProvisionState, type Verb } from './states';
-import { ACTIVE_RUN_STATUSES, refuseWhileAborting, updateNode, type NodeWrite } from './node-store';
+import { ACTIVE_RUN_STATUSES, updateNode, type NodeWrite } from './node-store';
 import { readPolicy } from '../tenancy/pool';
 import { nodeViewColumns, nodeViewFrom, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
 
@@ -90,9 +90,6 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
     });
     if (!version) throw invalidInput('profileVersion', `deploy profile ${owner.id} has no version ${profile.profileVersion}`);
   }
-  // recover and retire (the verbs legal from failed) wait for an aborted run's cleanup to end:
-  // a new run would fight it for the machine. The store asks again in its statement.
-  if (verb === 'recover' || verb === 'retire') await refuseWhileAborting(ctx.sql, node.id);
   const from = node.provisionState as ProvisionState;
   const to = decision.to ?? from;
   const data: NodeChange = { provisionState: to, ...clearedFailure(verb) };
@@ -141,6 +138,8 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
   };
   const row = await commitVerb(ctx, node, {
     data,
+    // recover and retire (the verbs legal from failed) of a node whose aborted run still cleans
+    // up are CONFLICT, with nothing written: the store's statement refuses to start a run then.
     run: kind ? { id: newId('WorkflowRun'), kind, params } : null,
     events: [{ type: decision.event, payload }],
     activeRun: verb === 'abort' ? 'abort' : null,
