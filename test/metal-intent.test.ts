@@ -10,6 +10,7 @@ import { startTestApp, type TestApp } from './helpers/app';
 import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
+import { releaseBatch } from '../src/modules/metal/bulk';
 import type { ProvisionState, WorkflowKind } from '../src/modules/metal/states';
 
 describe('every verb persists its intent as a workflow run; the job names only the run', () => {
@@ -286,11 +287,73 @@ describe('every verb persists its intent as a workflow run; the job names only t
     }
   });
 
+  /**
+   * bulk: "Each node is decided on its own, exactly as if the verb were called for it"; "When the
+   * verb's steps send destructive commands, a quorum batch ... is created over them": the run each
+   * node gets is its single verb's, started only by the batch's release.
+   */
+  const BULK: [string, ProvisionState, WorkflowKind, Record<string, unknown>][] = [
+    ['manage', 'ready', 'metal-enroll', {}],
+    ['provide', 'ready', 'metal-commission', {}],
+    ['undeploy', 'deployed', 'metal-release', { wipe: 'secure-erase' }],
+    ['rescue', 'deployed', 'metal-rescue', {}],
+    ['retire', 'failed', 'metal-retire', {}],
+  ];
+  it.each(BULK)('bulk %s (destructive): no run until the release, then each node\'s %s run with the batch', async (verb, state, kind, extra) => {
+    const ids = [(await nodeIn(state, { failedFrom: state === 'failed' ? 'deploying' : undefined })).id, (await nodeIn(state, { failedFrom: state === 'failed' ? 'deploying' : undefined })).id];
+    const response = await call('bulk', { poolId: tree.pools[0]!.id, verb, nodeIds: ids, reason: `bulk ${verb}`, ...extra });
+    expect(response.status).toBe(200);
+    const batchId = response.body.batch.id;
+    for (const id of ids) {
+      expect(await runsOf(id)).toEqual([]);
+      expect(await jobsOf(id)).toEqual([]);
+    }
+    const { rows } = await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.batch' AND data->>'batchId' = $1`, [batchId]);
+    expect(rows.map((r) => r.data)).toEqual([{ batchId }]);
+    expect(await releaseBatch(t.app.services.sql, batchId)).toBe(2);
+    for (const id of ids) {
+      const runs = await runsOf(id);
+      expect(runs.map((r) => [r.kind, r.status, r.batchId, r.params])).toEqual([[kind, 'queued', batchId, { verb, reason: `bulk ${verb}`, batchId, ...extra }]]);
+      expect(await jobsOf(id)).toEqual([{ runId: runs[0]!.id }]);
+    }
+  });
+
   it('a GraphQL verb writes the same run as its REST route', async () => {
     const { id: nodeId } = await nodeIn('deployed');
     const result = await gql(t.url, token, 'mutation ($i: MetalUndeployInput!) { undeployNode(input: $i) { node { workflowId } } }', { i: { nodeId, wipe: 'secure_erase' } });
     expect(codeOf(result)).toBeUndefined();
     const runs = await runsOf(nodeId);
     expect(runs.map((r) => [r.id, r.kind, r.params])).toEqual([[result.data!.undeployNode.node.workflowId, 'metal-release', { verb: 'undeploy', wipe: 'secure-erase', requestId: expect.any(String) }]]);
+  });
+});
+
+describe('the metal.batch worker releases a batch once, into one run per node', () => {
+  let t: TestApp;
+  beforeAll(async () => { t = await startTestApp(); });
+  afterAll(async () => { await t.stop(); });
+
+  it('a recorded batch: the worker starts every node\'s run with its {runId} job, once', async () => {
+    const prisma = t.app.database.prisma;
+    const tree = await makeTenantTree(prisma, 'intent-worker', { pools: 1, nodesPerPool: 0 });
+    const token = await makeToken(prisma, tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    const ids = Array.from({ length: 5 }, () => newId('MetalNode'));
+    await prisma.node.createMany({ data: ids.map((id) => ({ id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'ready' as const, bmcAddress: '10.4.5.6', bmcDriver: 'redfish' })) });
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'retire', nodeIds: ids, reason: 'worker release' });
+    expect(response.body.batch.status).toBe('recorded');
+    const batchId = response.body.batch.id;
+    // The worker polls its queue: wait for the release, which sets released_at with the runs.
+    const deadline = Date.now() + 15000;
+    let batch = await prisma.commandBatch.findUniqueOrThrow({ where: { id: batchId } });
+    while (!batch.releasedAt && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      batch = await prisma.commandBatch.findUniqueOrThrow({ where: { id: batchId } });
+    }
+    expect(batch.releasedAt).not.toBeNull();
+    // The engine, where it runs, may have moved the runs on since: kind, batch and params stay.
+    const runs = await prisma.workflowRun.findMany({ where: { nodeId: { in: ids } } });
+    expect(runs.map((r) => r.nodeId).sort()).toEqual([...ids].sort());
+    for (const run of runs) expect(run).toMatchObject({ kind: 'metal-retire', batchId, params: { verb: 'retire', reason: 'worker release', batchId } });
+    const { rows } = await t.app.services.sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = ANY($1)`, [runs.map((r) => r.id)]);
+    expect(rows.map((r) => r.data.runId).sort()).toEqual(runs.map((r) => r.id).sort());
   });
 });
