@@ -129,10 +129,13 @@ describe('node writes', () => {
     };
     let previous = await start();
     for (const status of ['queued', 'running', 'waiting']) {
-      // The run the last write started, moved on by "the engine" to the status under test.
-      await prisma.workflowRun.update({ where: { id: previous }, data: { status } });
+      // The run the last write started, moved on by "the engine" to the status under test (a
+      // worker holding its lease while it runs).
+      await prisma.workflowRun.update({ where: { id: previous }, data: { status, leaseUntil: new Date(Date.now() + 60000) } });
       const next = await start();
-      expect(await runOf(previous)).toMatchObject({ status: 'superseded', finishedAt: expect.any(Date) });
+      // Over, and its lease given up: no worker may take it again; its version moved on (the
+      // engine's fence).
+      expect(await runOf(previous)).toMatchObject({ status: 'superseded', finishedAt: expect.any(Date), leaseUntil: null, version: 2 });
       previous = next;
     }
     expect(await runOf(done)).toMatchObject({ status: 'succeeded', finishedAt: new Date('2026-01-01T00:00:00Z') });

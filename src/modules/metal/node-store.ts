@@ -117,7 +117,7 @@ async function storeQuery<R extends Record<string, unknown>>(db: Runner, text: s
  */
 function runEventsJob(source: string, r: number): string {
   return `sup AS (
-       UPDATE workflow_run SET status = 'superseded', finished_at = now(), updated_at = now(), version = version + 1
+       UPDATE workflow_run SET status = 'superseded', finished_at = now(), lease_until = NULL, updated_at = now(), version = version + 1
         WHERE $${r}::text IS NOT NULL AND node_id IN (SELECT id FROM ${source}) AND status IN ${SUPERSEDABLE}
        RETURNING id
      ), ab AS (
@@ -323,7 +323,7 @@ export async function updateNodesOfPool(sql: Sql, write: BulkWrite): Promise<{ r
             WHERE n.id = v.id AND n.version = v.version AND n.pool_id = $4::text
            RETURNING n.*, v.from_state, v.run_id
          ), sup AS (
-           UPDATE workflow_run SET status = 'superseded', finished_at = now(), updated_at = now(), version = version + 1
+           UPDATE workflow_run SET status = 'superseded', finished_at = now(), lease_until = NULL, updated_at = now(), version = version + 1
             WHERE $17::text IS NOT NULL AND node_id IN (SELECT id FROM upd) AND status IN ${SUPERSEDABLE}
            RETURNING id
          ), run AS (
