@@ -10,6 +10,8 @@ export type StepResult =
   | { kind: 'continue'; afterMs: number; message?: string }
   /** Waits for an external callback (ramdisk, installer, operator) until the deadline; then CALLBACK_TIMEOUT. */
   | { kind: 'wait'; until: Date; for: string }
+  /** Not needed for this node (a PXE discovery boot of a node that has its MAC): recorded as skipped. */
+  | { kind: 'skipped'; message: string }
   /** Failed: retryable ones are retried with backoff until the attempts run out; the code becomes lastError. */
   | { kind: 'failed'; code: string; message: string; retryable: boolean };
 
@@ -17,6 +19,8 @@ export type StepResult =
 export const MAX_CONTINUE_MS = 10 * 60 * 1000;
 
 export const complete = (message?: string): StepResult => ({ kind: 'complete', ...(message ? { message } : {}) });
+
+export const skipped = (message: string): StepResult => ({ kind: 'skipped', message });
 
 export function continueAfter(afterMs: number, message?: string): StepResult {
   if (!Number.isFinite(afterMs) || afterMs <= 0 || afterMs > MAX_CONTINUE_MS) {

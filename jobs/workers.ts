@@ -4,6 +4,33 @@ import type { Sql } from '../src/db/sql';
 import { pruneEvents } from '../src/events/retention';
 import { releaseBatch } from '../src/modules/metal/bulk';
 import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
+import { advanceRun, reconcileNode, sweepRuns } from './engine';
+
+/**
+ * WORKFLOW_LEASE_MS: how long a run's lease lasts (default jobs/engine.ts LEASE_MS, 60 s). A dead
+ * worker's runs are taken up again after it; the crash test shortens it, nobody else needs to.
+ */
+function leaseMsFromEnv(env: NodeJS.ProcessEnv = process.env): number | undefined {
+  const raw = env.WORKFLOW_LEASE_MS;
+  if (raw === undefined || raw === '') return undefined;
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 500 || ms > 3_600_000) throw new Error(`WORKFLOW_LEASE_MS must be an integer 500..3600000, not "${raw}"`);
+  return ms;
+}
+
+/** How often a worker looks for runs whose wake-up a dead worker took with it, and how quiet they must be. */
+const SWEEP_EVERY_MS = 15_000;
+const SWEEP_GRACE_MS = 10_000;
+
+/** metal.advance jobs a worker takes at once: each advances its own run, side by side. */
+const ADVANCE_BATCH = 16;
+
+/** Runs one job per item side by side; a throw fails the batch (pg-boss retries it: advancing is idempotent). */
+async function eachSettled<T>(items: readonly T[], fn: (item: T) => Promise<unknown>): Promise<void> {
+  const results = await Promise.allSettled(items.map(fn));
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
 
 /** Every ten minutes: the retention check is cheap (a BRIN index on created_at). */
 export const PRUNE_CRON = '*/10 * * * *';
@@ -13,7 +40,7 @@ export const PRUNE_CRON = '*/10 * * * *';
  * here; a queue with no worker keeps its jobs until a worker process picks them up.
  */
 export async function startWorkers(queues: Queues, log: Logger,
-  deps: { sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'> }): Promise<void> {
+  deps: { sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'>; engineSql?: Sql }): Promise<{ stop(): void }> {
   await queues.boss.schedule('events.prune', PRUNE_CRON, {}, { tz: 'UTC' });
   await queues.work('events.prune', async () => {
     const result = await pruneEvents(deps.sql, deps.retentionHours);
@@ -25,6 +52,28 @@ export async function startWorkers(queues: Queues, log: Logger,
       if (queued) log.info({ batchId: job.data.batchId, queued }, 'batch released: reconciler jobs queued');
     }
   });
+  // The engine's statements are background work (engineSql: the pool's uncounted face), not a request's.
+  const engineSql = deps.engineSql ?? deps.sql;
+  const engine = { sql: engineSql, log, leaseMs: leaseMsFromEnv() };
+  await queues.work('metal.advance', async (jobs) => {
+    await eachSettled(jobs, (job) => advanceRun(engine, job.data.runId));
+  }, { batchSize: ADVANCE_BATCH });
+  // A worker starting after a crash wakes at once every run nobody holds; then, every few
+  // seconds, the runs that stayed quiet with something to do (see sweepRuns).
+  const sweep = async (graceMs: number) => {
+    const woken = await sweepRuns(engineSql, graceMs);
+    if (woken) log.info({ woken }, 'woke workflow runs whose wake-up was lost');
+  };
+  await sweep(0);
+  let sweeping: Promise<void> | null = null;
+  const timer = setInterval(() => {
+    sweeping ??= sweep(SWEEP_GRACE_MS).catch((error: unknown) => log.warn({ err: error }, 'workflow sweep failed')).finally(() => { sweeping = null; });
+  }, SWEEP_EVERY_MS);
+  timer.unref();
+  // The verbs' queue before runs existed: a job left in it advances the node's active run.
+  await queues.work('metal.reconcile', async (jobs) => {
+    await eachSettled(jobs, (job) => reconcileNode(engine, job.data.nodeId));
+  }, { batchSize: ADVANCE_BATCH });
   const fabric = deps.fabric;
   if (fabric) {
     // One job at a time per process; the fabric_job_one_running index keeps it one cluster-wide.
@@ -39,4 +88,5 @@ export async function startWorkers(queues: Queues, log: Logger,
     });
   }
   log.info('queue workers started');
+  return { stop: () => clearInterval(timer) };
 }

@@ -134,8 +134,10 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       events = hub;
     }
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, log };
-    if (config.role !== 'api') await startWorkers(queues, log, { sql: database.sql, retentionHours: config.eventRetentionHours, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
     if (config.role !== 'api') {
+      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, retentionHours: config.eventRetentionHours, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+      // Cleanups run in reverse: the run sweep stops before the queues and the pool close.
+      cleanups.push(async () => workers.stop());
       // Site agents' claims lapse and commands expire whether or not any agent is alive.
       // backgroundSql: their statements must not count in request-level statement counts.
       const sweeper = startCommandSweeper(database.backgroundSql, log, Math.max(config.agentPollMs, Math.min(15000, Math.floor(config.agentLeaseMs / 4))));

@@ -8,7 +8,8 @@ import { insertJobsSql } from '../jobs/registry';
 describe('jobs queued with insertJobsSql', () => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await startTestApp();
+    // No workers: the metal.reconcile worker would take the jobs these tests fetch themselves.
+    t = await startTestApp({ role: 'api' });
   });
   afterAll(() => t.stop());
 

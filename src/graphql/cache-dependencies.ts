@@ -52,6 +52,9 @@ export const NEVER_CACHED_FIELDS: Readonly<Record<string, string>> = {
   'FabricConfig.lastJob': 'the latest rollout job, which changes while a rollout runs',
   'Query.fabricLatestJob': 'a running rollout changes it continuously',
   'Query.fabricJob': 'a running rollout changes it continuously',
+  // A run's steps change every second while it runs (workflow_step), as rollout steps do.
+  'Query.workflowRun': 'workflow steps, which change continuously while a run runs',
+  'MetalNode.timeline': 'workflow steps, which change continuously while a run runs',
   'Query.fabricNodePostdeploy': 'rollout steps, which change continuously while a rollout runs',
   'Query.fabricBatchPostdeploy': 'rollout steps, which change continuously while a rollout runs',
   // The first read creates the key pair: a stored result must not stand in for that write.

@@ -13,6 +13,7 @@ import '../modules/metal/api-methods-graphql';
 import '../modules/metal/power-graphql';
 import '../modules/metal/bulk-graphql';
 import '../modules/metal/discovery-graphql';
+import '../modules/metal/timeline-graphql';
 import '../modules/sites/agent-graphql';
 import '../modules/fabric/config-graphql';
 import '../modules/fabric/rollout-graphql';

@@ -137,6 +137,12 @@ const CHANGE_CASTS = {
   workflowId: 'text',
   discoveredMac: 'text',
   macs: 'text[]',
+  // The workflow engine's writes: inspection results, the BMC-reported addresses, discovery's
+  // PXE window, the role a deploy gives.
+  inventory: 'jsonb',
+  addresses: 'text[]',
+  pxeCycledAt: 'timestamptz',
+  role: 'text',
 } as const;
 
 export type NodeChange = Partial<{
@@ -150,6 +156,10 @@ export type NodeChange = Partial<{
   workflowId: string;
   discoveredMac: string | null;
   macs: string[];
+  inventory: Record<string, unknown> | null;
+  addresses: string[];
+  pxeCycledAt: Date | null;
+  role: string | null;
 }>;
 
 /** `col = $n::type, ...` for a change, its parameters numbered from `first`. */
@@ -160,7 +170,8 @@ export function setClause(change: NodeChange, first: number): { sql: string; val
     if (value === undefined) continue;
     const cast = CHANGE_CASTS[field as keyof typeof CHANGE_CASTS];
     if (!cast) throw new Error(`setClause: ${field} is not a column a verb may change`);
-    values.push(value);
+    // jsonb parameters go as JSON text: pg would send an object as its own JSON, an array as a PG array.
+    values.push(cast === 'jsonb' && value !== null ? JSON.stringify(value) : value);
     parts.push(`${snake(field)} = $${first + values.length - 1}::${cast}`);
   }
   return { sql: parts.join(', '), values };

@@ -7,6 +7,22 @@ import { NODE_VERB, READ_ONE, edgesToList, envelope, idParam, one, type Route } 
 
 const { str, int, bool } = schemaTypes;
 
+const NULLABLE_STR = { anyOf: [str, { type: 'null' }] };
+const NULLABLE_TIME = { anyOf: [{ type: 'string', format: 'date-time' }, { type: 'null' }] };
+const closed = (properties: Record<string, JsonSchema>): JsonSchema => ({ type: 'object', required: Object.keys(properties), properties });
+const WORKFLOW_STEP = closed({
+  idx: int, name: str, title: str, status: { type: 'string', enum: ['pending', 'running', 'waiting', 'succeeded', 'failed', 'skipped'] },
+  destructive: bool, cleanup: bool, attempts: int, startedAt: NULLABLE_TIME, finishedAt: NULLABLE_TIME, message: NULLABLE_STR, errorCode: NULLABLE_STR,
+});
+const WORKFLOW_RUN = closed({
+  id: str, nodeId: str, kind: str,
+  status: { type: 'string', enum: ['queued', 'running', 'waiting', 'aborting', 'succeeded', 'failed', 'aborted', 'superseded'] },
+  params: { type: 'object' }, createdAt: { type: 'string', format: 'date-time' }, startedAt: NULLABLE_TIME, finishedAt: NULLABLE_TIME,
+  waitingFor: NULLABLE_STR, waitUntil: NULLABLE_TIME, attempt: int, resumes: int,
+  lastError: { anyOf: [closed({ code: str, message: str }), { type: 'null' }] },
+  steps: { type: 'array', items: WORKFLOW_STEP },
+});
+
 export const metalRoutes: Route[] = [
   {
     method: 'GET',
@@ -62,8 +78,53 @@ export const metalRoutes: Route[] = [
       response: { nodes: [exampleMetalNode()], pageInfo: examplePageInfo },
     },
   },
+  {
+    method: 'GET',
+    path: '/api/compute/metal/nodes/{id}/timeline',
+    operation: 'MetalNodeTimeline',
+    tag: 'metal',
+    summary: "A metal node's timeline",
+    description: 'Its workflow runs, newest first, each with every step: a human title, status, start and end, attempts and the last message (a retry clears the previous failure\'s). Never cached.',
+    params: idParam,
+    query: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { last: { ...int, minimum: 1, maximum: 50, description: 'How many runs (default 10)' } },
+    },
+    variables: ({ params, query }) => ({ id: params.id, last: query.last }),
+    respond: (data, { params }) => {
+      const node = one(data.node, 'node', params.id!) as { id: string; timeline: unknown[] };
+      return { nodeId: node.id, runs: node.timeline };
+    },
+    response: envelope({ nodeId: str, runs: { type: 'array', items: WORKFLOW_RUN } }),
+    refusals: READ_ONE,
+    example: {
+      params: { id: ID.node },
+      response: { nodeId: ID.node, runs: [exampleRun()] },
+    },
+  },
   ...metalVerbRoutes(),
 ];
+
+function exampleRun(): Record<string, unknown> {
+  const step = (idx: number, name: string, title: string, status: string, extra: Record<string, unknown> = {}) => ({
+    idx, name, title, status, destructive: name !== 'await-inventory', cleanup: false, attempts: status === 'pending' ? 0 : 1,
+    startedAt: status === 'pending' ? null : '2026-11-30T09:13:02.118Z', finishedAt: status === 'succeeded' ? '2026-11-30T09:13:40.502Z' : null,
+    message: null, errorCode: null, ...extra,
+  });
+  return {
+    id: ID.workflow, nodeId: ID.node, kind: 'metal-inspect', status: 'waiting', params: { verb: 'inspect' },
+    createdAt: '2026-11-30T09:13:01.940Z', startedAt: '2026-11-30T09:13:02.101Z', finishedAt: null,
+    waitingFor: 'the inspection ramdisk to report its inventory', waitUntil: '2026-11-30T09:43:02.118Z', attempt: 1, resumes: 0, lastError: null,
+    steps: [
+      step(0, 'boot-inspection-ramdisk', 'Booting the inspection ramdisk', 'succeeded', { message: 'PXE once, powered on' }),
+      step(1, 'await-inventory', 'Waiting for the inspection ramdisk to report its inventory', 'waiting', { message: 'waiting for the inspection ramdisk to report its inventory' }),
+      step(2, 'power-off', 'Powering off', 'pending'),
+    ],
+  };
+}
+
+
 
 /** POST /api/compute/metal/<verb>: the seed's metal group, each running its GraphQL mutation. */
 function metalVerbRoutes(): Route[] {

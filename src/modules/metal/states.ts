@@ -370,3 +370,17 @@ export function mermaidDiagram(): string {
   lines.push('    retired --> [*]');
   return lines.join('\n') + '\n';
 }
+
+/**
+ * The run a workflow's success starts for the state it moves the node to (runs.md): enrolling
+ * chains re-inspection, inspecting chains commissioning. Every other success lands in a state that
+ * has no workflow of its own (ready, deployed, retired) or stays put (rescue).
+ */
+export const WORKFLOW_CHAINS: Partial<Record<WorkflowKind, WorkflowKind>> = {
+  'metal-enroll': 'metal-inspect',
+  'metal-inspect': 'metal-commission',
+};
+
+/** Run statuses in which a run still owns its node (at most one per node). */
+export const ACTIVE_RUN_STATUSES = ['queued', 'running', 'waiting', 'aborting'] as const;
+export const isWorkflowKind = (kind: string): kind is WorkflowKind => Object.hasOwn(WORKFLOW_KINDS, kind);

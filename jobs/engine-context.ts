@@ -1,0 +1,155 @@
+import { failed, type StepResult } from './steps';
+import { StepInterrupt, type RunInfo, type StepContext, type StepInfo } from './engine-types';
+import { updateNode, type NodeEvent, type Runner } from '../src/modules/metal/node-store';
+import type { NodeChange, NodeRow } from '../src/modules/metal/node-rows';
+import type { PoolPolicy } from '../src/modules/tenancy/pool';
+import { DESTRUCTIVE_COMMANDS, queueCommand, type CommandKind, type CommandParams, type CommandResult, type CommandRow } from '../src/modules/sites/commands';
+import { issueBootEntry, NoConfirmedMac, reportsOf, type BootPurpose, type ReportKind } from '../src/modules/boot/entries';
+import type { PowerAction } from '../clients/bmc/driver';
+
+/** Commands a step queues expire when no agent claims them within five minutes (as `power`'s do). */
+export const STEP_COMMAND_TTL_MS = 5 * 60 * 1000;
+/**
+ * How long past its expiry a claimed command may stay without a result before the step treats its
+ * agent as lost: the agent's own claim lease reports AGENT_LOST sooner; this is the backstop.
+ */
+export const CLAIM_GRACE_MS = 5 * 60 * 1000;
+
+/** The power state a power action leaves a machine in, for reading it back after a lost agent. */
+const EXPECTED_POWER: Partial<Record<PowerAction, string>> = {
+  on: 'on', off: 'off', 'graceful-off': 'off', reset: 'on', cycle: 'on', 'graceful-restart': 'on',
+};
+
+export interface ContextInput {
+  db: Runner;
+  run: RunInfo;
+  node: NodeRow;
+  pool: { id: string; policy: PoolPolicy };
+  step: StepInfo;
+  now: Date;
+  memo: Record<string, unknown>;
+  commandTtlMs: number;
+}
+
+export interface BuiltContext {
+  ctx: StepContext;
+  /** The timeline lines the body's commands and notes produced. */
+  notes: string[];
+}
+
+const failure = (code: string, message: string, retryable = false) => new StepInterrupt(failed(code, message, retryable));
+
+function resultOf(row: CommandRow): Extract<CommandResult, { ok: false }> {
+  const r = row.result as (Partial<Extract<CommandResult, { ok: false }>> & { ok?: boolean }) | null;
+  // The agent protocol before issue 9 reported only {ok, message}: no code means the agent's.
+  return {
+    ok: false,
+    code: r?.code ?? (row.status === 'expired' ? 'EXPIRED' : 'AGENT_ERROR'),
+    message: r?.message ?? `${row.kind} ${row.status}`,
+    retryable: r?.retryable ?? false,
+  };
+}
+
+export function buildContext(input: ContextInput): BuiltContext {
+  const { db, run, step, now } = input;
+  let node = input.node;
+  let calls = 0;
+  const notes: string[] = [];
+
+  async function expire(row: CommandRow): Promise<boolean> {
+    const { rows } = await db.query(
+      `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now() WHERE id = $1 AND status = 'queued' RETURNING id`,
+      [row.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'no site agent claimed it before it expired', retryable: false })],
+    );
+    return rows.length === 1;
+  }
+
+  async function settle(row: CommandRow, params: unknown, key: string): Promise<unknown> {
+    const kind = row.kind as CommandKind;
+    if (row.status === 'succeeded') {
+      const result = row.result as Extract<CommandResult, { ok: true }> | null;
+      for (const n of result?.notes ?? []) notes.push(`${kind}: ${n}`);
+      return result?.value;
+    }
+    if (row.status === 'queued') {
+      if (row.expiresAt > now) throw new StepInterrupt({ kind: 'wait', until: row.expiresAt, for: `the site agent to run ${kind}` });
+      if (await expire(row)) {
+        throw failure('EXPIRED', `no site agent of site ${node.siteId} claimed ${kind} before it expired (is the site's agent running?)`);
+      }
+      // Claimed between our read and the expiry: settle what it is now.
+      const { rows } = await db.query('SELECT id, kind, status, result, expires_at FROM command WHERE id = $1', [row.id]);
+      const fresh = rows[0]!;
+      return settle({ id: row.id, kind: row.kind, status: fresh.status as CommandRow['status'], result: (fresh.result ?? null) as CommandResult | null, expiresAt: fresh.expires_at as Date }, params, key);
+    }
+    if (row.status === 'claimed') {
+      const backstop = new Date(row.expiresAt.getTime() + CLAIM_GRACE_MS);
+      if (backstop > now) throw new StepInterrupt({ kind: 'wait', until: backstop, for: `the site agent to report ${kind}` });
+      return lost(kind, params, key, 'its agent claimed it and never reported a result');
+    }
+    const result = resultOf(row);
+    if (result.code === 'AGENT_LOST') return lost(kind, params, key, result.message);
+    throw failure(result.code, `${kind}: ${result.message}`, result.retryable ?? false);
+  }
+
+  /**
+   * The agent running a command was lost, so whether the action ran is unknown. A destructive one
+   * is never sent again: its effect is read back (a power action's power state) and taken as done
+   * when it shows, else the step fails; anything else is simply asked again by a retry.
+   */
+  async function lost(kind: CommandKind, params: unknown, key: string, why: string): Promise<unknown> {
+    if (!DESTRUCTIVE_COMMANDS[kind]) throw failure('AGENT_LOST', `${kind}: ${why}`, true);
+    const expected = kind === 'bmc.power' ? EXPECTED_POWER[(params as CommandParams['bmc.power']).action] : undefined;
+    if (!expected) throw failure('AGENT_LOST', `${kind}: ${why}; not sent again, and its effect cannot be read back`);
+    const readBack = await queueCommand(db, {
+      kind: 'bmc.power-state', params: {}, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: `${key}/read-back`, ttlMs: input.commandTtlMs,
+    });
+    const state = await settle(readBack, {}, `${key}/read-back`);
+    if (state === expected) {
+      notes.push(`${kind}: ${why}; not sent again: the power state reads back as ${String(state)}, as the action intended`);
+      return state;
+    }
+    throw failure('AGENT_LOST', `${kind}: ${why}; not sent again: the power state reads back as ${String(state)}, not ${expected}`);
+  }
+
+  const ctx: StepContext = {
+    run,
+    get node() { return node; },
+    pool: input.pool,
+    step,
+    now,
+    db,
+    memo: input.memo,
+    async command<K extends CommandKind>(kind: K, params: CommandParams[K], opts: { ttlMs?: number } = {}) {
+      calls += 1;
+      const key = `${step.key}/${calls}`;
+      const row = await queueCommand(db, {
+        kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: opts.ttlMs ?? input.commandTtlMs,
+      });
+      return settle(row, params, key);
+    },
+    async bootEntry(purpose: BootPurpose, params: Record<string, unknown>) {
+      const known = input.memo.bootEntries;
+      if (Array.isArray(known)) return known as string[];
+      try {
+        // The entry lives as long as the step may wait for the ramdisk, and a little more.
+        const ids = await issueBootEntry(db, { nodeId: node.id, runId: run.id, purpose, params, ttlMs: step.deadline.getTime() - now.getTime() + 10 * 60 * 1000 });
+        input.memo.bootEntries = ids;
+        return ids;
+      } catch (error) {
+        if (error instanceof NoConfirmedMac) throw failure('NO_CONFIRMED_MAC', error.message);
+        throw error;
+      }
+    },
+    reports: (kind: ReportKind) => reportsOf(db, run.id, { kind }),
+    waitFor: (what: string): StepResult => ({ kind: 'wait', until: step.deadline, for: what }),
+    async updateNode(data: NodeChange, events: NodeEvent[] = []) {
+      const row = await updateNode(db, { id: node.id, version: node.version }, { data, run: null, events }, run.params.requestId ?? null);
+      // The step's transaction holds the node's row lock: a lost compare-and-set is a bug, not a race.
+      if (!row) throw new Error(`node ${node.id} changed under the step's lock`);
+      node = row;
+      return row;
+    },
+    note: (text: string) => { notes.push(text); },
+  };
+  return { ctx, notes };
+}

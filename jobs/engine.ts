@@ -1,0 +1,722 @@
+import type { Logger } from 'pino';
+import type { Sql, SqlTx } from '../src/db/sql';
+import { AppError } from '../src/errors';
+import { newId } from '../src/ids';
+import { checkEventPayload } from '../src/events/outbox';
+import { updateNode } from '../src/modules/metal/node-store';
+import { nodeViewColumns, toNodeRow, type NodeRow } from '../src/modules/metal/node-rows';
+import { readPolicy, type PoolPolicy } from '../src/modules/tenancy/pool';
+import { reportsOf } from '../src/modules/boot/entries';
+import {
+  ACTIVE_RUN_STATUSES, decideWorkflowMove, isWorkflowKind, STUCK_RESUMES, WAITS, WORKFLOW_CHAINS, WORKFLOW_KINDS,
+  type ProvisionState, type WorkflowKind, type WorkflowOutcome,
+} from '../src/modules/metal/states';
+import { insertJobsSql, queueAdvance } from './registry';
+import { retryDelayMs, type StepResult } from './steps';
+import { buildContext, STEP_COMMAND_TTL_MS } from './engine-context';
+import { StepInterrupt, type RunInfo, type RunParams, type StepDef, type WorkflowDef } from './engine-types';
+import { WORKFLOWS } from './workflows';
+
+/**
+ * The workflow engine (issue 9 item 1): `advanceRun(runId)` is all a metal.advance job does. It
+ * takes the run's lease, then runs one step at a time, each in one transaction that locks the node
+ * and the run, marks the step started (attempts, idempotency key, message cleared) before its body
+ * queues anything, runs the body, and records the body's StepResult with its events and the timer
+ * job that wakes the run again. Everything the engine knows is in workflow_run / workflow_step,
+ * so a worker killed at any point leaves rows the next one carries on from: a commit not made is
+ * a step not started, and a step started is found again by its key.
+ *
+ * Leases: `lease_until` is both the lease and its fencing token (a step transaction whose token
+ * is no longer the row's aborts). A job that finds the lease held re-queues itself shortly, so a
+ * wake-up that arrives while another worker holds the run is never lost; a lease found expired
+ * means its worker died mid-step: the run is taken up again (resumes + 1) until STUCK_RESUMES,
+ * then fails WORKER_LOST. A dead worker's runs are found by the next job that wakes them, or by
+ * sweepRuns (every worker, every few seconds), without waiting for pg-boss to expire the dead job.
+ */
+
+export const LEASE_MS = 60_000;
+/** How soon a job that found the run's lease held tries again (at most). */
+export const BUSY_RETRY_MS = 1_000;
+/** A cleanup waits at most this long (its command's expiry usually ends it sooner). */
+const CLEANUP_DEADLINE_MS = 15 * 60 * 1000;
+const DEFAULT_ATTEMPTS = 3;
+const DEFAULT_DEADLINE_S = 3600;
+const MAX_MESSAGE = 1000;
+
+export interface EngineDeps {
+  sql: Sql;
+  log?: Logger;
+  leaseMs?: number;
+  commandTtlMs?: number;
+  random?: () => number;
+  /** Steps one advance runs before it yields the run back to the queue. */
+  maxStepsPerAdvance?: number;
+  /** The definitions (tests give their own); default jobs/workflows. */
+  workflows?: Readonly<Partial<Record<WorkflowKind, WorkflowDef>>>;
+}
+
+export type AdvanceOutcome =
+  | { kind: 'busy'; retryInMs: number }
+  | { kind: 'idle'; status: string }
+  | { kind: 'waiting'; until: Date | null; for: string }
+  | { kind: 'finished'; status: 'succeeded' | 'failed' | 'aborted' | 'superseded' };
+
+interface RunRow {
+  id: string;
+  nodeId: string;
+  kind: string;
+  status: string;
+  params: RunParams;
+  stepIndex: number;
+  resumes: number;
+  leaseUntil: Date | null;
+  waitUntil: Date | null;
+  abortRequestedAt: Date | null;
+  lastErrorCode: string | null;
+  lastErrorMessage: string | null;
+  batchId: string | null;
+}
+
+interface StepRow {
+  idx: number;
+  name: string;
+  title: string;
+  cleanup: boolean;
+  destructive: boolean;
+  status: string;
+  attempts: number;
+  idempotencyKey: string | null;
+  state: StepState;
+  message: string | null;
+  errorCode: string | null;
+  startedAt: Date | null;
+}
+
+/** What the engine keeps in workflow_step.state: its timers, and the body's memo. */
+interface StepState {
+  deadline?: string;
+  /** A retry after a recorded failure is due then (a new attempt). */
+  retryAt?: string;
+  /** A `continue` result: run the body again then. */
+  notBefore?: string;
+  /** A cleanup row: the index of the step it cleans up after. */
+  cleanupOf?: number;
+  memo?: Record<string, unknown>;
+}
+
+const ACTIVE: readonly string[] = ACTIVE_RUN_STATUSES;
+
+class LeaseLost extends Error {
+  constructor(runId: string) {
+    super(`run ${runId}: another worker took its lease`);
+  }
+}
+
+const clip = (text: string) => (text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text);
+
+/** Takes the run's lease, or says why not. */
+async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
+  | { taken: true; leaseUntil: Date; workerLost: boolean; previousResumes: number }
+  | { taken: false; outcome: AdvanceOutcome }
+> {
+  const { rows } = await sql.query(
+    `WITH cur AS (
+       SELECT id, status, lease_until AS prev, resumes AS prev_resumes FROM workflow_run WHERE id = $1 FOR UPDATE
+     ), taken AS (
+       UPDATE workflow_run w SET lease_until = now() + $2::int * interval '1 millisecond',
+              status = CASE WHEN w.status = 'queued' THEN 'running' ELSE w.status END,
+              started_at = COALESCE(w.started_at, now()),
+              resumes = w.resumes + CASE WHEN cur.prev IS NOT NULL THEN 1 ELSE 0 END,
+              updated_at = now()
+         FROM cur
+        WHERE w.id = cur.id AND w.status = ANY($3::text[]) AND (cur.prev IS NULL OR cur.prev <= now())
+       RETURNING w.lease_until, cur.prev, cur.prev_resumes
+     )
+     SELECT true AS taken, t.lease_until, t.prev, t.prev_resumes, NULL::text AS status, now() AS db_now FROM taken t
+     UNION ALL
+     SELECT false, cur.prev, NULL, NULL, cur.status, now() FROM cur WHERE NOT EXISTS (SELECT 1 FROM taken)`,
+    [runId, leaseMs, ACTIVE],
+  );
+  const row = rows[0];
+  if (!row) return { taken: false, outcome: { kind: 'idle', status: 'missing' } };
+  if (row.taken) {
+    return { taken: true, leaseUntil: row.lease_until as Date, workerLost: row.prev != null, previousResumes: Number(row.prev_resumes) };
+  }
+  // cur read the row as the lock holder left it (a statement's other reads see it as it began).
+  if (!ACTIVE.includes(row.status as string) || !row.lease_until) return { taken: false, outcome: { kind: 'idle', status: row.status as string } };
+  const heldFor = (row.lease_until as Date).getTime() - (row.db_now as Date).getTime();
+  return { taken: false, outcome: { kind: 'busy', retryInMs: Math.max(50, Math.min(BUSY_RETRY_MS, heldFor + 50)) } };
+}
+
+/**
+ * Advances one run as far as it can go now. Safe to call any number of times, from any number
+ * of workers at once: one holds the lease, the others re-queue themselves.
+ */
+export async function advanceRun(deps: EngineDeps, runId: string): Promise<AdvanceOutcome> {
+  const leaseMs = deps.leaseMs ?? LEASE_MS;
+  const lease = await takeLease(deps.sql, runId, leaseMs);
+  if (!lease.taken) {
+    if (lease.outcome.kind === 'busy') await queueAdvance(deps.sql, runId, lease.outcome.retryInMs);
+    return lease.outcome;
+  }
+  let token = lease.leaseUntil;
+  let lostResumes: number | null = lease.workerLost ? lease.previousResumes : null;
+  const budget = deps.maxStepsPerAdvance ?? 25;
+  try {
+    for (let i = 0; i < budget; i += 1) {
+      const next = await deps.sql.transaction((tx) => stepOnce(deps, tx, runId, token, lostResumes));
+      lostResumes = null;
+      if (next.kind === 'next') {
+        token = next.leaseUntil;
+        continue;
+      }
+      return next.outcome;
+    }
+    // A long run yields to the queue between budgets, so one run never starves the others.
+    await deps.sql.transaction(async (tx) => {
+      await tx.query('UPDATE workflow_run SET lease_until = NULL WHERE id = $1 AND lease_until = $2', [runId, token]);
+      await queueAdvance(tx, runId);
+    });
+    return { kind: 'waiting', until: null, for: 'its next turn (one advance runs at most a budget of steps)' };
+  } catch (error) {
+    if (error instanceof LeaseLost) return { kind: 'busy', retryInMs: BUSY_RETRY_MS };
+    // Leave the run to be taken up again at once rather than after the lease: a deadlock lost
+    // to a verb's write is a retry, anything else is logged and retried by pg-boss.
+    await deps.sql.transaction(async (tx) => {
+      const { rows } = await tx.query('UPDATE workflow_run SET lease_until = NULL WHERE id = $1 AND lease_until = $2 RETURNING id', [runId, token]);
+      if (rows[0]) await queueAdvance(tx, runId, 200);
+    }).catch(() => undefined);
+    if (error instanceof AppError && error.code === 'CONFLICT') return { kind: 'busy', retryInMs: 200 };
+    throw error;
+  }
+}
+
+type Step = { kind: 'next'; leaseUntil: Date } | { kind: 'stop'; outcome: AdvanceOutcome };
+
+interface Loaded {
+  tx: SqlTx;
+  deps: EngineDeps;
+  run: RunRow;
+  info: RunInfo;
+  def: WorkflowDef | undefined;
+  node: NodeRow;
+  pool: { id: string; policy: PoolPolicy };
+  steps: StepRow[];
+  now: Date;
+  /** Events the step's transaction publishes, in order (one statement at the end). */
+  events: { type: string; payload: Record<string, unknown> }[];
+  leaseMs: number;
+  /** The attempt a step started in this transaction (written with the run's next update). */
+  attempt?: number;
+}
+
+function toRun(r: Record<string, unknown>): RunRow {
+  return {
+    id: r.id as string, nodeId: r.node_id as string, kind: r.kind as string, status: r.status as string,
+    params: (r.params ?? {}) as RunParams, stepIndex: Number(r.step_index), resumes: Number(r.resumes),
+    leaseUntil: (r.lease_until ?? null) as Date | null, waitUntil: (r.wait_until ?? null) as Date | null,
+    abortRequestedAt: (r.abort_requested_at ?? null) as Date | null,
+    lastErrorCode: (r.last_error_code ?? null) as string | null, lastErrorMessage: (r.last_error_message ?? null) as string | null,
+    batchId: (r.batch_id ?? null) as string | null,
+  };
+}
+
+function toStep(r: Record<string, unknown>): StepRow {
+  return {
+    idx: Number(r.idx), name: r.name as string, title: r.title as string, cleanup: Boolean(r.cleanup), destructive: Boolean(r.destructive),
+    status: r.status as string, attempts: Number(r.attempts), idempotencyKey: (r.idempotency_key ?? null) as string | null,
+    state: (r.state ?? {}) as StepState, message: (r.message ?? null) as string | null, errorCode: (r.error_code ?? null) as string | null,
+    startedAt: (r.started_at ?? null) as Date | null,
+  };
+}
+
+async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Promise<Omit<Loaded, 'def' | 'info'> | null> {
+  // Node first, then run: the order the node store's statements lock them in (no deadlock with a verb).
+  const { rows: nodes } = await tx.query(
+    `SELECT ${nodeViewColumns('n')}, p.policy AS "pool.policy", now() AS "db.now"
+       FROM node n LEFT JOIN hardware_profile hp ON hp.id = n.hardware_profile_id JOIN pool p ON p.id = n.pool_id
+      WHERE n.id = (SELECT node_id FROM workflow_run WHERE id = $1)
+      FOR UPDATE OF n`,
+    [runId],
+  );
+  const { rows: runs } = await tx.query('SELECT * FROM workflow_run WHERE id = $1 FOR UPDATE', [runId]);
+  if (!runs[0]) return null;
+  const run = toRun(runs[0]);
+  if (run.leaseUntil?.getTime() !== token.getTime()) throw new LeaseLost(runId);
+  if (!nodes[0]) return null;
+  const node = toNodeRow(nodes[0]);
+  const { rows: steps } = await tx.query('SELECT * FROM workflow_step WHERE run_id = $1 ORDER BY idx', [runId]);
+  return {
+    tx, deps, run, node, pool: { id: node.poolId, policy: readPolicy(nodes[0]['pool.policy']) }, steps: steps.map(toStep),
+    now: nodes[0]['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
+  };
+}
+
+/** One step of the run, in the caller's transaction. */
+async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token: Date, lostResumes: number | null): Promise<Step> {
+  const base = await load(deps, tx, runId, token);
+  if (!base) return { kind: 'stop', outcome: { kind: 'idle', status: 'missing' } };
+  const { run } = base;
+  if (!ACTIVE.includes(run.status)) return { kind: 'stop', outcome: { kind: 'idle', status: run.status } };
+  const kind = run.kind;
+  const def = isWorkflowKind(kind) ? (deps.workflows ?? WORKFLOWS)[kind] : undefined;
+  const info: RunInfo = { id: run.id, kind: kind as WorkflowKind, params: run.params, batchId: run.batchId };
+  const l: Loaded = { ...base, def, info };
+  const result = await dispatch(l, lostResumes);
+  await flushEvents(l);
+  return result;
+}
+
+async function dispatch(l: Loaded, lostResumes: number | null): Promise<Step> {
+  const { run, def } = l;
+  if (run.status === 'aborting') {
+    if (lostResumes !== null && lostResumes >= STUCK_RESUMES) return endCleanup(l, 'its worker died repeatedly during cleanup; the remaining cleanup was skipped');
+    return cleanupOnce(l);
+  }
+  if (!isWorkflowKind(run.kind) || !def) {
+    return failRun(l, { kind: 'failed', code: 'UNSUPPORTED', message: `no workflow is defined for ${run.kind}` });
+  }
+  const kind = run.kind;
+  if (l.steps.length === 0) await createSteps(l, def);
+  const state = l.node.provisionState as ProvisionState;
+  if (state !== WORKFLOW_KINDS[kind].state) return endRun(l, 'superseded');
+  if (lostResumes !== null) {
+    const decision = decideWorkflowMove(kind, state, { kind: 'worker-lost', resumes: lostResumes });
+    if (decision.action === 'fail') return failRun(l, { kind: 'failed', code: decision.code, message: decision.message });
+    l.deps.log?.warn({ runId: run.id, kind, resumes: lostResumes + 1 }, 'workflow run taken up again: its worker died mid-step');
+  }
+  const step = l.steps.find((s) => !s.cleanup && s.idx === run.stepIndex);
+  if (!step) return finishSuccess(l, def);
+  const stepDef = def.steps[step.idx];
+  if (!stepDef) return failRun(l, { kind: 'failed', code: 'INTERNAL', message: `step ${step.idx} (${step.name}) is not in the definition of ${kind}` });
+  const due = timerDue(l, step);
+  if (due) return due;
+  if (step.status === 'pending' || step.state.retryAt) await startStep(l, step, deadlineOf(l, kind, stepDef));
+  const result = await runBody(l, step, stepDef.run);
+  return applyResult(l, step, stepDef, result.result, result.notes);
+}
+
+/** A step whose retry delay or `continue` delay has not passed yet: an early wake-up changes nothing. */
+function timerDue(l: Loaded, step: StepRow): Promise<Step> | null {
+  const at = step.state.retryAt ?? step.state.notBefore;
+  if (!at || new Date(at) <= l.now) return null;
+  return stopWaiting(l, new Date(at), step.state.retryAt ? `a retry of "${step.title}"` : `"${step.title}" to go on`);
+}
+
+function deadlineOf(l: Loaded, kind: WorkflowKind, stepDef: StepDef): Date {
+  const seconds = stepDef.deadlineSeconds ?? WAITS[kind]?.deadlineSeconds ?? DEFAULT_DEADLINE_S;
+  return new Date(l.now.getTime() + seconds * 1000);
+}
+
+async function createSteps(l: Loaded, def: WorkflowDef): Promise<void> {
+  const titles = def.steps.map((s) => (typeof s.title === 'function' ? s.title(l.info) : s.title));
+  const { rows } = await l.tx.query(
+    `INSERT INTO workflow_step (run_id, idx, name, title, destructive)
+     SELECT $1, s.idx - 1, s.name, s.title, s.destructive FROM unnest($2::text[], $3::text[], $4::boolean[]) WITH ORDINALITY AS s(name, title, destructive, idx)
+     RETURNING *`,
+    [l.run.id, def.steps.map((s) => s.name), titles, def.steps.map((s) => Boolean(s.destructive))],
+  );
+  l.steps = rows.map(toStep).sort((a, b) => a.idx - b.idx);
+  // A run the node store superseded is never advanced again: what it left queued must not run
+  // after this one starts (a power-off of the old run arriving in the middle of the new one).
+  await l.tx.query(
+    `UPDATE command SET status = 'expired', result = $3::jsonb, updated_at = now()
+      WHERE node_id = $1 AND run_id IS NOT NULL AND run_id <> $2 AND status = 'queued'`,
+    [l.node.id, l.run.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: a newer workflow run of the node started', retryable: false })],
+  );
+}
+
+function stepEvent(l: Loaded, step: StepRow, status: string, message: string | null, errorCode: string | null = null): void {
+  l.events.push({
+    type: 'workflow.step',
+    payload: {
+      workflowId: l.run.id, kind: l.run.kind, idx: step.idx, step: step.name, title: step.title, cleanup: step.cleanup,
+      status, attempt: step.attempts, message, ...(errorCode ? { errorCode } : {}),
+    },
+  });
+}
+
+/**
+ * Marks the step started: attempts + 1, its idempotency key, a fresh deadline, and the previous
+ * failure's message cleared (an operator never reads a stale error while the retry runs). The
+ * body runs after this in the same transaction, so nothing it queues can exist without it.
+ */
+async function startStep(l: Loaded, step: StepRow, deadline: Date): Promise<void> {
+  step.attempts += 1;
+  step.status = 'running';
+  step.idempotencyKey = `${l.run.id}:${step.idx}:${step.attempts}`;
+  step.state = { deadline: deadline.toISOString(), ...(step.state.cleanupOf !== undefined ? { cleanupOf: step.state.cleanupOf } : {}) };
+  step.message = null;
+  step.errorCode = null;
+  step.startedAt = l.now;
+  await l.tx.query(
+    `UPDATE workflow_step SET status = 'running', attempts = $3, idempotency_key = $4, state = $5::jsonb, message = NULL, error_code = NULL,
+            started_at = now(), finished_at = NULL, updated_at = now()
+      WHERE run_id = $1 AND idx = $2`,
+    [l.run.id, step.idx, step.attempts, step.idempotencyKey, JSON.stringify(step.state)],
+  );
+  // The run's `attempt` follows in the statement that ends this step's transaction (stopWaiting).
+  l.attempt = step.attempts;
+  stepEvent(l, step, 'running', null);
+}
+
+async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<{ result: StepResult; notes: string[] }> {
+  const memo = { ...(step.state.memo ?? {}) };
+  const { ctx, notes } = buildContext({
+    db: l.tx, run: l.info, node: l.node, pool: l.pool, now: l.now, memo, commandTtlMs: l.deps.commandTtlMs ?? STEP_COMMAND_TTL_MS,
+    step: {
+      idx: step.idx, name: step.name, title: step.title, attempt: step.attempts, key: step.idempotencyKey!,
+      startedAt: step.startedAt ?? l.now, deadline: new Date(step.state.deadline ?? l.now.getTime() + DEFAULT_DEADLINE_S * 1000),
+    },
+  });
+  // A body that throws (a bug, a bad row) must not leave half its writes: back to before it, then
+  // record the throw as a retryable failure of the attempt.
+  await l.tx.query('SAVEPOINT step_body');
+  let result: StepResult;
+  try {
+    result = await body(ctx);
+  } catch (error) {
+    if (error instanceof StepInterrupt) result = error.result;
+    else {
+      await l.tx.query('ROLLBACK TO SAVEPOINT step_body');
+      l.deps.log?.error({ err: error, runId: l.run.id, step: step.name }, 'workflow step threw');
+      // Nothing of the body stays: not its node write, not its memo.
+      return { result: { kind: 'failed', code: 'STEP_ERROR', message: `the step threw: ${clip((error as Error).message)}`, retryable: true }, notes: [] };
+    }
+  }
+  l.node = ctx.node;
+  step.state = { ...step.state, memo };
+  return { result, notes };
+}
+
+const withNotes = (message: string | undefined | null, notes: string[]) => {
+  const all = [message, ...notes].filter((x): x is string => Boolean(x));
+  return all.length ? clip(all.join('; ')) : null;
+};
+
+async function saveStep(l: Loaded, step: StepRow, finished: boolean): Promise<void> {
+  await l.tx.query(
+    `UPDATE workflow_step SET status = $3, state = $4::jsonb, message = $5, error_code = $6,
+            finished_at = CASE WHEN $7::boolean THEN now() ELSE NULL END, updated_at = now()
+      WHERE run_id = $1 AND idx = $2`,
+    [l.run.id, step.idx, step.status, JSON.stringify(step.state), step.message, step.errorCode, finished],
+  );
+}
+
+/** Ends the transaction's work with the run waiting (lease released) and a timer job when it is new. */
+async function stopWaiting(l: Loaded, until: Date, waitingFor: string): Promise<Step> {
+  const changed = l.run.waitUntil?.getTime() !== until.getTime() || l.run.status !== 'waiting';
+  await l.tx.query(
+    `UPDATE workflow_run SET status = CASE WHEN status = 'aborting' THEN status ELSE 'waiting' END, wait_until = $2, waiting_for = $3,
+            attempt = COALESCE($4::int, attempt), lease_until = NULL, updated_at = now(), version = version + 1
+      WHERE id = $1`,
+    [l.run.id, until, clip(waitingFor), l.attempt ?? null],
+  );
+  if (changed) await queueAdvance(l.tx, l.run.id, Math.max(0, until.getTime() - l.now.getTime()));
+  return { kind: 'stop', outcome: { kind: 'waiting', until, for: waitingFor } };
+}
+
+async function nextStep(l: Loaded, stepIndex: number): Promise<Step> {
+  const { rows } = await l.tx.query(
+    `UPDATE workflow_run SET step_index = $2, attempt = 0, status = CASE WHEN status = 'aborting' THEN status ELSE 'running' END,
+            wait_until = NULL, waiting_for = NULL, lease_until = now() + $3::int * interval '1 millisecond', updated_at = now(), version = version + 1
+      WHERE id = $1 RETURNING lease_until`,
+    [l.run.id, stepIndex, l.leaseMs],
+  );
+  return { kind: 'next', leaseUntil: rows[0]!.lease_until as Date };
+}
+
+async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: StepResult, notes: string[]): Promise<Step> {
+  const deadline = new Date(step.state.deadline ?? l.now);
+  switch (result.kind) {
+    case 'complete':
+    case 'skipped': {
+      step.status = result.kind === 'complete' ? 'succeeded' : 'skipped';
+      step.message = withNotes(result.message, notes);
+      step.errorCode = null;
+      step.state = { ...step.state, retryAt: undefined, notBefore: undefined };
+      await saveStep(l, step, true);
+      stepEvent(l, step, step.status, step.message);
+      return nextStep(l, step.idx + 1);
+    }
+    case 'continue': {
+      const at = new Date(l.now.getTime() + result.afterMs);
+      step.status = 'waiting';
+      step.message = withNotes(result.message, notes);
+      step.state = { ...step.state, notBefore: at.toISOString() };
+      await saveStep(l, step, false);
+      stepEvent(l, step, 'waiting', step.message);
+      return stopWaiting(l, at, `"${step.title}" to go on`);
+    }
+    case 'wait': {
+      if (l.now >= deadline) {
+        step.status = 'failed';
+        step.errorCode = 'CALLBACK_TIMEOUT';
+        step.message = clip(`gave up waiting for ${result.for}`);
+        await saveStep(l, step, true);
+        stepEvent(l, step, 'failed', step.message, step.errorCode);
+        return failRun(l, { kind: 'deadline-passed' });
+      }
+      const until = result.until < deadline ? result.until : deadline;
+      const message = withNotes(`waiting for ${result.for}`, notes);
+      const changed = step.status !== 'waiting' || step.message !== message;
+      step.status = 'waiting';
+      step.message = message;
+      step.state = { ...step.state, notBefore: undefined };
+      await saveStep(l, step, false);
+      if (changed) stepEvent(l, step, 'waiting', step.message);
+      return stopWaiting(l, until, result.for);
+    }
+    case 'failed': {
+      const attempts = stepDef.retry?.attempts ?? DEFAULT_ATTEMPTS;
+      if (result.retryable && step.attempts < attempts) {
+        const delay = retryDelayMs(step.attempts, l.deps.random);
+        const at = new Date(l.now.getTime() + delay);
+        step.status = 'waiting';
+        step.errorCode = result.code;
+        step.message = withNotes(`${result.code}: ${result.message} (attempt ${step.attempts} of ${attempts}; retrying in ${Math.ceil(delay / 1000)} s)`, notes);
+        step.state = { ...step.state, retryAt: at.toISOString() };
+        await saveStep(l, step, false);
+        stepEvent(l, step, 'retrying', step.message, step.errorCode);
+        return stopWaiting(l, at, `a retry of "${step.title}"`);
+      }
+      step.status = 'failed';
+      step.errorCode = result.code;
+      step.message = withNotes(`${result.code}: ${result.message}${step.attempts > 1 ? ` (after ${step.attempts} attempts)` : ''}`, notes);
+      await saveStep(l, step, true);
+      stepEvent(l, step, 'failed', step.message, step.errorCode);
+      return failRun(l, { kind: 'failed', code: result.code, message: `${step.title}: ${result.message}` });
+    }
+  }
+}
+
+/** Every step ran: the outcome goes through decideWorkflowMove, and the node moves with the run's end. */
+async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
+  const kind = l.run.kind as WorkflowKind;
+  const finish = def.finish
+    ? await def.finish({ run: l.info, node: l.node, pool: l.pool, db: l.tx, reports: (k) => reportsOf(l.tx, l.run.id, { kind: k }) })
+    : {};
+  const from = l.node.provisionState as ProvisionState;
+  const decision = decideWorkflowMove(kind, from, { kind: 'succeeded', wipeAttested: finish.wipeAttested }, { wipe: l.run.params.wipe ?? null });
+  if (decision.action === 'refuse') return endRun(l, 'superseded');
+  if (decision.action === 'fail') return failRun(l, { kind: 'failed', code: decision.code, message: decision.message });
+  if (decision.action !== 'move') throw new Error(`decideWorkflowMove answered ${decision.action} to a success`);
+  const chain = decision.to ? WORKFLOW_CHAINS[kind] : undefined;
+  const nextRun = chain ? { id: newId('WorkflowRun'), kind: chain } : null;
+  const ended = await endRun(l, 'succeeded');
+  if (decision.to || finish.data) {
+    const moved = await updateNode(l.tx, { id: l.node.id, version: l.node.version }, {
+      data: { ...(finish.data ?? {}), ...(decision.to ? { provisionState: decision.to } : {}) },
+      run: nextRun ? {
+        ...nextRun,
+        params: { ...(l.run.params.verb ? { verb: l.run.params.verb } : {}), chainedFrom: l.run.id, ...(l.run.params.requestId ? { requestId: l.run.params.requestId } : {}) },
+        batchId: l.run.batchId,
+      } : null,
+      events: decision.to && decision.event
+        ? [{ type: decision.event, payload: { workflowId: l.run.id, kind, from, to: decision.to, ...(nextRun ? { next: { workflowId: nextRun.id, kind: nextRun.kind } } : {}) } }]
+        : [],
+    }, l.run.params.requestId ?? null);
+    if (!moved) throw new Error(`node ${l.node.id} changed under the run's lock`);
+  }
+  return ended;
+}
+
+/**
+ * The run failed: the node goes to failed with failedFrom and lastError (decideWorkflowMove says
+ * so, through the node store), the steps not reached are skipped, commands still queued are
+ * withdrawn, and the cleanup of every step that started runs before the run ends failed.
+ */
+async function failRun(l: Loaded, outcome: WorkflowOutcome): Promise<Step> {
+  const kind = l.run.kind;
+  const from = l.node.provisionState as ProvisionState;
+  let code = outcome.kind === 'failed' ? outcome.code : 'INTERNAL';
+  let message = outcome.kind === 'failed' ? outcome.message : 'failed';
+  if (isWorkflowKind(kind)) {
+    const decision = decideWorkflowMove(kind, from, outcome, { wipe: l.run.params.wipe ?? null });
+    if (decision.action === 'refuse') return endRun(l, 'superseded');
+    if (decision.action === 'fail') {
+      code = decision.code;
+      message = clip(decision.message);
+      const failedNode = await updateNode(l.tx, { id: l.node.id, version: l.node.version }, {
+        data: { provisionState: 'failed', failedFrom: decision.failedFrom, lastErrorCode: code, lastErrorMessage: message, maintenance: true },
+        run: null,
+        events: [{ type: decision.event, payload: { workflowId: l.run.id, kind, from, to: 'failed', failedFrom: decision.failedFrom, error: { code, message } } }],
+      }, l.run.params.requestId ?? null);
+      if (!failedNode) throw new Error(`node ${l.node.id} changed under the run's lock`);
+      l.node = failedNode;
+    }
+  }
+  await l.tx.query('UPDATE workflow_run SET last_error_code = $2, last_error_message = $3 WHERE id = $1', [l.run.id, code, message]);
+  l.run.lastErrorCode = code;
+  l.run.lastErrorMessage = message;
+  return enterCleanup(l);
+}
+
+/** Skips what was not reached, withdraws queued commands, and lays out the cleanup rows (newest step first). */
+async function enterCleanup(l: Loaded): Promise<Step> {
+  await l.tx.query(
+    `UPDATE workflow_step SET status = 'skipped', updated_at = now() WHERE run_id = $1 AND NOT cleanup AND status = 'pending'`,
+    [l.run.id],
+  );
+  await withdrawCommands(l);
+  const interrupted = l.steps.filter((s) => !s.cleanup && (s.status === 'running' || s.status === 'waiting'));
+  for (const s of interrupted) {
+    s.status = 'failed';
+    s.errorCode = s.errorCode ?? (l.run.abortRequestedAt ? 'ABORTED' : l.run.lastErrorCode);
+    s.message = l.run.abortRequestedAt ? 'aborted while it ran' : s.message;
+    await saveStep(l, s, true);
+    stepEvent(l, s, 'failed', s.message, s.errorCode);
+  }
+  const def = l.def;
+  const started = l.steps
+    .filter((s) => !s.cleanup && s.attempts > 0 && def?.steps[s.idx]?.cleanup)
+    .sort((a, b) => b.idx - a.idx);
+  const first = (def?.steps.length ?? 0);
+  if (started.length === 0) return endCleanup(l, null);
+  const rows = started.map((s, i) => ({ idx: first + i, of: s.idx, cleanup: def!.steps[s.idx]!.cleanup! }));
+  await l.tx.query(
+    `INSERT INTO workflow_step (run_id, idx, name, title, cleanup, state)
+     SELECT $1, c.idx, c.name, c.title, true, jsonb_build_object('cleanupOf', c.of) FROM unnest($2::int[], $3::text[], $4::text[], $5::int[]) AS c(idx, name, title, of)
+     ON CONFLICT (run_id, idx) DO NOTHING`,
+    [l.run.id, rows.map((r) => r.idx), rows.map((r) => r.cleanup.name), rows.map((r) => r.cleanup.title), rows.map((r) => r.of)],
+  );
+  const { rows: lease } = await l.tx.query(
+    `UPDATE workflow_run SET status = 'aborting', step_index = $2, wait_until = NULL, waiting_for = NULL,
+            lease_until = now() + $3::int * interval '1 millisecond', updated_at = now(), version = version + 1
+      WHERE id = $1 RETURNING lease_until`,
+    [l.run.id, first, l.leaseMs],
+  );
+  return { kind: 'next', leaseUntil: lease[0]!.lease_until as Date };
+}
+
+/** One cleanup row of an aborting (or failing) run; a cleanup that fails is recorded and the next one runs. */
+async function cleanupOnce(l: Loaded): Promise<Step> {
+  const cleanups = l.steps.filter((s) => s.cleanup);
+  if (cleanups.length === 0) return enterCleanup(l);
+  const step = cleanups.find((s) => s.idx === l.run.stepIndex);
+  if (!step) return endCleanup(l, null);
+  const of = step.state.cleanupOf;
+  const body = of !== undefined ? l.def?.steps[of]?.cleanup?.run : undefined;
+  if (!body) {
+    step.status = 'skipped';
+    step.message = 'its definition has no cleanup any more';
+    await saveStep(l, step, true);
+    return nextStep(l, step.idx + 1);
+  }
+  const due = timerDue(l, step);
+  if (due) return due;
+  if (step.status === 'pending') await startStep(l, step, new Date(l.now.getTime() + CLEANUP_DEADLINE_MS));
+  const { result, notes } = await runBody(l, step, body);
+  const deadline = new Date(step.state.deadline ?? l.now);
+  if ((result.kind === 'wait' || result.kind === 'continue') && l.now < deadline) {
+    const until = result.kind === 'wait' ? (result.until < deadline ? result.until : deadline) : new Date(l.now.getTime() + result.afterMs);
+    step.status = 'waiting';
+    step.message = withNotes(result.kind === 'wait' ? `waiting for ${result.for}` : result.message, notes);
+    if (result.kind === 'continue') step.state = { ...step.state, notBefore: until.toISOString() };
+    await saveStep(l, step, false);
+    return stopWaiting(l, until, result.kind === 'wait' ? result.for : `"${step.title}" to go on`);
+  }
+  if (result.kind === 'complete' || result.kind === 'skipped') {
+    step.status = result.kind === 'complete' ? 'succeeded' : 'skipped';
+    step.message = withNotes(result.message, notes);
+  } else {
+    step.status = 'failed';
+    step.errorCode = result.kind === 'failed' ? result.code : 'CALLBACK_TIMEOUT';
+    step.message = withNotes(result.kind === 'failed' ? `${result.code}: ${result.message}` : 'the cleanup did not finish in time', notes);
+  }
+  step.state = { ...step.state, notBefore: undefined };
+  await saveStep(l, step, true);
+  stepEvent(l, step, step.status, step.message, step.errorCode);
+  return nextStep(l, step.idx + 1);
+}
+
+/** The cleanup is over (or there was none): the run ends aborted when an abort asked for it, else failed. */
+async function endCleanup(l: Loaded, skippedWhy: string | null): Promise<Step> {
+  if (skippedWhy) {
+    await l.tx.query(`UPDATE workflow_step SET status = 'skipped', message = $2, updated_at = now() WHERE run_id = $1 AND cleanup AND status IN ('pending', 'running', 'waiting')`, [l.run.id, skippedWhy]);
+  }
+  return endRun(l, l.run.abortRequestedAt ? 'aborted' : 'failed');
+}
+
+async function withdrawCommands(l: Loaded): Promise<void> {
+  await l.tx.query(
+    `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now() WHERE run_id = $1 AND status = 'queued'`,
+    [l.run.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: its workflow run ended', retryable: false })],
+  );
+}
+
+/** Ends the run: its status, finished_at, the lease released, queued commands withdrawn, and its boot entries revoked. */
+async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 'superseded'): Promise<Step> {
+  await l.tx.query(
+    `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, wait_until = NULL, waiting_for = NULL,
+            attempt = COALESCE($3::int, attempt), updated_at = now(), version = version + 1
+      WHERE id = $1`,
+    [l.run.id, status, l.attempt ?? null],
+  );
+  await withdrawCommands(l);
+  // The rescue ramdisk keeps its entry and token while it runs: its run's success is that it is up.
+  if (!(status === 'succeeded' && l.run.kind === 'metal-rescue')) {
+    await l.tx.query(
+      `WITH e AS (UPDATE boot_entry SET revoked_at = now() WHERE run_id = $1 AND revoked_at IS NULL RETURNING id)
+       UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND boot_entry_id IN (SELECT id FROM e)`,
+      [l.run.id],
+    );
+  }
+  l.events.push({
+    type: 'workflow.finished',
+    payload: {
+      workflowId: l.run.id, kind: l.run.kind, status,
+      ...(status === 'failed' || status === 'aborted' ? { error: { code: l.run.lastErrorCode, message: l.run.lastErrorMessage } } : {}),
+    },
+  });
+  return { kind: 'stop', outcome: { kind: 'finished', status } };
+}
+
+async function flushEvents(l: Loaded): Promise<void> {
+  if (l.events.length === 0) return;
+  for (const e of l.events) checkEventPayload(e.payload);
+  await l.tx.query(
+    `INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
+     SELECT e.type, $1, $2, $3, $4, $5, e.payload FROM unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n`,
+    [l.node.tenantId, l.node.siteId, l.node.poolId, l.node.id, l.run.id, l.events.map((e) => e.type), l.events.map((e) => JSON.stringify(e.payload))],
+  );
+  l.events = [];
+}
+
+/** metal.reconcile (the queue verbs used before runs): advances the node's active run, if it has one. */
+export async function reconcileNode(deps: EngineDeps, nodeId: string): Promise<AdvanceOutcome | null> {
+  const { rows } = await deps.sql.query(
+    `SELECT w.id FROM node n JOIN workflow_run w ON w.id = n.workflow_id WHERE n.id = $1 AND w.status = ANY($2::text[])`,
+    [nodeId, ACTIVE],
+  );
+  return rows[0] ? advanceRun(deps, rows[0].id as string) : null;
+}
+
+/**
+ * Wakes the active runs whose wake-up may have been lost: a metal.advance job fetched by a worker
+ * that died before taking the run's lease stays "active" in pg-boss until its expiry (15 min), and
+ * nothing else would wake a run that was not leased. A run is overdue when no live worker holds
+ * it, it has not changed for `graceMs`, and it has something to do: it is not waiting, or a dead
+ * worker's lease lapsed on it, or its wait is over, or a command result or ramdisk report arrived
+ * after its last change. Queues one
+ * job per overdue run (a run that is not overdue after all does nothing with it). Resolves to
+ * how many it woke.
+ */
+export async function sweepRuns(sql: Sql, graceMs: number, limit = 1000): Promise<number> {
+  const { rows } = await sql.query(
+    `WITH overdue AS (
+       SELECT w.id FROM workflow_run w
+        WHERE w.status = ANY($1::text[]) AND (w.lease_until IS NULL OR w.lease_until < now())
+          AND w.updated_at < now() - $2::int * interval '1 millisecond'
+          AND (w.status <> 'waiting' OR w.lease_until IS NOT NULL OR w.wait_until IS NULL OR w.wait_until < now()
+               OR EXISTS (SELECT 1 FROM command c WHERE c.run_id = w.id AND c.status IN ('succeeded', 'failed', 'expired') AND c.updated_at > w.updated_at)
+               OR EXISTS (SELECT 1 FROM ramdisk_report r WHERE r.run_id = w.id AND r.created_at > w.updated_at))
+        LIMIT $3
+     ), queued AS (
+       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', overdue.id)", 'overdue')} RETURNING 1
+     )
+     SELECT count(*)::int AS n FROM queued`,
+    [ACTIVE, Math.max(0, Math.round(graceMs)), limit],
+  );
+  return Number(rows[0]?.n ?? 0);
+}

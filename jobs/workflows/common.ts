@@ -1,0 +1,130 @@
+import { isIP } from 'node:net';
+import { complete, failed, skipped, type StepResult } from '../steps';
+import { StepInterrupt, type StepContext, type StepDef } from '../engine-types';
+import type { Runner } from '../../src/modules/metal/node-store';
+import type { BootPurpose, ReportRow } from '../../src/modules/boot/entries';
+import type { PowerState } from '../../clients/bmc/driver';
+
+/**
+ * Building blocks the workflow definitions share. Each is re-entrant (see engine-types.ts): the
+ * commands it queues are found again by key on every wake-up, so calling it again is free.
+ */
+
+/** The ramdisk's reports, as the callback API stores them (src/modules/boot: payload shapes). */
+export interface InventoryReport {
+  uuid?: string | null;
+  nics?: { mac: string; name?: string; speedMbps?: number }[];
+  cpus?: { model: string; cores: number; threads: number }[];
+  memoryMiB?: number;
+  disks?: { name?: string; serial?: string | null; sizeBytes?: number; model?: string }[];
+  gpus?: unknown[];
+}
+export interface DcgmReport { passed: boolean; level?: number; tests?: { name: string; result: string; details?: string }[] }
+export interface WipeDisk { serial?: string | null; name?: string; mode?: string; attested?: boolean; method?: string }
+export interface WipeReport { disks?: WipeDisk[] }
+export interface StepReport { name: string; status: 'started' | 'succeeded' | 'failed'; message?: string }
+
+export const fail = (code: string, message: string, retryable = false): never => {
+  throw new StepInterrupt(failed(code, message, retryable));
+};
+
+/** Sets PXE for the next boot only, then powers the machine on (or cycles it when it runs). */
+export async function pxeBootOnce(ctx: StepContext, beforePower?: () => Promise<void>): Promise<string> {
+  await ctx.command('bmc.boot-device', { device: 'pxe', persistent: false });
+  const state = (await ctx.command('bmc.power-state', {})) as PowerState;
+  const action = state === 'off' ? 'on' : 'cycle';
+  await beforePower?.();
+  await ctx.command('bmc.power', { action });
+  return action === 'on' ? 'PXE once, powered on' : `PXE once, power-cycled (it was ${state})`;
+}
+
+/** Revokes the run's boot entries and their tokens (a step's cleanup; the run's end does it too). */
+export async function revokeRunBoot(db: Runner, runId: string): Promise<number> {
+  const { rows } = await db.query(
+    `WITH e AS (UPDATE boot_entry SET revoked_at = now() WHERE run_id = $1 AND revoked_at IS NULL RETURNING id),
+          t AS (UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND boot_entry_id IN (SELECT id FROM e))
+     SELECT count(*)::int AS n FROM e`,
+    [runId],
+  );
+  return Number(rows[0]?.n ?? 0);
+}
+
+export const powerOff: StepDef = {
+  name: 'power-off',
+  title: 'Powering off',
+  destructive: true,
+  async run(ctx) {
+    await ctx.command('bmc.power', { action: 'off' });
+    return complete('powered off');
+  },
+};
+
+/**
+ * A ramdisk boot: the run's boot entry for the node's MACs, PXE once, power on or cycle. Its
+ * cleanup (abort, failure) revokes the entry and powers the machine off, so an aborted run leaves
+ * no ramdisk running and no token that still works.
+ */
+export function bootRamdisk(opts: {
+  name: string; title: string; purpose: BootPurpose;
+  params?: (ctx: StepContext) => Promise<Record<string, unknown>> | Record<string, unknown>;
+  /** Why this run needs no ramdisk (the step is skipped), or null. */
+  skipIf?: (ctx: StepContext) => string | null;
+}): StepDef {
+  return {
+    name: opts.name,
+    title: opts.title,
+    destructive: true,
+    async run(ctx) {
+      const skip = opts.skipIf?.(ctx);
+      if (skip) return skipped(skip);
+      await ctx.bootEntry(opts.purpose, opts.params ? await opts.params(ctx) : {});
+      return complete(await pxeBootOnce(ctx));
+    },
+    cleanup: {
+      name: `${opts.name}.cleanup`,
+      title: 'Revoking the boot entry and powering off',
+      async run(ctx) {
+        const revoked = await revokeRunBoot(ctx.db, ctx.run.id);
+        await ctx.command('bmc.power', { action: 'off' });
+        return complete(`${revoked} boot entr${revoked === 1 ? 'y' : 'ies'} revoked; powered off`);
+      },
+    },
+  };
+}
+
+/** The newest report of a kind, or a wait for it until the step's deadline. */
+export async function latestReport(ctx: StepContext, kind: Parameters<StepContext['reports']>[0], what: string): Promise<ReportRow | StepResult> {
+  const reports = await ctx.reports(kind);
+  return reports.at(-1) ?? ctx.waitFor(what);
+}
+
+export const isReport = (r: ReportRow | StepResult): r is ReportRow => 'payload' in r;
+
+/** Disks by serial (else name), as the wipe attestation matches them. */
+export const diskKey = (d: { serial?: string | null; name?: string }): string | null => d.serial?.trim() || d.name?.trim() || null;
+
+/** The disks the node's inventory knows: the ramdisk's, else the BMC's. */
+export function inventoryDisks(inventory: unknown): string[] {
+  const inv = (inventory ?? {}) as { ramdisk?: InventoryReport; outOfBand?: { storage?: { name?: string; serial?: string | null }[] | null } };
+  const disks = inv.ramdisk?.disks ?? inv.outOfBand?.storage ?? [];
+  return disks.map(diskKey).filter((k): k is string => k !== null);
+}
+
+/** Every disk of the inventory with an attested wipe (in `mode` when given), and what is missing. */
+export function wipeAttestation(inventory: unknown, reports: readonly ReportRow[], mode: string | null): { attested: boolean; missing: string[]; total: number } {
+  const disks = inventoryDisks(inventory);
+  const good = new Set<string>();
+  for (const r of reports) {
+    for (const d of (r.payload as WipeReport).disks ?? []) {
+      const key = diskKey(d);
+      if (key && d.attested === true && (!mode || !d.mode || d.mode === mode)) good.add(key);
+    }
+  }
+  const missing = disks.filter((d) => !good.has(d));
+  // No known disk is no attestation at all: the release cannot say what it wiped.
+  return { attested: disks.length > 0 && missing.length === 0, missing, total: disks.length };
+}
+
+/** Only IP literals, as enroll takes them: a BMC reporting anything else is ignored. */
+export const ipLiterals = (values: unknown): string[] =>
+  Array.isArray(values) ? values.filter((v): v is string => typeof v === 'string' && isIP(v) !== 0).slice(0, 16) : [];

@@ -1,0 +1,390 @@
+/**
+ * The workflow engine (jobs/engine.ts) against the real database: leases, lost wake-ups,
+ * retries with backoff, continue / wait / deadline, abort with cleanup, worker loss, and that
+ * no command is ever queued twice for one intended action. The site agent and the ramdisk are
+ * played by test/helpers/engine.ts, writing the rows their modules write.
+ */
+import { startTestApp, type TestApp } from './helpers/app';
+import {
+  commandsOf, expireCommands, expireTimers, makeNode, makeWorld, nodeOf, playAgent, queuedCommands, reportCommand, runOf, startRun, stepsOf, type World,
+} from './helpers/engine';
+import { advanceRun, reconcileNode, sweepRuns, type EngineDeps } from '../jobs/engine';
+import type { StepDef, WorkflowDef } from '../jobs/engine-types';
+import { complete, continueAfter, failed } from '../jobs/steps';
+import { queueAdvance } from '../jobs/registry';
+import { STUCK_RESUMES, WORKFLOW_CHAINS, WORKFLOW_KINDS } from '../src/modules/metal/states';
+import { WORKFLOWS } from '../jobs/workflows';
+
+let t: TestApp;
+let world: World;
+beforeAll(async () => {
+  // No workers: each test advances its runs itself, so every interleaving is the test's.
+  t = await startTestApp({ role: 'api' });
+  world = await makeWorld(t.app.services.prisma);
+});
+afterAll(async () => { await t?.stop(); });
+
+const sql = () => t.app.services.sql;
+
+const powerStateStep: StepDef = {
+  name: 'read-power',
+  title: 'Reading the power state',
+  async run(ctx) {
+    const state = await ctx.command('bmc.power-state', {});
+    return complete(`power is ${String(state)}`);
+  },
+};
+const powerOnStep: StepDef = {
+  name: 'power-on',
+  title: 'Powering on',
+  destructive: true,
+  async run(ctx) {
+    await ctx.command('bmc.power', { action: 'on' });
+    return complete('on');
+  },
+  cleanup: {
+    name: 'power-on.cleanup',
+    title: 'Powering off again',
+    async run(ctx) {
+      await ctx.command('bmc.power', { action: 'off' });
+      return complete('off');
+    },
+  },
+};
+
+function deps(steps: StepDef[], extra: Partial<EngineDeps> = {}): EngineDeps {
+  const def: WorkflowDef = { kind: 'metal-enroll', steps };
+  return { sql: sql(), workflows: { 'metal-enroll': def }, random: () => 0.5, ...extra };
+}
+
+async function enrollingRun(): Promise<{ nodeId: string; runId: string }> {
+  const node = await makeNode(t.app.services.prisma, world, { state: 'enrolling' });
+  const runId = await startRun(sql(), node.id, 'metal-enroll', { verb: 'enroll' });
+  return { nodeId: node.id, runId };
+}
+
+const ok = (value?: unknown) => ({ ok: true as const, value });
+
+async function advanceJobs(runId: string): Promise<number> {
+  const { rows } = await sql().query(`SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId]);
+  return rows[0]!.n as number;
+}
+
+describe('advanceRun', () => {
+  it('runs the steps in order, one command per step, and moves the node on success with its chained run', async () => {
+    const d = deps([powerStateStep, powerOnStep]);
+    const { nodeId, runId } = await enrollingRun();
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power-state' });
+    expect(await stepsOf(sql(), runId)).toMatchObject([
+      { idx: 0, name: 'read-power', title: 'Reading the power state', status: 'waiting', attempts: 1, idempotencyKey: `${runId}:0:1` },
+      { idx: 1, name: 'power-on', status: 'pending', attempts: 0, idempotencyKey: null },
+    ]);
+    expect(await playAgent(sql(), runId, () => ok('off'))).toBe(1);
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power' });
+    await playAgent(sql(), runId, () => ok('on'));
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'succeeded' });
+    expect(await commandsOf(sql(), runId)).toEqual([
+      { kind: 'bmc.power-state', key: `${runId}:0:1/1`, status: 'succeeded', params: {} },
+      { kind: 'bmc.power', key: `${runId}:1:1/1`, status: 'succeeded', params: { action: 'on' } },
+    ]);
+    const steps = await stepsOf(sql(), runId);
+    expect(steps.map((s) => [s.status, s.message])).toEqual([['succeeded', 'power is off'], ['succeeded', 'on']]);
+    const node = await nodeOf(sql(), nodeId);
+    expect(node.provision_state).toBe('inspecting');
+    // enrolling chains inspecting: a new metal-inspect run, named by the node, with its job.
+    const { rows: [next] } = await sql().query(`SELECT id, kind, status, params FROM workflow_run WHERE id = $1`, [node.workflow_id]);
+    expect(next).toMatchObject({ kind: 'metal-inspect', status: 'queued', params: { verb: 'enroll', chainedFrom: runId } });
+    expect(await advanceJobs(next!.id)).toBe(1);
+    // Every step start and end is an event of the run, with its title and no secret.
+    const { rows: events } = await sql().query(`SELECT type, payload FROM event WHERE subject = $1 OR payload->>'workflowId' = $1 ORDER BY id`, [runId]);
+    const stepEvents = events.filter((e) => e.type === 'workflow.step').map((e) => [e.payload.step, e.payload.status]);
+    expect(stepEvents).toEqual([['read-power', 'running'], ['read-power', 'waiting'], ['read-power', 'succeeded'], ['power-on', 'running'], ['power-on', 'waiting'], ['power-on', 'succeeded']]);
+    expect(events.map((e) => e.type)).toEqual(expect.arrayContaining(['workflow.finished', 'node.provision.inspecting']));
+    expect(events.find((e) => e.type === 'node.provision.inspecting')!.payload).toMatchObject({ workflowId: runId, from: 'enrolling', to: 'inspecting', next: { kind: 'metal-inspect' } });
+  });
+
+  it('a wake-up while the run is leased is not lost: the job re-queues itself, and the run goes on once the lease is free', async () => {
+    const d = deps([powerStateStep]);
+    const { runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    // Another worker holds the run when the command's result arrives.
+    await sql().query(`UPDATE workflow_run SET lease_until = now() + interval '1 hour' WHERE id = $1`, [runId]);
+    await playAgent(sql(), runId, () => ok('on'));
+    const jobs = await advanceJobs(runId);
+    const busy = await advanceRun(d, runId);
+    expect(busy).toEqual({ kind: 'busy', retryInMs: 1000 });
+    expect(await advanceJobs(runId)).toBe(jobs + 1);
+    const { rows: [soon] } = await sql().query(
+      `SELECT start_after <= now() + interval '2 seconds' AS soon FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1 ORDER BY created_on DESC LIMIT 1`, [runId],
+    );
+    expect(soon!.soon).toBe(true);
+    expect((await stepsOf(sql(), runId))[0]!.status).toBe('waiting');
+    // The holder lets go without having seen the result; the re-queued job finds it.
+    await sql().query(`UPDATE workflow_run SET lease_until = NULL WHERE id = $1`, [runId]);
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'finished', status: 'succeeded' });
+  });
+
+  it('two workers at once: one advances, the other backs off, and the step starts once with one command', async () => {
+    const d = deps([powerStateStep]);
+    const { runId } = await enrollingRun();
+    const outcomes = await Promise.all([advanceRun(d, runId), advanceRun(d, runId), advanceRun(d, runId)]);
+    expect(outcomes.filter((o) => o.kind === 'waiting').length).toBeGreaterThanOrEqual(1);
+    for (const o of outcomes) expect(['waiting', 'busy']).toContain(o.kind);
+    expect(await commandsOf(sql(), runId)).toHaveLength(1);
+    expect((await stepsOf(sql(), runId))[0]).toMatchObject({ attempts: 1, idempotencyKey: `${runId}:0:1` });
+  });
+
+  it('retries a retryable failure with backoff and a new key, clears the old message while it runs, then fails with lastError', async () => {
+    const d = deps([powerStateStep, powerOnStep]);
+    const { nodeId, runId } = await enrollingRun();
+    const timeout = { ok: false as const, code: 'BMC_TIMEOUT' as const, message: 'the BMC did not answer within 10 s', retryable: true };
+    await advanceRun(d, runId);
+    await playAgent(sql(), runId, () => timeout);
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'a retry of "Reading the power state"' });
+    let [step] = await stepsOf(sql(), runId);
+    expect(step).toMatchObject({ status: 'waiting', attempts: 1, errorCode: 'BMC_TIMEOUT' });
+    expect(step!.message).toContain('attempt 1 of 3; retrying in 2 s');
+    // Woken before the backoff is over (another job): nothing is sent again.
+    await advanceRun(d, runId);
+    expect(await commandsOf(sql(), runId)).toHaveLength(1);
+    await expireTimers(sql(), runId);
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power-state' });
+    [step] = await stepsOf(sql(), runId);
+    // The retry runs under a new key, and the previous failure no longer shows.
+    expect(step).toMatchObject({ status: 'waiting', attempts: 2, errorCode: null, idempotencyKey: `${runId}:0:2`, message: 'waiting for the site agent to run bmc.power-state' });
+    expect((await commandsOf(sql(), runId)).map((c) => c.key)).toEqual([`${runId}:0:1/1`, `${runId}:0:2/1`]);
+    await playAgent(sql(), runId, () => timeout);
+    await advanceRun(d, runId);
+    const backoff = (await stepsOf(sql(), runId))[0]!.message!;
+    expect(backoff).toContain('attempt 2 of 3; retrying in 4 s');
+    await expireTimers(sql(), runId);
+    await advanceRun(d, runId);
+    await playAgent(sql(), runId, () => timeout);
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'failed' });
+    const run = await runOf(sql(), runId);
+    expect(run).toMatchObject({ status: 'failed', lastErrorCode: 'BMC_TIMEOUT' });
+    expect(run.lastErrorMessage).toBe('Reading the power state: bmc.power-state: the BMC did not answer within 10 s');
+    const node = await nodeOf(sql(), nodeId);
+    expect(node).toMatchObject({ provision_state: 'failed', failed_from: 'enrolling', last_error_code: 'BMC_TIMEOUT', maintenance: true });
+    expect(node.last_error_message).toBe(run.lastErrorMessage);
+    expect((await stepsOf(sql(), runId)).map((s) => [s.name, s.status, s.attempts])).toEqual([['read-power', 'failed', 3], ['power-on', 'skipped', 0]]);
+  });
+
+  it('continue runs the body again after its delay; a wait past its deadline fails the run with CALLBACK_TIMEOUT', async () => {
+    const waiting: StepDef = {
+      name: 'await-thing',
+      title: 'Waiting for the thing',
+      deadlineSeconds: 600,
+      async run(ctx) {
+        if (!ctx.memo.continued) {
+          ctx.memo.continued = true;
+          return continueAfter(5000, 'not visible yet');
+        }
+        return ctx.waitFor('the thing to call back');
+      },
+    };
+    const d = deps([waiting]);
+    const { nodeId, runId } = await enrollingRun();
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: '"Waiting for the thing" to go on' });
+    expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'waiting', message: 'not visible yet' });
+    // Too early: the delay holds.
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: '"Waiting for the thing" to go on' });
+    await expireTimers(sql(), runId);
+    const waitOutcome = await advanceRun(d, runId);
+    expect(waitOutcome).toMatchObject({ kind: 'waiting', for: 'the thing to call back' });
+    expect(await runOf(sql(), runId)).toMatchObject({ status: 'waiting', waitingFor: 'the thing to call back' });
+    // A wake-up before the deadline (someone else's callback) changes nothing.
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting' });
+    await expireTimers(sql(), runId, { deadlines: true });
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'failed' });
+    const node = await nodeOf(sql(), nodeId);
+    expect(node).toMatchObject({ provision_state: 'failed', failed_from: 'enrolling', last_error_code: 'CALLBACK_TIMEOUT' });
+    expect(node.last_error_message).toMatch(/^gave up waiting for its MAC address to be confirmed/);
+    expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'failed', errorCode: 'CALLBACK_TIMEOUT', message: 'gave up waiting for the thing to call back' });
+  });
+
+  it('abort mid-step: the queued command is withdrawn, the started steps\' cleanup runs newest first, and the run ends aborted', async () => {
+    const second: StepDef = { ...powerStateStep, name: 'read-again', title: 'Reading it again' };
+    const d = deps([powerOnStep, second]);
+    const { nodeId, runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    await playAgent(sql(), runId, () => ok('on'));
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power-state' });
+    // abort, as the verb writes it (runs.md): node failed, run aborting, and a job for the engine.
+    await sql().transaction(async (tx) => {
+      await tx.query(`UPDATE node SET provision_state = 'failed', failed_from = 'enrolling', last_error_code = 'ABORTED', last_error_message = 'aborted', maintenance = true WHERE id = $1`, [nodeId]);
+      await tx.query(`UPDATE workflow_run SET status = 'aborting', abort_requested_at = now() WHERE id = $1`, [runId]);
+      await queueAdvance(tx, runId);
+    });
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power' });
+    const cmds = await commandsOf(sql(), runId);
+    expect(cmds.map((c) => [c.kind, c.status])).toEqual([['bmc.power', 'succeeded'], ['bmc.power-state', 'expired'], ['bmc.power', 'queued']]);
+    expect(cmds[2]!.params).toEqual({ action: 'off' });
+    await playAgent(sql(), runId, () => ok('off'));
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'aborted' });
+    expect((await stepsOf(sql(), runId)).map((s) => [s.name, s.status, s.cleanup])).toEqual([
+      ['power-on', 'succeeded', false], ['read-again', 'failed', false], ['power-on.cleanup', 'succeeded', true],
+    ]);
+    // The node stays as abort left it.
+    expect(await nodeOf(sql(), nodeId)).toMatchObject({ provision_state: 'failed', last_error_code: 'ABORTED' });
+  });
+
+  it('a failure runs the cleanup of the steps that started too, then ends failed', async () => {
+    const failing: StepDef = { name: 'explode', title: 'Failing', async run() { return failed('BMC_ERROR', 'the BMC said no'); } };
+    const d = deps([powerOnStep, failing]);
+    const { nodeId, runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    await playAgent(sql(), runId, () => ok('on'));
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power' });
+    expect(await runOf(sql(), runId)).toMatchObject({ status: 'aborting', lastErrorCode: 'BMC_ERROR' });
+    expect(await nodeOf(sql(), nodeId)).toMatchObject({ provision_state: 'failed', failed_from: 'enrolling', last_error_code: 'BMC_ERROR', last_error_message: 'Failing: the BMC said no' });
+    await playAgent(sql(), runId, () => ok('off'));
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'failed' });
+  });
+
+  it('a worker that died holding the lease: the run is taken up again with the same keys (nothing sent twice), then WORKER_LOST after STUCK_RESUMES', async () => {
+    const d = deps([powerOnStep, powerStateStep]);
+    const { nodeId, runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const die = () => sql().query(`UPDATE workflow_run SET lease_until = now() - interval '1 second' WHERE id = $1`, [runId]);
+    // Died after the step's transaction committed its command: taken up again, the same command is found.
+    await die();
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power' });
+    expect(await runOf(sql(), runId)).toMatchObject({ resumes: 1 });
+    expect(await commandsOf(sql(), runId)).toHaveLength(1);
+    await playAgent(sql(), runId, () => ok('on'));
+    for (let i = 2; i <= STUCK_RESUMES; i += 1) {
+      await die();
+      await advanceRun(d, runId);
+      expect(await runOf(sql(), runId)).toMatchObject({ resumes: i });
+    }
+    const powers = (await commandsOf(sql(), runId)).filter((c) => c.kind === 'bmc.power');
+    expect(powers).toHaveLength(1);
+    await die();
+    // Given up: the node fails at once, and the started power-on step's cleanup still runs.
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power' });
+    const node = await nodeOf(sql(), nodeId);
+    expect(node).toMatchObject({ provision_state: 'failed', failed_from: 'enrolling', last_error_code: 'WORKER_LOST' });
+    expect(node.last_error_message).toBe(`the worker running metal-enroll died ${STUCK_RESUMES + 1} times; the run was given up`);
+    await playAgent(sql(), runId, () => ok('off'));
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'failed' });
+    expect(await runOf(sql(), runId)).toMatchObject({ status: 'failed', lastErrorCode: 'WORKER_LOST' });
+  });
+
+  it('a destructive command whose agent was lost is not sent again: its power state is read back instead', async () => {
+    const d = deps([powerOnStep]);
+    const lost = { ok: false as const, code: 'AGENT_LOST' as const, message: 'the agent\'s claim lapsed without a result' };
+    const a = await enrollingRun();
+    await advanceRun(d, a.runId);
+    await playAgent(sql(), a.runId, () => lost);
+    expect(await advanceRun(d, a.runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power-state' });
+    await playAgent(sql(), a.runId, () => ok('on'));
+    expect(await advanceRun(d, a.runId)).toMatchObject({ kind: 'finished', status: 'succeeded' });
+    expect((await commandsOf(sql(), a.runId)).map((c) => [c.kind, c.key])).toEqual([['bmc.power', `${a.runId}:0:1/1`], ['bmc.power-state', `${a.runId}:0:1/1/read-back`]]);
+    expect((await stepsOf(sql(), a.runId))[0]!.message).toContain('not sent again: the power state reads back as on');
+    // Read back as not applied: the step fails, still without a second power command.
+    const b = await enrollingRun();
+    await advanceRun(d, b.runId);
+    await playAgent(sql(), b.runId, () => lost);
+    await advanceRun(d, b.runId);
+    await playAgent(sql(), b.runId, () => ok('off'));
+    await advanceRun(d, b.runId);
+    expect(await runOf(sql(), b.runId)).toMatchObject({ status: 'aborting', lastErrorCode: 'AGENT_LOST' });
+    // The power-on was never sent again; the one power command after it is its cleanup's power-off.
+    expect((await commandsOf(sql(), b.runId)).filter((c) => c.kind === 'bmc.power').map((c) => c.params)).toEqual([{ action: 'on' }, { action: 'off' }]);
+    expect((await nodeOf(sql(), b.nodeId)).last_error_message).toContain('reads back as off, not on');
+  });
+
+  it('a command no agent claims expires, and the run fails with a lastError that says so', async () => {
+    const d = deps([powerStateStep]);
+    const { nodeId, runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    await expireCommands(sql(), runId);
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'failed' });
+    expect((await commandsOf(sql(), runId))[0]!.status).toBe('expired');
+    const node = await nodeOf(sql(), nodeId);
+    expect(node.last_error_code).toBe('EXPIRED');
+    expect(node.last_error_message).toContain('claimed bmc.power-state before it expired');
+  });
+
+  it('a step body that throws leaves none of its writes and counts as a retryable failure', async () => {
+    let calls = 0;
+    const flaky: StepDef = {
+      name: 'flaky', title: 'Sometimes throwing',
+      async run(ctx) {
+        calls += 1;
+        await ctx.updateNode({ maintenance: true });
+        throw new Error('a bug');
+      },
+    };
+    const d = deps([flaky]);
+    const { nodeId, runId } = await enrollingRun();
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting', for: 'a retry of "Sometimes throwing"' });
+    expect((await nodeOf(sql(), nodeId)).maintenance).toBe(false);
+    expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'waiting', attempts: 1, errorCode: 'STEP_ERROR' });
+    expect(calls).toBe(1);
+  });
+
+  it('a run whose node was moved by someone else ends superseded without touching the node', async () => {
+    const d = deps([powerStateStep]);
+    const { nodeId, runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    await sql().query(`UPDATE node SET provision_state = 'ready' WHERE id = $1`, [nodeId]);
+    const cmd = (await queuedCommands(sql(), runId))[0]!;
+    await reportCommand(sql(), cmd.id, ok('on'));
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'superseded' });
+    expect((await nodeOf(sql(), nodeId)).provision_state).toBe('ready');
+  });
+
+  it('a new run of the node supersedes its active one, which then does nothing', async () => {
+    const d = deps([powerStateStep]);
+    const { nodeId, runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const second = await startRun(sql(), nodeId, 'metal-enroll', { verb: 'manage' });
+    expect((await runOf(sql(), runId)).status).toBe('superseded');
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'idle', status: 'superseded' });
+    expect((await nodeOf(sql(), nodeId)).workflow_id).toBe(second);
+  });
+});
+
+describe('reconcileNode and sweepRuns', () => {
+  it('a metal.reconcile job advances the node\'s active run, and does nothing for a node without one', async () => {
+    const d = deps([powerStateStep]);
+    const { nodeId, runId } = await enrollingRun();
+    expect(await reconcileNode(d, nodeId)).toMatchObject({ kind: 'waiting' });
+    expect(await commandsOf(sql(), runId)).toHaveLength(1);
+    const idle = await makeNode(t.app.services.prisma, world, { state: 'ready' });
+    expect(await reconcileNode(d, idle.id)).toBeNull();
+  });
+
+  it('wakes a quiet run with something to do (a result arrived after its last change), and leaves a waiting one alone', async () => {
+    const d = deps([powerStateStep]);
+    const { runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const quiet = () => sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
+    await quiet();
+    const before = await advanceJobs(runId);
+    await sweepRuns(sql(), 30_000);
+    expect(await advanceJobs(runId)).toBe(before);
+    // The result's own wake-up was taken by a worker that died: the sweep wakes the run.
+    const cmd = (await queuedCommands(sql(), runId))[0]!;
+    await sql().query(`UPDATE command SET status = 'succeeded', result = '{"ok":true,"value":"on"}', updated_at = now() WHERE id = $1`, [cmd.id]);
+    await sweepRuns(sql(), 30_000);
+    expect(await advanceJobs(runId)).toBe(before + 1);
+  });
+});
+
+describe('the workflows as data', () => {
+  it('every kind the state table names has a definition, and each chained run runs in the state its predecessor succeeds into', () => {
+    for (const kind of Object.keys(WORKFLOW_KINDS) as (keyof typeof WORKFLOW_KINDS)[]) {
+      const def = WORKFLOWS[kind];
+      expect(def?.kind).toBe(kind);
+      const names = def!.steps.map((s) => s.name);
+      expect(new Set(names).size).toBe(names.length);
+      for (const s of def!.steps) expect(typeof s.title === 'function' || /^[A-Z]/.test(s.title)).toBe(true);
+    }
+    for (const [from, to] of Object.entries(WORKFLOW_CHAINS) as [keyof typeof WORKFLOW_KINDS, keyof typeof WORKFLOW_KINDS][]) {
+      expect(WORKFLOW_KINDS[to].state).toBe(WORKFLOW_KINDS[from].onSuccess);
+    }
+  });
+});
