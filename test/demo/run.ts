@@ -66,16 +66,23 @@ const ACTIVE_RUN = ['queued', 'running', 'waiting', 'aborting'];
 
 /**
  * The verbs record their run themselves once runs carry intent (the intent part of issue 9); on a
- * build where a verb moved the node but left no active run, the demo starts the run the state
- * calls for, with the params the verb records, so the demo shows the engine either way.
+ * build where a verb moved the node and recorded no run of the kind its new state calls for, the
+ * demo starts that run, with the params the verb records, so the demo shows the engine either way.
+ * `since` is the database's clock before the verb: a run the verb recorded and that already ended
+ * (a fast failure) still counts, so no second run is ever started behind a verb's back.
  */
-async function ensureRun(app: App, nodeId: string, kind: WorkflowKind, params: Record<string, unknown>): Promise<boolean> {
+async function ensureRun(app: App, nodeId: string, kind: WorkflowKind, params: Record<string, unknown>, since: Date): Promise<boolean> {
   const { rows } = await app.services.sql.query(
-    `SELECT r.status FROM node n LEFT JOIN workflow_run r ON r.id = n.workflow_id WHERE n.id = $1`, [nodeId],
+    `SELECT 1 FROM workflow_run WHERE node_id = $1 AND kind = $2 AND created_at >= $3 LIMIT 1`, [nodeId, kind, since],
   );
-  if (ACTIVE_RUN.includes(rows[0]?.status as string)) return false;
+  if (rows.length) return false;
   await startRun(app.services.sql, nodeId, kind, params);
   return true;
+}
+
+async function dbNow(app: App): Promise<Date> {
+  // Runs keep created_at to the millisecond (rounded): a margin so rounding never hides one.
+  return (await app.services.sql.query(`SELECT now() - interval '5 milliseconds' AS now`)).rows[0]!.now as Date;
 }
 
 async function readRows(app: App, tenantId: string, flavours: Map<string, string>): Promise<Row[]> {
@@ -192,12 +199,13 @@ async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (stop: ()
     const enrolled = new Map<string, string>();
     for (const m of sim.machines) {
       check();
+      const since = await dbNow(app);
       const r = await call(api, 'POST', '/api/compute/metal/enroll', {
         poolId: createPool.id, name: m.id, macs: m.macs,
         bmc: { address: m.bmc.url, driver: 'redfish', credentials: { username: m.bmc.username, password: m.bmc.password } },
       }) as { node: { id: string } };
       enrolled.set(m.id, r.node.id);
-      if (await ensureRun(app, r.node.id, 'metal-enroll', { verb: 'enroll' })) bridged += 1;
+      if (await ensureRun(app, r.node.id, 'metal-enroll', { verb: 'enroll' }, since)) bridged += 1;
     }
     const allIds = new Set(enrolled.values());
     let rows = await settle('enroll, inspect, commission -> ready', allIds, ['enrolling', 'inspecting', 'commissioning']);
@@ -216,8 +224,9 @@ async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (stop: ()
       const profileVersion = Math.max(...profile.saveDeployProfileVersion.versions.map((v) => v.version));
       for (const r of ready) {
         check();
+        const since = await dbNow(app);
         await call(api, 'POST', '/api/compute/metal/deploy', { nodeId: r.id, profileId, profileVersion });
-        if (await ensureRun(app, r.id, 'metal-deploy', { verb: 'deploy', profileId, profileVersion })) bridged += 1;
+        if (await ensureRun(app, r.id, 'metal-deploy', { verb: 'deploy', profileId, profileVersion }, since)) bridged += 1;
       }
       rows = await settle(`deploy ${ready.length} -> deployed`, deployIds, ['deploying']);
     }
@@ -226,8 +235,9 @@ async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (stop: ()
     const releaseIds = new Set(toRelease.map((r) => r.id));
     for (const r of toRelease) {
       check();
+      const since = await dbNow(app);
       await call(api, 'POST', '/api/compute/metal/undeploy', { nodeId: r.id, wipe: 'quick' });
-      if (await ensureRun(app, r.id, 'metal-release', { verb: 'undeploy', wipe: 'quick' })) bridged += 1;
+      if (await ensureRun(app, r.id, 'metal-release', { verb: 'undeploy', wipe: 'quick' }, since)) bridged += 1;
     }
     if (toRelease.length) rows = await settle(`release ${toRelease.length} -> ready`, releaseIds, ['releasing']);
 
