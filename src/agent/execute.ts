@@ -46,7 +46,9 @@ export async function executeCommand(
   try {
     if (!isKind(command.kind)) throw new BmcError('BMC_UNSUPPORTED', `this agent does not know the command kind ${command.kind}`);
     const driver = registry.resolve(bindings, COMMAND_INTERFACE[command.kind]);
-    const opts = { signal };
+    // The command's id is the one intended action it names: a driver sends it on every
+    // destructive request, so a BMC (or the simulator) can tell a repeat from a new action.
+    const opts = { signal, idempotencyKey: command.id };
     const p = command.params;
     switch (command.kind) {
       case 'bmc.power': {
