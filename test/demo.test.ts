@@ -92,10 +92,12 @@ it('3 machines: enrolled to ready, 2 deployed, 1 released to ready, a summary, e
   const { code } = await demo.exit;
   expect({ code, tail: code === 0 ? '' : demo.out.slice(-30).join('\n') }).toEqual({ code: 0, tail: '' });
   const json = demo.out.find((l) => l.startsWith('{"summary"'));
-  const { summary } = JSON.parse(json!) as { summary: { ok: boolean; states: Record<string, number>; deployed: string[]; released: string[]; failed: unknown[]; stepsSucceeded: number } };
+  const { summary } = JSON.parse(json!) as { summary: { ok: boolean; states: Record<string, number>; deployed: string[]; released: string[]; failed: unknown[]; runs: number; stepsSucceeded: number } };
   expect(summary).toMatchObject({ ok: true, states: { ready: 2, deployed: 1 }, failed: [] });
   expect(summary.deployed).toHaveLength(2);
   expect(summary.released).toEqual([summary.deployed[0]]);
+  // The verbs recorded every run: enroll, inspect, commission per machine, one deploy each, one release.
+  expect(summary.runs).toBe(3 * 3 + 2 + 1);
   expect(summary.stepsSucceeded).toBeGreaterThan(0);
   // Plain lines, one per move, in the seed's order for every machine.
   for (const name of ['demo-1', 'demo-2', 'demo-3']) {
