@@ -7,6 +7,7 @@ import { newId } from '../../ids';
 import { createNode, prismaRunner } from './node-store';
 import { isSecretRef } from '../../../clients/secrets/broker';
 import { checkIpmiNode, IpmiConfigError } from '../../../clients/bmc/ipmi';
+import { checkRedfishNode, isRedfishDriver, RedfishNodeError } from '../../../clients/bmc/redfish/check';
 import { poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
 import { BMC_DRIVERS, type DriverBindings } from '../tenancy/tenancy';
@@ -138,12 +139,22 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
     profile = { id: row.id, driverBindings: row.driverBindings as unknown as DriverBindings };
   }
 
-  // What the IPMI driver could never use (a URL, cipher suite 0), refused before anything is written.
-  if (Object.values(bindingsFor(driver, profile?.driverBindings ?? null)).includes('ipmi')) {
+  // What the IPMI or Redfish driver could never use (a URL for IPMI, cipher suite 0, a path or a bad
+  // caCert for Redfish), refused before anything is written.
+  const bound = Object.values(bindingsFor(driver, profile?.driverBindings ?? null));
+  if (bound.includes('ipmi')) {
     try {
       checkIpmiNode(address, driverOptions);
     } catch (e) {
       if (e instanceof IpmiConfigError) throw invalidInput(e.field, e.reason);
+      throw e;
+    }
+  }
+  if (bound.some(isRedfishDriver)) {
+    try {
+      checkRedfishNode(address, driverOptions);
+    } catch (e) {
+      if (e instanceof RedfishNodeError) throw invalidInput(e.field, e.reason);
       throw e;
     }
   }
