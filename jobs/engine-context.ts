@@ -143,7 +143,7 @@ export function buildContext(input: ContextInput): BuiltContext {
     reports: (kind: ReportKind) => reportsOf(db, run.id, { kind }),
     waitFor: (what: string): StepResult => ({ kind: 'wait', until: step.deadline, for: what }),
     async updateNode(data: NodeChange, events: NodeEvent[] = []) {
-      const row = await updateNode(db, { id: node.id, version: node.version }, { data, run: null, events, job: null }, run.params.requestId ?? null);
+      const row = await updateNode(db, { id: node.id, version: node.version }, { data, run: null, events }, run.params.requestId ?? null);
       // The step's transaction holds the node's row lock: a lost compare-and-set is a bug, not a race.
       if (!row) throw new Error(`node ${node.id} changed under the step's lock`);
       node = row;

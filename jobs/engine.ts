@@ -515,7 +515,6 @@ async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
       events: decision.to && decision.event
         ? [{ type: decision.event, payload: { workflowId: l.run.id, kind, from, to: decision.to, ...(nextRun ? { next: { workflowId: nextRun.id, kind: nextRun.kind } } : {}) } }]
         : [],
-      job: null,
     }, l.run.params.requestId ?? null);
     if (!moved) throw new Error(`node ${l.node.id} changed under the run's lock`);
   }
@@ -542,7 +541,6 @@ async function failRun(l: Loaded, outcome: WorkflowOutcome): Promise<Step> {
         data: { provisionState: 'failed', failedFrom: decision.failedFrom, lastErrorCode: code, lastErrorMessage: message, maintenance: true },
         run: null,
         events: [{ type: decision.event, payload: { workflowId: l.run.id, kind, from, to: 'failed', failedFrom: decision.failedFrom, error: { code, message } } }],
-        job: null,
       }, l.run.params.requestId ?? null);
       if (!failedNode) throw new Error(`node ${l.node.id} changed under the run's lock`);
       l.node = failedNode;

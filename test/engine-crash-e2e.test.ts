@@ -11,7 +11,6 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { startTestApp, type TestApp } from './helpers/app';
 import { rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
-import { startRun } from './helpers/engine';
 import { startMachineSim, type MachineSim } from './sim/machine';
 import { fromRoot } from '../src/paths';
 
@@ -57,7 +56,6 @@ describe('the worker SIGKILLed in the middle of running workflows, against the s
       });
       expect(r.status).toBe(200);
       ids.push(r.body.node.id);
-      await startRun(sql, r.body.node.id, 'metal-enroll', { verb: 'enroll' });
     }
     const first = startWorker();
     let caught = { leases: 0, claims: 0 };

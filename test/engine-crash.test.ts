@@ -25,6 +25,8 @@ function startWorker(databaseUrl: string): { child: ChildProcess; stderr: () => 
     env: {
       ...process.env, DATABASE_URL: databaseUrl, ROLE: 'worker', ADMIN_TOKEN: `crash-admin-${Date.now()}`, LOG_LEVEL: 'warn',
       SECRET_KEY: Buffer.alloc(32, 9).toString('base64'), WORKFLOW_LEASE_MS: String(LEASE_MS), QUEUE_POLL_SECONDS: '1',
+      // The test plays the site agent: the worker's built-in one would claim the commands first.
+      BUILTIN_AGENT: 'off',
     },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

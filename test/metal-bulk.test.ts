@@ -18,7 +18,8 @@ describe('bulk', () => {
 
   beforeAll(async () => {
     // A long token cache: the statement-count test must not see a token lookup mid-measurement.
-    t = await startTestApp({ tokenCacheMs: 600000 });
+    // No workers: the runs stay as written, and the test plays each metal.batch job it checks.
+    t = await startTestApp({ tokenCacheMs: 600000, role: 'api' });
     tree = await makeTenantTree(t.app.database.prisma, 'bulk', { pools: 2, nodesPerPool: 0 });
     other = await makeTenantTree(t.app.database.prisma, 'bulk-other', { pools: 1, nodesPerPool: 0 });
     token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
@@ -45,20 +46,29 @@ describe('bulk', () => {
   const snapshot = async (ids: string[]) =>
     (await sql.query(`SELECT (SELECT json_agg(json_build_array(id, provision_state, version) ORDER BY id) FROM node WHERE id = ANY($1)) AS nodes,
        (SELECT count(*) FROM event WHERE node_id = ANY($1)) AS events,
-       (SELECT count(*) FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = ANY($1)) AS jobs,
+       (SELECT count(*) FROM workflow_run WHERE node_id = ANY($1)) AS runs,
+       (SELECT count(*) FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId' WHERE j.name = 'metal.advance' AND r.node_id = ANY($1)) AS jobs,
        (SELECT count(*) FROM command_batch) AS batches`, [ids])).rows[0];
 
+  /** The metal.advance jobs of the nodes' runs: each names only its run. */
   const jobsOf = async (ids: string[]) =>
-    Number((await sql.query(`SELECT count(*) FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = ANY($1)`, [ids])).rows[0].count);
-  /** Waits (at most 10 s) until the batch's release job has queued the nodes' jobs (the worker polls). */
-  async function releasedJobs(ids: string[], expected: number): Promise<number> {
-    const deadline = Date.now() + 10000;
-    let count = await jobsOf(ids);
-    while (count < expected && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
-      count = await jobsOf(ids);
-    }
-    return count;
+    (await sql.query(`SELECT j.data FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId'
+                       WHERE j.name = 'metal.advance' AND r.node_id = ANY($1)`, [ids])).rows.map((r) => r.data as { runId: string });
+  const runsOf = (ids: string[]) => t.app.database.prisma.workflowRun.findMany({ where: { nodeId: { in: ids } } });
+  /** The batch's metal.batch jobs, each played as the worker does (releaseBatch): the runs started. */
+  async function playRelease(batchId: string): Promise<number> {
+    const { rows } = await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.batch' AND data->>'batchId' = $1`, [batchId]);
+    expect(rows.map((r) => r.data)).toEqual([{ batchId }]);
+    return releaseBatch(t.app.services.sql, rows[0].data.batchId);
+  }
+  /** Each node has exactly one run, of `kind` with `params` (and its batch), and one job naming it. */
+  async function expectOneRunEach(ids: string[], kind: string, params: Record<string, unknown>, batchId: string | null) {
+    const runs = await runsOf(ids);
+    expect(runs.map((r) => r.nodeId).sort()).toEqual([...ids].sort());
+    for (const run of runs) expect(run).toMatchObject({ kind, status: 'queued', params, batchId });
+    expect((await jobsOf(ids)).sort((a, b) => a.runId.localeCompare(b.runId))).toEqual(runs.map((r) => ({ runId: r.id })).sort((a, b) => a.runId.localeCompare(b.runId)));
+    const nodesNow = await t.app.database.prisma.node.findMany({ where: { id: { in: ids } } });
+    for (const n of nodesNow) expect(n.workflowId).toBe(runs.find((r) => r.nodeId === n.id)!.id);
   }
 
   /** The batch as its row reads now, in the answer's shape: the answer must not differ from it. */
@@ -67,7 +77,7 @@ describe('bulk', () => {
                              to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS "createdAt"
                         FROM command_batch WHERE id = $1`, [id])).rows[0];
 
-  it('retires every node in one batch: state, one event and one job per node (through the batch), and an audit batch with the reason', async () => {
+  it('retires every node in one batch: state, one event per node, an audit batch with the reason; one run and one job per node at the release', async () => {
     const ids = await nodes(50);
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'retire', nodeIds: ids, reason: 'end of lease' });
     expect(response.status).toBe(200);
@@ -75,24 +85,27 @@ describe('bulk', () => {
     expect(new Set(response.body.nodes.map((n: any) => n.provisionState))).toEqual(new Set(['retiring']));
     expect(response.body.batch).toMatchObject({ verb: 'retire', reason: 'end of lease', nodeCount: 50, status: 'recorded', quorum: 0 });
     expect(response.body.batch).toEqual(await storedBatch(response.body.batch.id));
-    // The events commit with the change; the nodes' jobs come from the batch's one release job,
-    // queued in the same transaction (the batch needs no approval) and run by the worker.
-    expect(Number((await snapshot(ids)).events)).toBe(50);
-    const release = await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.batch' AND data->>'batchId' = $1`, [response.body.batch.id]);
-    expect(release.rows.map((r) => r.data)).toEqual([{ batchId: response.body.batch.id }]);
-    expect(await releasedJobs(ids, 50)).toBe(50);
-    const job = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [ids[0]])).rows[0].data;
-    expect(job).toEqual({ nodeId: ids[0], reason: 'retire', batchId: response.body.batch.id });
-    // A second release of the same batch (a retried or duplicated job) queues nothing more.
-    expect(await releaseBatch(t.app.services.sql, response.body.batch.id)).toBe(0);
-    expect(await jobsOf(ids)).toBe(50);
+    // The events commit with the change; the runs (retire is destructive) come from the batch's
+    // one release job, queued in the same transaction (the batch needs no approval).
+    expect(await snapshot(ids)).toMatchObject({ events: '50', runs: '0', jobs: '0' });
+    const batchId = response.body.batch.id;
+    expect(await playRelease(batchId)).toBe(50);
+    await expectOneRunEach(ids, 'metal-retire', { verb: 'retire', reason: 'end of lease', batchId }, batchId);
+    // A second release of the same batch (a retried or duplicated job) starts nothing more.
+    expect(await releaseBatch(t.app.services.sql, batchId)).toBe(0);
+    expect(await snapshot(ids)).toMatchObject({ runs: '50', jobs: '50' });
   });
 
-  it('a non-destructive verb (inspect) makes no batch', async () => {
+  it('a non-destructive verb (inspect) makes no batch, and starts every node\'s run and its job in its statement', async () => {
     const ids = await nodes(3);
-    const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: ids });
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: ids }, { 'x-request-id': 'bulk-inspect-1' });
     expect(response.status).toBe(200);
     expect(response.body.batch).toBeNull();
+    await expectOneRunEach(ids, 'metal-inspect', { verb: 'inspect', requestId: 'bulk-inspect-1' }, null);
+    for (const n of response.body.nodes) expect(n.workflowId).toEqual(expect.stringMatching(/^wf_/));
+    const events = (await sql.query('SELECT node_id, payload FROM event WHERE node_id = ANY($1)', [ids])).rows;
+    const runs = await runsOf(ids);
+    for (const e of events) expect(e.payload.workflowId).toBe(runs.find((r) => r.nodeId === e.node_id)!.id);
   });
 
   const refusals: [string, () => Promise<Record<string, unknown>>, number, RegExp][] = [
@@ -151,19 +164,56 @@ describe('bulk', () => {
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'mallory', s: signBy(0) }))).toBe('INVALID_INPUT');
     const first = await gql(t.url, token, APPROVE, { b: batch.id, k: 'alice', s: signBy(0) });
     expect(first.data!.approveCommandBatch.status).toBe('awaiting-approval');
-    // Seed: with approver keys the batch's commands wait for its approval. Nothing is queued
-    // for its nodes before the quorum, and a release job run early queues nothing either.
+    // Seed: with approver keys the batch's commands wait for its approval. No run, no job and no
+    // release job exist for its nodes before the quorum, and a release run early starts nothing.
+    const nothingYet = { runs: '0', jobs: '0' };
+    expect(await snapshot(ids)).toMatchObject(nothingYet);
+    expect((await sql.query(`SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.batch' AND data->>'batchId' = $1`, [batch.id])).rows[0].n).toBe(0);
     expect(await releaseBatch(t.app.services.sql, batch.id)).toBe(0);
-    await new Promise((r) => setTimeout(r, 300));
-    expect(await jobsOf(ids)).toBe(0);
+    expect(await snapshot(ids)).toMatchObject(nothingYet);
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'alice', s: signBy(0) }))).toBe('CONFLICT');
     const second = await gql(t.url, token, APPROVE, { b: batch.id, k: 'bob', s: signBy(1) });
     expect(second.data!.approveCommandBatch.status).toBe('approved');
-    // The approval that reached the quorum released the batch: each node's job, with the wipe.
-    expect(await releasedJobs(ids, 4)).toBe(4);
-    const job = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [ids[0]])).rows[0].data;
-    expect(job).toEqual({ nodeId: ids[0], reason: 'undeploy', wipe: 'crypto-erase', batchId: batch.id });
+    // The approval that reached the quorum queued the batch's release: each node's run, with the
+    // wipe and the reason, and exactly one job each.
+    expect(await snapshot(ids)).toMatchObject(nothingYet);
+    expect(await playRelease(batch.id)).toBe(4);
+    await expectOneRunEach(ids, 'metal-release', { verb: 'undeploy', wipe: 'crypto-erase', reason: 'decommission', batchId: batch.id }, batch.id);
+    expect(await releaseBatch(t.app.services.sql, batch.id)).toBe(0);
     expect(codeOf(await gql(t.url, token, APPROVE, { b: batch.id, k: 'bob', s: signBy(1) }))).toBe('INVALID_STATE');
+  });
+
+  it('the release starts runs only for nodes still in the verb\'s target state whose intent has not moved on since the batch', async () => {
+    const ids = await nodes(4, 'deployed', 1);
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[1]!.id, verb: 'undeploy', reason: 'refresh', nodeIds: ids });
+    const batch = response.body.batch;
+    expect(batch.status).toBe('awaiting-approval');
+    const [left, recovered, finished, waiting] = ids as [string, string, string, string];
+    const verb = (v: string, nodeId: string) => rest(t.url, token, 'POST', `/api/compute/metal/${v}`, { nodeId });
+    // Aborted while the batch waited: failed, no longer releasing.
+    expect((await verb('abort', left)).status).toBe(200);
+    // Aborted then recovered: back in releasing, with recover's own metal-release run (active).
+    expect((await verb('abort', recovered)).status).toBe(200);
+    expect((await verb('recover', recovered)).body.node.provisionState).toBe('releasing');
+    // The same, and recover's run is over: a newer intent than the batch's still stands.
+    expect((await verb('abort', finished)).status).toBe(200);
+    expect((await verb('recover', finished)).status).toBe(200);
+    await t.app.database.prisma.workflowRun.updateMany({ where: { nodeId: finished }, data: { status: 'failed', finishedAt: new Date() } });
+    const before = await runsOf(ids);
+    expect(before.map((r) => r.nodeId).sort()).toEqual([recovered, finished].sort());
+    const APPROVE = 'mutation ($b: ID!, $k: String!, $s: String!) { approveCommandBatch(batchId: $b, keyId: $k, signature: $s) { status } }';
+    for (const [i, k] of ['alice', 'bob'].entries()) {
+      const s = sign(null, Buffer.from(batch.digest, 'hex'), keys[i]!.privateKey).toString('base64');
+      expect((await gql(t.url, token, APPROVE, { b: batch.id, k, s })).errors).toBeUndefined();
+    }
+    expect(await playRelease(batch.id)).toBe(1);
+    const after = await runsOf(ids);
+    const started = after.filter((r) => !before.some((b) => b.id === r.id));
+    expect(started).toEqual([expect.objectContaining({ nodeId: waiting, kind: 'metal-release', batchId: batch.id })]);
+    expect((await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: waiting } })).workflowId).toBe(started[0]!.id);
+    expect(await jobsOf([waiting])).toEqual([{ runId: started[0]!.id }]);
+    // The others' runs are as they were.
+    expect(after.filter((r) => r.nodeId !== waiting).map((r) => [r.id, r.status]).sort()).toEqual(before.map((r) => [r.id, r.status]).sort());
   });
 
   it('two bulk calls over the same nodes in opposite orders: one wins, the other is refused cleanly (never INTERNAL)', async () => {
@@ -182,11 +232,6 @@ describe('bulk', () => {
   });
 
   it('is set-based: the same number of SQL statements for 10 and for 500 nodes', async () => {
-    // The worker releasing earlier tests' batches counts its statements too: let it finish first.
-    const deadline = Date.now() + 10000;
-    const pendingReleases = async () => Number((await sql.query(`SELECT count(*) FROM pgboss.job WHERE name = 'metal.batch' AND state < 'completed'`)).rows[0].count);
-    while ((await pendingReleases()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-    expect(await pendingReleases()).toBe(0);
     const count = async (n: number) => {
       const ids = await nodes(n);
       await gql(t.url, token, '{ viewer { tokenId } }');

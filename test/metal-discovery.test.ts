@@ -50,6 +50,16 @@ describe('PXE discovery: discovered and confirmMac', () => {
     });
     return id;
   }
+  /** Gives the node the enroll run that waits for its MAC (as the engine leaves it). */
+  async function waitingRun(nodeId: string): Promise<string> {
+    const id = newId('WorkflowRun');
+    await t.app.database.prisma.workflowRun.create({ data: { id, nodeId, kind: 'metal-enroll', status: 'waiting', waitingFor: 'its MAC to be confirmed', params: { verb: 'enroll' } } });
+    await t.app.database.prisma.node.update({ where: { id: nodeId }, data: { workflowId: id } });
+    return id;
+  }
+  /** The metal.advance jobs naming the run: what wakes it. */
+  const wakes = async (runId: string) =>
+    (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId])).rows.map((r) => r.data);
   const sighting = (mac: string, productUuid: string | null, firstSeenMin: number, extra: Record<string, unknown> = {}) =>
     ({ mac, productUuid, arch: 'x86_64', firstSeen: min(firstSeenMin), lastSeen: min(0), requestCount: 3, relays: ['10.0.0.1'], ...extra });
   const eventsOf = async (nodeId: string, type: string) => (await sql.query('SELECT payload FROM event WHERE node_id = $1 AND type = $2', [nodeId, type])).rows.map((r) => r.payload);
@@ -61,6 +71,7 @@ describe('PXE discovery: discovered and confirmMac', () => {
   it('proposes the MAC first seen within 10 minutes after the PXE cycle, its UUID in SMBIOS byte order, once', async () => {
     const uuid = nextUuid();
     const nodeId = await waitingNode(uuid, 5);
+    const runId = await waitingRun(nodeId);
     const mac = nextMac();
     await report(0, [sighting(mac, swapUuid(uuid).toUpperCase(), -3)]);
     const list = await rest(t.url, token, 'POST', '/api/compute/metal/discovered', { siteId: tree.site.id });
@@ -69,10 +80,14 @@ describe('PXE discovery: discovered and confirmMac', () => {
     expect(await eventsOf(nodeId, 'node.pxe-mac.discovered')).toEqual([{ nodeId, mac, requestId: expect.any(String) }]);
     await report(0, [sighting(mac, swapUuid(uuid), -3)]);
     expect(await eventsOf(nodeId, 'node.pxe-mac.discovered')).toHaveLength(1);
+    // A proposal binds nothing, so the run waiting for the MAC is not woken by it...
+    expect(await wakes(runId)).toEqual([]);
     const confirmed = await rest(t.url, token, 'POST', '/api/compute/metal/confirmMac', { nodeId, mac: mac.toUpperCase() });
     expect(confirmed.status).toBe(200);
     expect(confirmed.body.node.macs).toEqual([mac]);
     expect((await eventsOf(nodeId, 'node.pxe-mac.confirmed'))[0]).toMatchObject({ mac, candidate: true });
+    // ...confirmMac is: "the waiting boot then goes on from that MAC".
+    expect(await wakes(runId)).toEqual([{ runId }]);
   });
 
   const noCandidate: [string, () => Promise<{ nodeId: string; machines: unknown[] }>][] = [
@@ -147,11 +162,14 @@ describe('PXE discovery: discovered and confirmMac', () => {
   it('binds the candidate at once in a pool that trusts its provisioning network', async () => {
     const uuid = nextUuid();
     const nodeId = await waitingNode(uuid, 2, 1);
+    const runId = await waitingRun(nodeId);
     const mac = nextMac();
     await report(1, [sighting(mac, uuid, -1)]);
     const row = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } });
     expect(row.macs).toEqual([mac]);
     expect((await eventsOf(nodeId, 'node.pxe-mac.confirmed'))[0]).toMatchObject({ mac, candidate: true, trustedNetwork: true });
+    // Bound at once, so the enroll run waiting for it goes on at once.
+    expect(await wakes(runId)).toEqual([{ runId }]);
   });
 
   it('lists by MAC over agents, newest first: summed requests, relays, agents and the enrolled node', async () => {

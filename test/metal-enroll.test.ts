@@ -35,7 +35,7 @@ describe('enroll', () => {
     ...over,
   });
 
-  it('creates a node in enrolling, with its event and job, and never returns, logs or publishes the credentials', async () => {
+  it('creates a node in enrolling, with its event, run and job, and never returns, logs or publishes the credentials', async () => {
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ addresses: ['10.30.0.5', 'fd00::5'] }), { 'x-request-id': 'enroll-1' });
     expect(response.status).toBe(200);
     const node = response.body.node;
@@ -46,13 +46,17 @@ describe('enroll', () => {
     });
     const events = (await sql.query('SELECT type, payload FROM event WHERE node_id = $1', [node.id])).rows;
     expect(events.map((e) => e.type)).toEqual(['node.enrolled']);
-    const jobs = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [node.id])).rows;
-    expect(jobs.map((j) => j.data)).toEqual([{ nodeId: node.id, reason: 'enroll' }]);
+    // The intent is the node's metal-enroll run; its one job names only the run.
+    const runs = (await sql.query('SELECT id, kind, params FROM workflow_run WHERE node_id = $1', [node.id])).rows;
+    expect(runs).toEqual([{ id: node.workflowId, kind: 'metal-enroll', params: { verb: 'enroll', requestId: 'enroll-1' } }]);
+    expect(events[0].payload.workflowId).toBe(node.workflowId);
+    const jobs = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [node.workflowId])).rows;
+    expect(jobs.map((j) => j.data)).toEqual([{ runId: node.workflowId }]);
     const row = (await sql.query('SELECT * FROM node WHERE id = $1', [node.id])).rows[0];
     expect(row.bmc_credentials_ref).toMatch(/^secret:\/\/sec_/);
     // Everything a caller or an operator can read: responses, the node row, events, job data, logs.
     const gqlView = await gql(t.url, token, '{ nodes(first: 50) { edges { node { id bmc { address driver driverOptions credentialsSet } } } } }');
-    const everything = [JSON.stringify(response.body), JSON.stringify(gqlView), JSON.stringify(row), JSON.stringify(events), JSON.stringify(jobs), ...logLines].join('\n');
+    const everything = [JSON.stringify(response.body), JSON.stringify(gqlView), JSON.stringify(row), JSON.stringify(events), JSON.stringify(runs), JSON.stringify(jobs), ...logLines].join('\n');
     expect(everything).not.toContain(PASSWORD);
     expect(logLines.length).toBeGreaterThan(0);
     // ...while the broker can give them back to the drivers.

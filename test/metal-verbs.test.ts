@@ -1,10 +1,10 @@
 import pg from 'pg';
-import { releaseBatch } from '../src/modules/metal/bulk';
 import { startTestApp, type TestApp } from './helpers/app';
 import { codeOf, gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
-import { PROVISION_STATES, decideMove, type ProvisionState } from '../src/modules/metal/states';
+import { PROVISION_STATES, decideMove, runKindOf, type ProvisionState } from '../src/modules/metal/states';
+import { releaseBatch } from '../src/modules/metal/bulk';
 
 type Verb = 'manage' | 'inspect' | 'provide' | 'recover' | 'retire' | 'abort' | 'undeploy' | 'deploy' | 'rescue';
 const FIELD: Record<Verb, string> = {
@@ -26,7 +26,8 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
   let sql: pg.Client;
 
   beforeAll(async () => {
-    // No workers: these tests read the rows a verb writes; the engine would advance its runs.
+    // No workers: the runs the verbs start stay as written (no engine advances them), and the
+    // batch's release is played by the test.
     t = await startTestApp({ role: 'api' });
     tree = await makeTenantTree(t.app.database.prisma, 'verbs', { pools: 1, nodesPerPool: 0 });
     other = await makeTenantTree(t.app.database.prisma, 'others', { pools: 1, nodesPerPool: 0 });
@@ -56,8 +57,11 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     return id;
   }
   const eventsOf = async (nodeId: string) => (await sql.query('SELECT type, payload FROM event WHERE node_id = $1 ORDER BY id', [nodeId])).rows;
+  /** The metal.advance jobs of the node's runs: a job names only its run. */
   const jobsOf = async (nodeId: string) =>
-    (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [nodeId])).rows;
+    (await sql.query(`SELECT j.data FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId'
+                       WHERE j.name = 'metal.advance' AND r.node_id = $1 ORDER BY j.created_on, j.id`, [nodeId])).rows;
+  const runsOf = async (nodeId: string) => t.app.database.prisma.workflowRun.findMany({ where: { nodeId }, orderBy: { createdAt: 'asc' } });
 
   const verbs: Verb[] = ['manage', 'inspect', 'provide', 'recover', 'retire', 'abort', 'undeploy', 'deploy', 'rescue'];
   let profileId: string;
@@ -65,7 +69,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     verb === 'abort' ? { reason: 'operator stop' } : verb === 'deploy' ? { profileId, profileVersion: 1 } : {};
   const rows = verbs.flatMap((verb) => PROVISION_STATES.map((state) => [verb, state] as const));
 
-  it.each(rows)('%s on a node in %s: the table decides, and a legal move commits state, event and job together', async (verb, state) => {
+  it.each(rows)('%s on a node in %s: the table decides, and a legal move commits state, event, run and job together', async (verb, state) => {
     const failedFrom: ProvisionState | null = state === 'failed' ? 'deploying' : null;
     const nodeId = await nodeIn(state, failedFrom);
     const expected = decideMove(verb, state, failedFrom);
@@ -87,7 +91,19 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     const events = await eventsOf(nodeId);
     expect(events.map((e) => e.type)).toEqual([expected.event]);
     expect(events[0].payload).toMatchObject({ nodeId, verb, from: state, to });
-    expect((await jobsOf(nodeId)).map((j) => j.data)).toEqual([{ nodeId, reason: verb, ...(verb === 'undeploy' ? { wipe: 'quick' } : {}) }]);
+    // The verb's intent is a workflow run; its job names only the run. abort starts none (the
+    // node here has no run to abort), nor does recover to deployed.
+    const kind = runKindOf(verb, to);
+    const runs = await runsOf(nodeId);
+    if (kind) {
+      expect(runs).toHaveLength(1);
+      expect(runs[0]).toMatchObject({ id: row.workflowId, kind, params: { verb, ...(verb === 'undeploy' ? { wipe: 'quick' } : {}) } });
+      expect(events[0].payload.workflowId).toBe(runs[0]!.id);
+      expect((await jobsOf(nodeId)).map((j) => j.data)).toEqual([{ runId: runs[0]!.id }]);
+    } else {
+      expect(runs).toEqual([]);
+      expect(await jobsOf(nodeId)).toEqual([]);
+    }
     if (verb === 'abort') {
       expect(row).toMatchObject({ failedFrom: state, lastErrorCode: 'ABORTED', lastErrorMessage: 'aborted: operator stop', maintenance: true });
     }
@@ -99,10 +115,13 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       expect(row).toMatchObject({ failedFrom: null, lastErrorCode: null, lastErrorMessage: null, maintenance: failedFrom !== null });
       expect(result.data![FIELD[verb]].node).toMatchObject({ failedFrom: null, lastError: null });
     }
-    if (verb === 'deploy') expect(row).toMatchObject({ profileId, profileVersion: 1, role: null });
+    if (verb === 'deploy') {
+      expect(row).toMatchObject({ profileId, profileVersion: 1, role: null });
+      expect(runs[0]!.params).toMatchObject({ profileId, profileVersion: 1 });
+    }
     if (verb === 'rescue') {
       const run = await t.app.database.prisma.workflowRun.findUniqueOrThrow({ where: { id: row.workflowId! } });
-      expect(run).toMatchObject({ nodeId, kind: 'metal-rescue', status: 'queued' });
+      expect(run).toMatchObject({ nodeId, kind: 'metal-rescue' });
       expect(events[0].payload.workflowId).toBe(run.id);
     }
   });
@@ -161,26 +180,35 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       expect(unexplained.status).toBe(200);
     });
 
-    it('bulk rescue on an agent pool starts one rescue workflow per node, as the single verb does', async () => {
+    it('bulk rescue on an agent pool starts one rescue workflow per node at the batch\'s release, as the single verb does', async () => {
       const ids = [await nodeIn('deployed'), await nodeIn('deployed')];
       const res = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'rescue', nodeIds: ids, reason: 'disk repair' });
       expect(res.status).toBe(200);
-      // The nodes' jobs come from the batch's release job; this app runs no workers (the engine
-      // would advance the runs), so the test does what the metal.batch worker does.
-      expect(await releaseBatch(t.app.services.sql, res.body.batch.id)).toBe(ids.length);
+      const batchId = res.body.batch.id;
+      // Rebooting a deployed machine is destructive: nothing runs before the batch is released
+      // (this app runs no workers: the test plays the metal.batch job, whose one job was queued).
+      for (const id of ids) expect(await runsOf(id)).toEqual([]);
+      const release = await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.batch' AND data->>'batchId' = $1`, [batchId]);
+      expect(release.rows.map((r) => r.data)).toEqual([{ batchId }]);
+      // unrescue before the rescue even started: the ramdisk has not begun to boot.
+      const early = await gql(t.url, token, 'mutation ($input: MetalNodeVerbInput!) { unrescueNode(input: $input) { node { id } } }', { input: { nodeId: ids[0] } });
+      expect(codeOf(early)).toBe('CONFLICT');
+      expect(early.errors![0]!.message).toMatch(/has not started booting/);
+      expect(await releaseBatch(t.app.services.sql, batchId)).toBe(2);
       for (const id of ids) {
         const row = await t.app.database.prisma.node.findUniqueOrThrow({ where: { id } });
         expect(row.provisionState).toBe('rescue');
         const run = await t.app.database.prisma.workflowRun.findUniqueOrThrow({ where: { id: row.workflowId! } });
-        expect(run).toMatchObject({ nodeId: id, kind: 'metal-rescue', status: 'queued' });
+        expect(run).toMatchObject({ nodeId: id, kind: 'metal-rescue', status: 'queued', batchId, params: { verb: 'rescue', reason: 'disk repair', batchId } });
         const events = await eventsOf(id);
         expect(events.map((e) => e.type)).toEqual(['node.provision.rescue']);
-        expect(events[0].payload).toMatchObject({ nodeId: id, from: 'deployed', to: 'rescue', workflowId: run.id, bulk: true });
-        expect((await jobsOf(id)).map((j) => j.data)).toEqual([{ nodeId: id, reason: 'rescue', batchId: res.body.batch.id }]);
+        expect(events[0].payload).toMatchObject({ nodeId: id, from: 'deployed', to: 'rescue', bulk: true, batchId });
+        expect((await jobsOf(id)).map((j) => j.data)).toEqual([{ runId: run.id }]);
       }
       // unrescue reads that run: CONFLICT while the ramdisk boots.
-      const early = await gql(t.url, token, 'mutation ($input: MetalNodeVerbInput!) { unrescueNode(input: $input) { node { id } } }', { input: { nodeId: ids[0] } });
-      expect(codeOf(early)).toBe('CONFLICT');
+      const booting = await gql(t.url, token, 'mutation ($input: MetalNodeVerbInput!) { unrescueNode(input: $input) { node { id } } }', { input: { nodeId: ids[0] } });
+      expect(codeOf(booting)).toBe('CONFLICT');
+      expect(booting.errors![0]!.message).toMatch(/still booting/);
     });
   });
 
@@ -269,7 +297,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       const again = await gql(t.url, token, UNRESCUE, { input: { nodeId } });
       expect(again.data!.unrescueNode.node).toMatchObject({ workflowId, version: first.body.node.version });
       expect((await eventsOf(nodeId)).filter((e) => e.type === 'node.provision.unrescuing')).toHaveLength(1);
-      expect((await jobsOf(nodeId)).map((j) => j.data.reason).sort()).toEqual(['rescue', 'unrescue']);
+      expect((await jobsOf(nodeId)).map((j) => j.data)).toEqual([{ runId: rescueRun }, { runId: workflowId }]);
     });
     it('is INVALID_CONFIG when the provision module is not registered', async () => {
       const nodeId = await rescued();
@@ -313,7 +341,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     const strip = (n: any) => ({ provisionState: n.provisionState, version: n.version, maintenance: n.maintenance });
     expect(strip(response.body.node)).toEqual(strip(result.data!.undeployNode.node));
     expect(response.body.node).toMatchObject({ id: viaRest, bmc: { credentialsSet: true } });
-    expect((await jobsOf(viaRest))[0].data.wipe).toBe('secure-erase');
+    expect((await runsOf(viaRest))[0]!.params).toEqual({ verb: 'undeploy', wipe: 'secure-erase', requestId: expect.any(String) });
     const bad = await rest(t.url, token, 'POST', '/api/compute/metal/undeploy', { nodeId: viaRest, wipe: 'shred' });
     expect(bad.status).toBe(400);
     expect(bad.body.error.message).toMatch(/body\.wipe/);

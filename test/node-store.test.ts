@@ -1,8 +1,10 @@
 /**
  * The node store (src/modules/metal/node-store.ts): every node write is one statement with its
- * events and job, through a pg transaction or Prisma's alike, and no event payload carries a
- * credential, whichever writer tries.
+ * events, the run it starts (superseding the node's active one) and the job naming that run,
+ * through a pg transaction or Prisma's alike; at most one active run per node; no event payload
+ * or run params carry a credential, whichever writer tries.
  */
+import pg from 'pg';
 import { checkEventPayload } from '../src/events/outbox';
 import { createNode, prismaRunner, updateNode } from '../src/modules/metal/node-store';
 import { newId } from '../src/ids';
@@ -36,7 +38,8 @@ describe('checkEventPayload', () => {
 
 describe('node writes', () => {
   let t: TestApp;
-  beforeAll(async () => { t = await startTestApp(); });
+  // No workers: the runs stay as the store wrote them.
+  beforeAll(async () => { t = await startTestApp({ role: 'api' }); });
   afterAll(async () => { await t?.stop(); });
 
   it('a credential in an event of any writer writes nothing at all', async () => {
@@ -45,7 +48,7 @@ describe('node writes', () => {
     const node = tree.nodes[0]!;
     const before = await prisma.node.findUniqueOrThrow({ where: { id: node.id } });
     const events = await prisma.event.count({ where: { nodeId: node.id } });
-    const bad = { data: { maintenance: true }, run: null, events: [{ type: 'node.x', payload: { password: 'hunter2' } }], job: null };
+    const bad = { data: { maintenance: true }, run: null, events: [{ type: 'node.x', payload: { password: 'hunter2' } }] };
     await expect(sql.transaction((tx) => updateNode(tx, { id: node.id, version: before.version }, bad, 'req'))).rejects.toThrow('payload.password');
     await expect(prisma.$transaction((tx) => updateNode(prismaRunner(tx), { id: node.id, version: null }, bad, 'req'))).rejects.toThrow('payload.password');
     const id = newId('MetalNode');
@@ -53,24 +56,194 @@ describe('node writes', () => {
       id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, name: null, provisionState: 'enrolling',
       bmcAddress: '10.9.9.9', bmcDriver: 'redfish', bmcDriverOptions: {}, bmcCredentialsRef: 'secret://x', addresses: [], macs: [],
       productUuid: null, hardwareProfileId: null, driverBindings: {},
-    }, { run: null, events: [{ type: 'node.enrolled', payload: { bmc: { credentials: 'secret://x' } } }], job: { reason: 'enroll' } }, 'req'))).rejects.toThrow('payload.bmc.credentials');
+    }, { run: { id: newId('WorkflowRun'), kind: 'metal-enroll' }, events: [{ type: 'node.enrolled', payload: { bmc: { credentials: 'secret://x' } } }] }, 'req'))).rejects.toThrow('payload.bmc.credentials');
     expect(await prisma.node.findUnique({ where: { id } })).toBeNull();
     expect(await prisma.node.findUniqueOrThrow({ where: { id: node.id } })).toEqual(before);
     expect(await prisma.event.count({ where: { nodeId: node.id } })).toBe(events);
   });
 
-  it('a write through either runner is the compare-and-set, the events and the job together', async () => {
+  it('a write through either runner is the compare-and-set and the events together; no run, no job', async () => {
     const { prisma, sql } = t.app.services;
     const tree = await makeTenantTree(prisma, `store-${newId('Tenant')}`, { pools: 1, nodesPerPool: 1 });
     const node = await prisma.node.findUniqueOrThrow({ where: { id: tree.nodes[0]!.id } });
-    const write = { data: { maintenance: true }, run: null, events: [{ type: 'node.maintenance.on', payload: { why: 'test' } }], job: { reason: 'test' } };
+    const write = { data: { maintenance: true }, run: null, events: [{ type: 'node.maintenance.on', payload: { why: 'test' } }] };
     const row = await sql.transaction((tx) => updateNode(tx, node, write, 'req-1'));
     expect(row).toMatchObject({ id: node.id, maintenance: true, version: node.version + 1 });
     // The same version again: the compare-and-set refuses, and nothing more is written.
     expect(await prisma.$transaction((tx) => updateNode(prismaRunner(tx), node, write, 'req-2'))).toBeNull();
     const events = await prisma.event.findMany({ where: { nodeId: node.id, type: 'node.maintenance.on' } });
     expect(events.map((e) => e.payload)).toEqual([{ nodeId: node.id, why: 'test', requestId: 'req-1' }]);
-    const { rows } = await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [node.id]);
-    expect(rows.map((r) => r.data)).toEqual([{ nodeId: node.id, reason: 'test' }]);
+    expect(await prisma.workflowRun.count({ where: { nodeId: node.id } })).toBe(0);
+    expect(await advanceJobs(node.id)).toEqual([]);
+  });
+
+  /** The metal.advance jobs of a node's runs, oldest first: their data is all a worker gets. */
+  async function advanceJobs(nodeId: string): Promise<unknown[]> {
+    const { rows } = await t.app.services.sql.query(
+      `SELECT j.data FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId'
+        WHERE j.name = 'metal.advance' AND r.node_id = $1 ORDER BY j.created_on, j.id`, [nodeId]);
+    return rows.map((r) => r.data);
+  }
+  async function freshNode() {
+    const { prisma } = t.app.services;
+    const tree = await makeTenantTree(prisma, `store-${newId('Tenant')}`, { pools: 1, nodesPerPool: 1 });
+    return prisma.node.findUniqueOrThrow({ where: { id: tree.nodes[0]!.id } });
+  }
+  const runOf = (id: string) => t.app.services.prisma.workflowRun.findUniqueOrThrow({ where: { id } });
+
+  it('a write that starts a run: the run with its params and batch, the node\'s workflow_id, events naming it, one job naming only it', async () => {
+    const { prisma, sql } = t.app.services;
+    const node = await freshNode();
+    const runId = newId('WorkflowRun');
+    const batchId = newId('CommandBatch');
+    const row = await sql.transaction((tx) => updateNode(tx, node, {
+      data: { provisionState: 'releasing' },
+      run: { id: runId, kind: 'metal-release', params: { verb: 'undeploy', wipe: 'secure-erase', reason: 'lease over', batchId }, batchId },
+      events: [{ type: 'node.provision.releasing', payload: { verb: 'undeploy' } }],
+    }, 'req-run'));
+    expect(row).toMatchObject({ provisionState: 'releasing', workflowId: runId, version: node.version + 1 });
+    expect(await runOf(runId)).toMatchObject({
+      nodeId: node.id, kind: 'metal-release', status: 'queued', batchId, finishedAt: null,
+      params: { verb: 'undeploy', wipe: 'secure-erase', reason: 'lease over', batchId, requestId: 'req-run' },
+    });
+    const events = await prisma.event.findMany({ where: { nodeId: node.id } });
+    expect(events.map((e) => e.payload)).toEqual([{ nodeId: node.id, verb: 'undeploy', workflowId: runId, requestId: 'req-run' }]);
+    expect(await advanceJobs(node.id)).toEqual([{ runId }]);
+  });
+
+  it('a new run supersedes the node\'s active one in the same statement (finished_at set); finished runs are left as they are', async () => {
+    const { prisma, sql } = t.app.services;
+    const node = await freshNode();
+    const done = newId('WorkflowRun');
+    await prisma.workflowRun.create({ data: { id: done, nodeId: node.id, kind: 'metal-commission', status: 'succeeded', finishedAt: new Date('2026-01-01T00:00:00Z') } });
+    let version = node.version;
+    const start = async () => {
+      const runId = newId('WorkflowRun');
+      const row = await sql.transaction((tx) => updateNode(tx, { id: node.id, version }, {
+        data: {}, run: { id: runId, kind: 'metal-enroll', params: { verb: 'manage' } }, events: [],
+      }, null));
+      version = row!.version;
+      expect(row!.workflowId).toBe(runId);
+      expect(await runOf(runId)).toMatchObject({ status: 'queued', params: { verb: 'manage' }, finishedAt: null });
+      return runId;
+    };
+    let previous = await start();
+    for (const status of ['queued', 'running', 'waiting']) {
+      // The run the last write started, moved on by "the engine" to the status under test (a
+      // worker holding its lease while it runs).
+      await prisma.workflowRun.update({ where: { id: previous }, data: { status, leaseUntil: new Date(Date.now() + 60000) } });
+      const next = await start();
+      // Over, and its lease given up: no worker may take it again; its version moved on (the
+      // engine's fence).
+      expect(await runOf(previous)).toMatchObject({ status: 'superseded', finishedAt: expect.any(Date), leaseUntil: null, version: 2 });
+      previous = next;
+    }
+    expect(await runOf(done)).toMatchObject({ status: 'succeeded', finishedAt: new Date('2026-01-01T00:00:00Z') });
+    expect(await prisma.workflowRun.count({ where: { nodeId: node.id, status: { in: ['queued', 'running', 'waiting', 'aborting'] } } })).toBe(1);
+  });
+
+  it("abort: the active run becomes aborting with abort_requested_at, and is woken; no run starts", async () => {
+    const { prisma, sql } = t.app.services;
+    const node = await freshNode();
+    const runId = newId('WorkflowRun');
+    await sql.transaction((tx) => updateNode(tx, node, { data: {}, run: { id: runId, kind: 'metal-enroll' }, events: [] }, null));
+    await prisma.workflowRun.update({ where: { id: runId }, data: { status: 'waiting', waitingFor: 'a command' } });
+    const row = await sql.transaction((tx) => updateNode(tx, { id: node.id, version: node.version + 1 }, {
+      data: { provisionState: 'failed', failedFrom: 'enrolling' }, run: null, events: [], activeRun: 'abort',
+    }, null));
+    expect(row).toMatchObject({ provisionState: 'failed', workflowId: runId });
+    expect(await runOf(runId)).toMatchObject({ status: 'aborting', abortRequestedAt: expect.any(Date), finishedAt: null });
+    expect(await advanceJobs(node.id)).toEqual([{ runId }, { runId }]);
+    expect(await prisma.workflowRun.count({ where: { nodeId: node.id } })).toBe(1);
+  });
+
+  it('a run started while the node\'s aborted run still cleans up is CONFLICT, and writes nothing', async () => {
+    const { prisma, sql } = t.app.services;
+    const node = await freshNode();
+    const aborting = newId('WorkflowRun');
+    await prisma.workflowRun.create({ data: { id: aborting, nodeId: node.id, kind: 'metal-deploy', status: 'aborting', abortRequestedAt: new Date() } });
+    const before = await prisma.node.findUniqueOrThrow({ where: { id: node.id } });
+    const retire = { data: { provisionState: 'retiring' }, run: { id: newId('WorkflowRun'), kind: 'metal-retire' as const }, events: [{ type: 'node.provision.retiring', payload: {} }] };
+    for (const version of [before.version, null]) {
+      await expect(sql.transaction((tx) => updateNode(tx, { id: node.id, version }, retire, null)))
+        .rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringMatching(/aborted run .* is still cleaning up; retry when it ends/) });
+    }
+    expect(await prisma.node.findUniqueOrThrow({ where: { id: node.id } })).toEqual(before);
+    expect(await runOf(aborting)).toMatchObject({ status: 'aborting' });
+    expect(await prisma.workflowRun.count({ where: { nodeId: node.id } })).toBe(1);
+    expect(await prisma.event.count({ where: { nodeId: node.id } })).toBe(0);
+    expect(await advanceJobs(node.id)).toEqual([]);
+    // A write that starts no run (a maintenance flag, discovery) is not held up by the cleanup.
+    expect(await sql.transaction((tx) => updateNode(tx, before, { data: { maintenance: true }, run: null, events: [] }, null))).not.toBeNull();
+  });
+
+  it("wake: a metal.advance for the node's active run, none when it has no active run", async () => {
+    const { prisma, sql } = t.app.services;
+    const node = await freshNode();
+    const wake = { data: {}, run: null, events: [], activeRun: 'wake' as const };
+    await prisma.$transaction((tx) => updateNode(prismaRunner(tx), { id: node.id, version: null }, wake, null));
+    expect(await advanceJobs(node.id)).toEqual([]);
+    const runId = newId('WorkflowRun');
+    await prisma.workflowRun.create({ data: { id: runId, nodeId: node.id, kind: 'metal-enroll', status: 'waiting', waitingFor: 'its MAC' } });
+    await prisma.$transaction((tx) => updateNode(prismaRunner(tx), { id: node.id, version: null }, wake, null));
+    expect(await advanceJobs(node.id)).toEqual([{ runId }]);
+  });
+
+  it('a credential in a run\'s params writes nothing', async () => {
+    const { prisma, sql } = t.app.services;
+    const node = await freshNode();
+    await expect(sql.transaction((tx) => updateNode(tx, node, {
+      data: {}, run: { id: newId('WorkflowRun'), kind: 'metal-enroll', params: { verb: 'enroll', password: 'hunter2' } }, events: [],
+    }, null))).rejects.toThrow('params.password');
+    expect(await prisma.workflowRun.count({ where: { nodeId: node.id } })).toBe(0);
+    expect((await prisma.node.findUniqueOrThrow({ where: { id: node.id } })).version).toBe(node.version);
+  });
+
+  describe('at most one active run per node (workflow_run_one_active)', () => {
+    it.each(['queued', 'running', 'waiting', 'aborting'])('a second %s run of a node cannot be inserted beside an active one', async (status) => {
+      const { prisma } = t.app.services;
+      const node = await freshNode();
+      await prisma.workflowRun.create({ data: { id: newId('WorkflowRun'), nodeId: node.id, kind: 'metal-enroll', status: 'running' } });
+      await expect(prisma.workflowRun.create({ data: { id: newId('WorkflowRun'), nodeId: node.id, kind: 'metal-retire', status } })).rejects.toThrow(/workflow_run_one_active|Unique constraint/);
+      // Runs that are over are not counted.
+      for (const over of ['succeeded', 'failed', 'aborted', 'superseded']) {
+        await prisma.workflowRun.create({ data: { id: newId('WorkflowRun'), nodeId: node.id, kind: 'metal-retire', status: over } });
+      }
+    });
+
+    it('two writers without a compare-and-set that race to start a run: one run, the other CONFLICT', async () => {
+      const { prisma, sql } = t.app.services;
+      const node = await freshNode();
+      const holder = new pg.Client({ connectionString: t.app.databaseUrl });
+      await holder.connect();
+      try {
+        // Both statements start (their snapshots taken) before either can write the node.
+        await holder.query('BEGIN');
+        await holder.query('SELECT 1 FROM node WHERE id = $1 FOR UPDATE', [node.id]);
+        const start = (kind: 'metal-enroll' | 'metal-retire') => sql.transaction((tx) =>
+          updateNode(tx, { id: node.id, version: null }, { data: {}, run: { id: newId('WorkflowRun'), kind }, events: [] }, null))
+          .then(() => 'ok', (e: { code?: string }) => e.code ?? String(e));
+        const racing = [start('metal-enroll'), start('metal-retire')];
+        await waitForWaiters(holder, 2);
+        await holder.query('COMMIT');
+        expect((await Promise.all(racing)).sort()).toEqual(['CONFLICT', 'ok']);
+      } finally {
+        await holder.end();
+      }
+      const runs = await prisma.workflowRun.findMany({ where: { nodeId: node.id } });
+      expect(runs).toHaveLength(1);
+      const row = await prisma.node.findUniqueOrThrow({ where: { id: node.id } });
+      expect(row.workflowId).toBe(runs[0]!.id);
+      expect(await advanceJobs(node.id)).toEqual([{ runId: runs[0]!.id }]);
+    });
   });
 });
+
+/** Waits until `count` other sessions wait for a lock (the racers are both past their snapshot). */
+export async function waitForWaiters(holder: pg.Client, count: number): Promise<void> {
+  for (;;) {
+    const { rows } = await holder.query('SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()');
+    if (rows[0].n >= count) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}

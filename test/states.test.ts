@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import { fromRoot } from '../src/paths';
 import {
-  FAILABLE, POWER_REFUSED, PROVISION_STATES, RECOVER_TO, STUCK_RESUMES, VERBS, WAITS, WORKFLOW_KINDS, WORKFLOW_MOVES, clearedFailure, decideMove, decidePower,
+  FAILABLE, POWER_REFUSED, PROVISION_STATES, RECOVER_TO, STABLE_POINT_RUNS, STUCK_RESUMES, VERBS, WAITS, WORKFLOW_KINDS, WORKFLOW_MOVES, clearedFailure, decideMove, decidePower,
+  runKindOf,
   decideWorkflowMove, isDestructive, type ProvisionState, type Verb, type WorkflowKind,
 } from '../src/modules/metal/states';
 import { provisionStatesDoc } from '../src/modules/metal/print-diagram';
@@ -149,5 +150,29 @@ describe('the workflow moves', () => {
       expect(wait!.for.length).toBeGreaterThan(10);
       expect(wait!.deadlineSeconds).toBeGreaterThan(0);
     }
+  });
+});
+
+/** runs.md's kinds, as the seed's verbs read: the run each verb starts. */
+const RUN_OF_VERB: Record<Exclude<Verb, 'recover'>, WorkflowKind | null> = {
+  enroll: 'metal-enroll', manage: 'metal-enroll', inspect: 'metal-inspect', provide: 'metal-commission', deploy: 'metal-deploy',
+  undeploy: 'metal-release', rescue: 'metal-rescue', unrescue: 'metal-unrescue', retire: 'metal-retire', abort: null,
+};
+
+describe('the run each verb starts (VERB_RUNS)', () => {
+  it.each(Object.entries(RUN_OF_VERB) as [Exclude<Verb, 'recover'>, WorkflowKind | null][])('%s starts %s', (verb, kind) => {
+    const rule = VERBS[verb];
+    const to = (rule.to === 'unchanged' ? rule.from[0] : rule.to) as ProvisionState;
+    expect(runKindOf(verb, to)).toBe(kind);
+    // The run works in the state the verb leaves the node in (unrescue: still rescue).
+    if (kind) expect(WORKFLOW_KINDS[kind].state).toBe(to);
+  });
+  it.each(Object.entries(RECOVER_TO) as [ProvisionState, ProvisionState][])('recover after %s (to %s) starts the stable point\'s run, whose workflow runs there', (failedFrom, to) => {
+    const kind = runKindOf('recover', to);
+    if (to === 'deployed') expect(kind).toBeNull();
+    else expect(WORKFLOW_KINDS[kind!].state).toBe(to);
+  });
+  it('recover names a run only for the stable points', () => {
+    expect(Object.keys(STABLE_POINT_RUNS).sort()).toEqual([...new Set(Object.values(RECOVER_TO))].filter((s) => s !== 'deployed').sort());
   });
 });

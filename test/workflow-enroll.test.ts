@@ -101,7 +101,7 @@ describe('metal-enroll, metal-inspect, metal-commission', () => {
     // confirmMac, as mac.ts writes it: the MAC on the node and a wake-up for its active run.
     const mac = '52:54:00:aa:00:01';
     await sql().transaction(async (tx) => {
-      await updateNode(tx, { id: node.id, version: null }, { data: { macs: [mac], discoveredMac: null }, run: null, events: [{ type: 'node.mac.confirmed', payload: { mac } }], job: null }, null);
+      await updateNode(tx, { id: node.id, version: null }, { data: { macs: [mac], discoveredMac: null }, run: null, events: [{ type: 'node.mac.confirmed', payload: { mac } }] }, null);
       await queueAdvance(tx, node.runId);
     });
     bmc.inventory.macs = [mac];

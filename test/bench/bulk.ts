@@ -76,6 +76,23 @@ const cpuMedians = (cs: CallCpu[]) => cpuText({
   serverSettled: median(cs.map((c) => c.serverSettled)), databaseSettled: median(cs.map((c) => c.databaseSettled)),
 });
 
+/** Per batch: the workflow runs it started, and how long after its creation it was released (null: not yet). */
+async function batchRuns(service: Service, ids: string[]): Promise<Map<string, { runs: number; afterS: number | null }>> {
+  const client = new pg.Client({ connectionString: service.databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ id: string; runs: number; after: number | null }>(
+      `SELECT b.id, (SELECT count(*) FROM workflow_run r WHERE r.batch_id = b.id)::int AS runs,
+              extract(epoch FROM b.released_at - b.created_at)::float8 AS after
+         FROM command_batch b WHERE b.id = ANY($1::text[])`,
+      [ids],
+    );
+    return new Map(rows.map((r) => [r.id, { runs: r.runs, afterS: r.after }]));
+  } finally {
+    await client.end();
+  }
+}
+
 async function run(args: string[]): Promise<number> {
   const nodes = intOption(args, 'nodes', 10000, 1);
   const runs = intOption(args, 'runs', 3, 1);
@@ -106,6 +123,7 @@ async function run(args: string[]): Promise<number> {
     const undeployServer: number[] = [];
     const retireCpu: CallCpu[] = [];
     const undeployCpu: CallCpu[] = [];
+    const batches: { retire: string[]; undeploy: string[] } = { retire: [], undeploy: [] };
     for (let r = 0; r < runs; r += 1) {
       const ids = await insertNodes(service, s.tenantId, s.siteId, poolA, nodes, 'ready');
       const { result: res, cpu } = await measuredCall(service, () => timedRest(service, '/api/compute/metal/bulk', { poolId: poolA, verb: 'retire', nodeIds: ids, reason: 'bench' }));
@@ -113,6 +131,7 @@ async function run(args: string[]): Promise<number> {
       if (res.status !== 200 || res.json.nodes.length !== nodes) throw new Error(`bulk retire: HTTP ${res.status} ${JSON.stringify(res.json).slice(0, 300)}`);
       retire.push(res.ms);
       retireServer.push(res.serverMs);
+      batches.retire.push(res.json.batch.id);
       console.log(`  bulk retire   #${r + 1}: ${(res.ms / 1000).toFixed(3)} s, server ${(res.serverMs / 1000).toFixed(3)} s (${nodes} nodes, batch ${res.json.batch.status}); ${cpuText(cpu)}`);
       const deployed = await insertNodes(service, s.tenantId, s.siteId, poolB, nodes, 'deployed');
       const { result: und, cpu: undCpu } = await measuredCall(service, () => timedRest(service, '/api/compute/metal/bulk', { poolId: poolB, verb: 'undeploy', wipe: 'secure-erase', nodeIds: deployed, reason: 'bench' }));
@@ -120,6 +139,7 @@ async function run(args: string[]): Promise<number> {
       if (und.status !== 200 || und.json.batch?.status !== 'awaiting-approval') throw new Error(`bulk undeploy: HTTP ${und.status} ${JSON.stringify(und.json).slice(0, 300)}`);
       undeploy.push(und.ms);
       undeployServer.push(und.serverMs);
+      batches.undeploy.push(und.json.batch.id);
       console.log(`  bulk undeploy #${r + 1}: ${(und.ms / 1000).toFixed(3)} s, server ${(und.serverMs / 1000).toFixed(3)} s (${nodes} nodes, quorum batch ${und.json.batch.status}); ${cpuText(undCpu)}`);
     }
 
@@ -135,6 +155,7 @@ async function run(args: string[]): Promise<number> {
     }
     const singlesTotal = performance.now() - startedAll;
 
+    const releases = await batchRuns(service, [...batches.retire, ...batches.undeploy]);
     const retireMedian = median(retire) / 1000;
     const undeployMedian = median(undeploy) / 1000;
     const singleMedian = median(latencies);
@@ -149,11 +170,18 @@ async function run(args: string[]): Promise<number> {
     console.log(`bulk undeploy (${nodes}):  median ${undeployMedian.toFixed(3)} s over ${runs} calls, quorum batch awaiting approval; server time median ${(median(undeployServer) / 1000).toFixed(3)} s`);
     console.log(`bulk retire medians:    ${cpuMedians(retireCpu)}`);
     console.log(`bulk undeploy medians:  ${cpuMedians(undeployCpu)}`);
+    // Intent in rows: a destructive batch starts its runs only when released (a recorded batch
+    // soon after the call, a quorum batch never before its approval), one per node.
+    const released = batches.retire.map((id) => releases.get(id)!);
+    const unapproved = batches.undeploy.map((id) => releases.get(id)!);
+    console.log(`bulk retire releases:   ${released.map((r) => `${r.runs} runs, ${r.afterS === null ? 'not released' : `released ${r.afterS.toFixed(2)} s after the call`}`).join('; ')}`);
+    console.log(`bulk undeploy (quorum): ${unapproved.map((r) => `${r.runs} runs${r.afterS === null ? '' : ' (RELEASED)'}`).join('; ')} before any approval`);
     console.log(`${singles} single retires:  ${(singlesTotal / 1000).toFixed(1)} s sequential; median ${singleMedian.toFixed(2)} ms per call round trip on loopback, ${singleServerMedian.toFixed(2)} ms server time (Server-Timing)`);
     console.log(`${nodes} single calls:     ${singlesFor.toFixed(1)} s${singles === nodes ? '' : ` (extrapolated from ${singles})`}`);
     console.log(`ratio:                  ${ratio.toFixed(1)}x (${nodes} single calls / bulk retire median)`);
     console.log(`target bulk median <= ${TARGET_BULK_S} s: ${pass(retireMedian <= TARGET_BULK_S && undeployMedian <= TARGET_BULK_S)}`);
     console.log(`target ratio >= ${TARGET_RATIO}x: ${pass(ratio >= TARGET_RATIO)}`);
+    console.log(`runs: one per node at the release, none before the approval: ${pass(released.every((r) => r.runs === nodes && r.afterS !== null) && unapproved.every((r) => r.runs === 0 && r.afterS === null))}`);
     console.log(`target single verb median server time <= ${TARGET_SINGLE_MS} ms: ${pass(singleServerMedian <= TARGET_SINGLE_MS)} (round trip: ${pass(singleMedian <= TARGET_SINGLE_MS)})`);
     return 0;
   } finally {

@@ -69,7 +69,7 @@ export async function makeNode(prisma: PrismaClient, world: World, opts: {
 export async function startRun(sql: Sql, nodeId: string, kind: WorkflowKind, params: Record<string, unknown> = {}, data: Record<string, unknown> = {}): Promise<string> {
   const runId = newId('WorkflowRun');
   const row = await sql.transaction((tx) => updateNode(tx, { id: nodeId, version: null }, {
-    data, run: { id: runId, kind, params }, events: [{ type: 'test.run-started', payload: { workflowId: runId } }], job: null,
+    data, run: { id: runId, kind, params }, events: [{ type: 'test.run-started', payload: { workflowId: runId } }],
   }, null));
   if (!row) throw new Error(`node ${nodeId} not found`);
   return runId;

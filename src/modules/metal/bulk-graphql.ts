@@ -20,7 +20,7 @@ builder.prismaNode('CommandBatch', {
     releasedAt: t.expose('releasedAt', {
       type: 'DateTime',
       nullable: true,
-      description: 'When the nodes\' reconciler jobs were queued: soon after a recorded batch is created, at the approval that reaches the quorum otherwise; null until then',
+      description: 'When the batch was released: its nodes\' workflow runs started (each node still in the verb\'s target state with no newer run), soon after a recorded batch is created, after the approval that reaches the quorum otherwise; null until then',
     }),
   }),
 });

@@ -8,11 +8,11 @@ import { AppError, invalidInput, notFound, type ErrorCode } from '../../errors';
 import { newId } from '../../ids';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
-import { clearedFailure, decideMove, isDestructive, VERBS, type ProvisionState, type Verb } from './states';
-import type { WipeMode } from './verbs';
+import { clearedFailure, decideMove, isDestructive, runKindOf, VERBS, type ProvisionState, type Verb } from './states';
+import type { RunParams, WipeMode } from './verbs';
 import { insertJobsSql } from '../../../jobs/registry';
 import type { NodeRow } from './node-rows';
-import { updateNodesOfPool } from './node-store';
+import { releaseBatchRuns, updateNodesOfPool } from './node-store';
 import { agentlessRescue } from './verbs';
 
 export const BULK_VERBS = (Object.keys(VERBS) as Verb[]).filter((v) => VERBS[v].bulk) as BulkVerb[];
@@ -113,10 +113,6 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   const to = VERBS[input.verb].to as ProvisionState;
   const wipe = input.verb === 'undeploy' ? (input.wipe ?? 'quick') : null;
   const policy = readPolicy(pool.policy);
-  // Each node exactly as its own verb: rescue on an agentless pool fails the nodes with
-  // UNSUPPORTED at once (nothing destructive runs, so no batch and no jobs); otherwise rescue
-  // starts one workflow run per node, which unrescue reads.
-  const runIds = input.verb === 'rescue' && !unsupported ? ids.map(() => newId('WorkflowRun')) : null;
   const batch = destructive ? { id: newId('CommandBatch'), poolId: pool.id, verb: input.verb, reason, nodeIds: ids, wipe } : null;
   const digest = batch ? batchDigest(batch) : null;
   const quorum = policy.approverKeys.length ? (policy.quorum ?? policy.approverKeys.length) : 0;
@@ -130,19 +126,23 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
         { type: 'node.provision.failed', payload: { ...common, from: 'rescue', to: 'failed', failedFrom: 'rescue', error: unsupported.error } },
       ]
     : [{ type: VERBS[input.verb].event, payload: { ...common, to } }];
-  // The reconciler jobs. A destructive batch's go through the batch (seed: with approver keys its
-  // commands wait for the approval): one metal.batch job, queued here when the batch needs no
-  // approval and by the approval that reaches the quorum otherwise, which queues each node's job
-  // from the batch row (releaseBatch). Other verbs queue each node's job here.
-  const job = unsupported || batch ? null : { reason: input.verb };
+  // Each node exactly as its own verb, with its intent in a workflow run. A verb that sends
+  // nothing destructive starts each node's run (and its metal.advance job) here. A destructive
+  // one records a batch and starts nothing: seed, "with approver keys they wait for its approval".
+  // Its runs are created by the batch's release (releaseBatch, the metal.batch job), queued here
+  // when the batch needs no approval and by the approval that reaches the quorum otherwise.
+  // Rescue on an agentless pool fails its nodes with UNSUPPORTED at once: no batch, no run.
+  const kind = unsupported || batch ? null : runKindOf(input.verb, to);
+  const runs = kind
+    ? { ids: ids.map(() => newId('WorkflowRun')), kind, params: { verb: input.verb, ...(reason ? { reason } : {}), ...(ctx.requestId ? { requestId: ctx.requestId } : {}) } satisfies RunParams }
+    : null;
   const releaseNow = batch !== null && status === 'recorded';
   const { rows, createdAt } = await updateNodesOfPool(ctx.sql, {
     poolId: pool.id,
     nodes: { ids, versions, froms },
     data: unsupported ? unsupported.data : { provisionState: to, ...clearedFailure(input.verb) },
-    runIds,
+    runs,
     events,
-    job,
     batch: batch && {
       id: batch.id, tenantId: pool.tenantId, verb: input.verb, reason, wipe, digest: digest!, quorum, status,
       createdBy: principal.tokenId, releaseNow,
@@ -210,22 +210,14 @@ export async function approveBatch(ctx: Context, batchId: string, keyId: string,
 }
 
 /**
- * The metal.batch job: queues the metal.reconcile job of every node of a destructive batch that
- * may run (recorded, or approved), once. The batch row says which nodes and with what (verb,
- * wipe); the statement that queues the jobs also sets released_at, so a retried or duplicated
- * release queues nothing more. Returns how many jobs it queued.
+ * The metal.batch job: starts the workflow run of every node of a destructive batch that may run
+ * (recorded, or approved), once, through the node store (releaseBatchRuns): the batch row says
+ * which nodes and with what (verb, reason, wipe), each run's params and batch_id carry them, and
+ * each run gets its metal.advance job. A node no longer in the verb's target state, or whose
+ * intent moved on since the batch (another run), is left out. The statement that starts them also
+ * sets released_at, so a retried or duplicated release starts nothing more. Returns how many runs
+ * (and jobs) it started.
  */
 export async function releaseBatch(sql: Sql, batchId: string): Promise<number> {
-  const { rows } = await sql.query<{ queued: number }>(
-    `WITH b AS (
-       UPDATE command_batch SET released_at = now()
-        WHERE id = $1::text AND released_at IS NULL AND status IN ('recorded', 'approved')
-       RETURNING id, verb, wipe, node_ids
-     ), j AS (
-       ${insertJobsSql('metal.reconcile', `jsonb_strip_nulls(jsonb_build_object('nodeId', n.id, 'reason', b.verb, 'wipe', b.wipe, 'batchId', b.id))`, 'b CROSS JOIN LATERAL unnest(b.node_ids) AS n(id)')} RETURNING 1
-     )
-     SELECT (SELECT count(*) FROM j)::int AS queued`,
-    [batchId],
-  );
-  return rows[0]!.queued;
+  return releaseBatchRuns(sql, batchId);
 }

@@ -93,7 +93,8 @@ export async function proposeCandidates(tx: Tx, siteId: string, requestId: strin
         { type: 'node.pxe-mac.discovered', payload: { mac } },
         ...(bind ? [{ type: 'node.pxe-mac.confirmed', payload: { mac, candidate: true, trustedNetwork: true } }] : []),
       ],
-      job: null,
+      // A bound MAC is what the machine's enroll run waits for: wake it.
+      activeRun: bind ? 'wake' : null,
     }, requestId);
     if (bind) enrolledMacs.add(mac);
   }
@@ -148,8 +149,9 @@ export async function discovered(ctx: Context, siteId: string): Promise<Discover
 }
 
 /**
- * confirmMac: binds the PXE MAC of a machine enrolled without MACs. INVALID_STATE when it already
- * has MACs or is retired; CONFLICT when another machine of the site has the MAC.
+ * confirmMac: binds the PXE MAC of a machine enrolled without MACs, and wakes the node's active run
+ * (its enroll run waits for the MAC) in the same transaction. INVALID_STATE when it already has
+ * MACs or is retired; CONFLICT when another machine of the site has the MAC.
  */
 export async function confirmMac(ctx: Context, nodeId: string, rawMac: string): Promise<string> {
   const principal = requirePrincipal(ctx);
@@ -166,7 +168,8 @@ export async function confirmMac(ctx: Context, nodeId: string, rawMac: string): 
       data: { macs: [mac] },
       run: null,
       events: [{ type: 'node.pxe-mac.confirmed', payload: { mac, candidate: node.discoveredMac === mac } }],
-      job: null,
+      // "The waiting boot then goes on from that MAC": the run waiting for it is woken.
+      activeRun: 'wake',
     }, ctx.requestId);
     if (!updated) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; read it again and retry`);
   });

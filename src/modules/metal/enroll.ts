@@ -12,6 +12,7 @@ import { poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
 import { BMC_DRIVERS, type DriverBindings } from '../tenancy/tenancy';
 import { VERBS } from './states';
+import type { RunParams } from './verbs';
 import { lockSiteMacs, machineMac, refuseTakenMacs } from './mac';
 
 export interface EnrollInput {
@@ -98,7 +99,7 @@ function bindingsFor(driver: string, profile: DriverBindings | null): DriverBind
 
 /**
  * enroll: creates a metal node in enrolling from a BMC address, driver and credentials, in one
- * transaction with its node.enrolled event and reconciler job. Decided as compute:nodes:provision
+ * transaction with its node.enrolled event and its metal-enroll run (and the job naming it). Decided as compute:nodes:provision
  * on the pool. Inline credentials go to the secret broker before anything else is written.
  */
 export async function enroll(ctx: Context, input: EnrollInput): Promise<string> {
@@ -200,9 +201,9 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
         hardwareProfileId: profile?.id ?? null,
         driverBindings: { ...bindingsFor(driver, profile?.driverBindings ?? null) },
       }, {
-        run: null,
+        // The enroll workflow's run carries the intent; its job names only the run.
+        run: { id: newId('WorkflowRun'), kind: 'metal-enroll', params: { verb: 'enroll' } satisfies RunParams },
         events: [{ type: VERBS.enroll.event, payload: { verb: 'enroll', to: VERBS.enroll.to, bmc: { address, driver } } }],
-        job: { reason: 'enroll' },
       }, ctx.requestId);
     });
   const stored = typeof credentials === 'string' ? null : credentialsRef;

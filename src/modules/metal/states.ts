@@ -234,6 +234,42 @@ export const WORKFLOW_KINDS = {
 export type WorkflowKind = keyof typeof WORKFLOW_KINDS;
 
 /**
+ * The workflow run each verb starts (runs.md): the verb's intent is persisted as that run, and its
+ * job names only the run. abort starts none (it marks the active run aborting); recover starts the
+ * run of the stable point it moves to ({@link STABLE_POINT_RUNS}).
+ */
+export const VERB_RUNS: Record<Verb, WorkflowKind | 'stable-point' | null> = {
+  enroll: 'metal-enroll',
+  // Re-verification: the enroll workflow, which chains re-inspection and re-commissioning.
+  manage: 'metal-enroll',
+  inspect: 'metal-inspect',
+  provide: 'metal-commission',
+  deploy: 'metal-deploy',
+  undeploy: 'metal-release',
+  rescue: 'metal-rescue',
+  unrescue: 'metal-unrescue',
+  abort: null,
+  recover: 'stable-point',
+  retire: 'metal-retire',
+};
+
+/**
+ * recover: the run of each stable point. deployed (after rescue) has none: the machine runs its
+ * installed OS again, nothing is left to do.
+ */
+export const STABLE_POINT_RUNS: Partial<Record<ProvisionState, WorkflowKind>> = {
+  enrolling: 'metal-enroll',
+  releasing: 'metal-release',
+  retiring: 'metal-retire',
+};
+
+/** The run `verb` starts when it moves a node to `to` (null: it starts none). */
+export function runKindOf(verb: Verb, to: ProvisionState): WorkflowKind | null {
+  const kind = VERB_RUNS[verb];
+  return kind === 'stable-point' ? (STABLE_POINT_RUNS[to] ?? null) : kind;
+}
+
+/**
  * Where a workflow waits for something outside the service, and how long at most: past the
  * deadline the node fails with CALLBACK_TIMEOUT (the ramdisk, the installer or the operator never
  * answered). A worker dying during a wait changes nothing: the wait is a row, not a process.

@@ -35,9 +35,9 @@ const SIMPLE: [MoveVerb, string, string][] = [
   ['manage', 'manageNode', 'Moves a ready node back to enrolling to re-verify BMC access. Publishes node.provision.enrolling.'],
   ['inspect', 'inspectNode', 'Moves a ready node to inspecting. Publishes node.provision.inspecting.'],
   ['provide', 'provideNode', 'Moves a ready node to commissioning. Publishes node.provision.commissioning.'],
-  ['recover', 'recoverNode', 'Moves a failed node to the last stable point for the state it failed in; clears failedFrom and lastError, leaves maintenance on.'],
+  ['recover', 'recoverNode', 'Moves a failed node to the last stable point for the state it failed in, starting that point\'s workflow run; clears failedFrom and lastError, leaves maintenance on. CONFLICT while the node\'s aborted run still runs its cleanup steps.'],
   ['rescue', 'rescueNode', 'Moves a deployed node to rescue, whose workflow boots the rescue ramdisk. Publishes node.provision.rescue. On a pool with agent: none the node fails with UNSUPPORTED at once (failedFrom rescue, node.provision.failed), since such a machine cannot boot the ramdisk.'],
-  ['retire', 'retireNode', 'Moves a node to retiring (legal from adopting, adopted, enrolling, ready and failed); from failed it clears failedFrom and lastError, as recover does. Publishes node.provision.retiring.'],
+  ['retire', 'retireNode', 'Moves a node to retiring (legal from adopting, adopted, enrolling, ready and failed); from failed it clears failedFrom and lastError, as recover does. CONFLICT while the node\'s aborted run still runs its cleanup steps. Publishes node.provision.retiring.'],
 ];
 
 for (const [verb, field, description] of SIMPLE) {
@@ -63,7 +63,7 @@ builder.mutationField('unrescueNode', (t) =>
 builder.mutationField('abortNode', (t) =>
   t.field({
     type: NodePayload,
-    description: 'Stops the node\'s workflow and moves it to failed with an ABORTED error, the reason, and maintenance on. Publishes node.provision.failed.',
+    description: 'Stops the node\'s workflow and moves it to failed with an ABORTED error, the reason, and maintenance on. Its run becomes aborting and still runs its cleanup steps; recover and retire wait for it to end (CONFLICT). Publishes node.provision.failed.',
     args: { input: t.arg({ type: AbortInput, required: true }) },
     resolve: async (_root, { input }, ctx) => runMoveVerb(ctx, 'abort', input.nodeId, { reason: input.reason }),
   }),

@@ -5,8 +5,8 @@ import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
 import { isModuleRegistered } from '../../config';
 import { nodeResource } from '../tenancy/resources';
-import { clearedFailure, decideMove, RECOVER_TO, type ProvisionState, type Verb } from './states';
-import { updateNode, type NodeWrite } from './node-store';
+import { clearedFailure, decideMove, RECOVER_TO, runKindOf, type ProvisionState, type Verb } from './states';
+import { ACTIVE_RUN_STATUSES, updateNode, type NodeWrite } from './node-store';
 import { readPolicy } from '../tenancy/pool';
 import { nodeViewColumns, nodeViewFrom, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
 
@@ -60,8 +60,8 @@ async function loadForVerb(ctx: Context, verb: Exclude<Verb, 'enroll'>, nodeId: 
 /**
  * The one transaction every single-node verb commits, through the node store: a compare-and-set
  * on the node's version (CONFLICT when it changed since it was read), the workflow run it starts
- * if any, its outbox events and its reconciler job, in one statement that returns the node's new
- * view. All of it or nothing.
+ * if any (with its metal.advance job), its outbox events, in one statement that returns the node's
+ * new view. All of it or nothing.
  */
 async function commitVerb(ctx: Context, node: { id: string; version: number }, change: NodeWrite): Promise<NodeRow> {
   const row = await ctx.sql.transaction((tx) => updateNode(tx, node, change, ctx.requestId));
@@ -72,8 +72,10 @@ async function commitVerb(ctx: Context, node: { id: string; version: number }, c
 /**
  * How every single-node verb runs: authenticate; decide compute:nodes:provision on the node
  * (another tenant's node is NOT_FOUND); ask the state table; then, in one transaction, a
- * compare-and-set on the node's version, the outbox event and the reconciler job. No verb touches
- * the machine.
+ * compare-and-set on the node's version, the workflow run that carries the verb's intent (its
+ * params: verb, wipe, profile version, ...), the outbox event and the job that names the run.
+ * abort starts no run: the node's active run becomes aborting and is woken to run its cleanup.
+ * No verb touches the machine.
  */
 export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, opts: VerbOptions = {}): Promise<VerbResult> {
   const { node, decision } = await loadForVerb(ctx, verb, nodeId);
@@ -124,31 +126,43 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
           { type: decision.event, payload },
           { type: 'node.provision.failed', payload: { verb, from: 'rescue', to: 'failed', failedFrom: 'rescue', error: unsupported.error } },
         ],
-        job: null,
       });
       return { nodeId: node.id, row };
     }
   }
-  // The rescue workflow's run exists from the call on: unrescue reads it to know whether the
-  // rescue ramdisk is still booting.
-  const rescueRun = verb === 'rescue' ? newId('WorkflowRun') : null;
-  if (rescueRun) data.workflowId = rescueRun;
+  const kind = runKindOf(verb, to);
+  const params: RunParams = {
+    verb,
+    ...(wipe ? { wipe } : {}),
+    ...(verb === 'deploy' && opts.profile ? { profileId: opts.profile.profileId, profileVersion: opts.profile.profileVersion } : {}),
+  };
   const row = await commitVerb(ctx, node, {
     data,
-    run: rescueRun ? { id: rescueRun, kind: 'metal-rescue' } : null,
-    events: [{ type: decision.event, payload: { ...payload, ...(rescueRun ? { workflowId: rescueRun } : {}) } }],
-    job: { reason: verb, ...(wipe ? { wipe } : {}) },
+    // recover and retire (the verbs legal from failed) of a node whose aborted run still cleans
+    // up are CONFLICT, with nothing written: the store's statement refuses to start a run then.
+    run: kind ? { id: newId('WorkflowRun'), kind, params } : null,
+    events: [{ type: decision.event, payload }],
+    activeRun: verb === 'abort' ? 'abort' : null,
   });
   return { nodeId: node.id, row };
 }
 
-const RUNNING = ['queued', 'running'];
+/** A run's params as the verbs write them (runs.md); the store adds requestId. */
+export interface RunParams extends Record<string, unknown> {
+  verb: Verb;
+  reason?: string;
+  wipe?: WipeMode;
+  profileId?: string;
+  profileVersion?: number;
+  batchId?: string;
+}
 
 /**
  * unrescue: starts the metal-unrescue workflow; the node stays in rescue until it succeeds.
  * A second call while that workflow runs returns the node unchanged; CONFLICT while the rescue
- * ramdisk is still booting (the rescue run has not succeeded); INVALID_CONFIG without the
- * provision module. Publishes node.provision.unrescuing with the workflowId.
+ * ramdisk is still booting (the rescue run has not succeeded, or a bulk rescue's batch has not
+ * released it yet); INVALID_CONFIG without the provision module. Publishes
+ * node.provision.unrescuing with the workflowId.
  */
 export async function unrescue(ctx: Context, nodeId: string): Promise<VerbResult> {
   const { node, decision } = await loadForVerb(ctx, 'unrescue', nodeId);
@@ -156,16 +170,28 @@ export async function unrescue(ctx: Context, nodeId: string): Promise<VerbResult
     throw new AppError('INVALID_CONFIG', 'unrescue needs the provision module, which is not registered (MODULES)');
   }
   const current = node.workflowId ? await ctx.prisma.workflowRun.findUnique({ where: { id: node.workflowId } }) : null;
-  if (current?.kind === 'metal-unrescue' && RUNNING.includes(current.status)) return { nodeId: node.id, row: node };
+  const active = (ACTIVE_RUN_STATUSES as readonly string[]).includes(current?.status ?? '');
+  if (current?.kind === 'metal-unrescue' && active) return { nodeId: node.id, row: node };
   if (current?.kind === 'metal-rescue' && current.status !== 'succeeded') {
     throw new AppError('CONFLICT', `node ${node.id}: the rescue ramdisk is still booting (workflow ${current.id} is ${current.status}); retry when it is up`);
   }
+  // A bulk rescue moved the node to rescue, but its batch (awaiting approval) has not started the
+  // rescue run: the ramdisk has not even begun to boot.
+  const { rows: pending } = await ctx.sql.query<{ id: string; status: string }>(
+    `SELECT id, status FROM command_batch
+      WHERE pool_id = $2 AND verb = 'rescue' AND released_at IS NULL AND status IN ('awaiting-approval', 'approved', 'recorded')
+        AND $1 = ANY(node_ids) AND created_at >= $3::timestamptz
+      ORDER BY created_at DESC LIMIT 1`,
+    [node.id, node.poolId, current?.createdAt ?? new Date(0)],
+  );
+  if (pending[0]) {
+    throw new AppError('CONFLICT', `node ${node.id}: the rescue ramdisk has not started booting (batch ${pending[0].id} is ${pending[0].status}); retry when it is up`);
+  }
   const workflowId = newId('WorkflowRun');
   const row = await commitVerb(ctx, node, {
-    data: { workflowId },
-    run: { id: workflowId, kind: 'metal-unrescue' },
+    data: {},
+    run: { id: workflowId, kind: 'metal-unrescue', params: { verb: 'unrescue' } satisfies RunParams },
     events: [{ type: decision.event, payload: { verb: 'unrescue', from: 'rescue', to: 'rescue', workflowId } }],
-    job: { reason: 'unrescue' },
   });
   return { nodeId: node.id, row };
 }
