@@ -30,7 +30,8 @@ const REDFISH = [
   { id: 'smc', flavour: 'supermicro' as const, password: pw('Smc') },
   { id: 'hpe', flavour: 'ilo' as const, password: pw('Ilo') },
 ];
-const IPMI_PASSWORD = pw('Ipmi');
+// ipmi_sim's lan.conf takes at most 20 characters.
+const IPMI_PASSWORD = `Ipmi-${randomBytes(6).toString('hex')}`;
 const PASSWORDS = [...REDFISH.map((m) => m.password), IPMI_PASSWORD];
 
 let t: TestApp;
@@ -146,10 +147,10 @@ describe('a remote site agent process runs workflows end to end with the real dr
     });
     expect(r.status).toBe(200);
     const nodeId = r.body.node.id as string;
-    const inspectRun = async () => (await sql.query(`SELECT id, status FROM workflow_run WHERE node_id = $1 AND kind = 'metal-inspect'`, [nodeId])).rows[0] as { id: string; status: string } | undefined;
+    const inspectRun = async () => (await sql.query(`SELECT id, status, waiting_for FROM workflow_run WHERE node_id = $1 AND kind = 'metal-inspect'`, [nodeId])).rows[0] as { id: string; status: string; waiting_for: string | null } | undefined;
     // inspecting, its ramdisk PXE-booted by the agent's ipmitool, now waiting for a callback that never comes.
-    await until('the IPMI node waiting in inspecting', async () => ({ node: (await stateOf(nodeId)).provision_state, run: (await inspectRun())?.status }),
-      (v) => v.node === 'inspecting' && v.run === 'waiting');
+    await until('the IPMI node waiting in inspecting for its ramdisk', async () => ({ node: (await stateOf(nodeId)).provision_state, run: await inspectRun() }),
+      (v) => v.node === 'inspecting' && v.run?.status === 'waiting' && v.run.waiting_for === 'the inspection ramdisk to report its inventory');
     expect(bmc.power()).toBe('on');
     expect(bmc.boots()).toEqual([expect.objectContaining({ override: 'pxe' })]);
 
