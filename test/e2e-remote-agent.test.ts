@@ -134,7 +134,15 @@ describe('a remote site agent process runs workflows end to end with the real dr
       expect(commands.length).toBeGreaterThan(0);
       for (const c of commands) expect(c).toMatchObject({ status: 'succeeded', claimed_by: agentId });
       expect(commands.filter((c) => c.kind === 'bmc.power')).toHaveLength(4);
-      expect(sim.redfish.counts(spec.id).reset).toBe(4);
+      const counts = sim.redfish.counts(spec.id);
+      expect(counts.reset).toBe(4);
+      expect(counts.duplicateKeys).toEqual([]);
+      // The flavour's own driver ran: this simulated Supermicro refuses a Boot PATCH naming BootSourceOverrideMode.
+      if (spec.flavour === 'supermicro') {
+        const overrides = counts.calls.filter((c) => c.kind === 'bootOverride');
+        expect(overrides.length).toBeGreaterThan(0);
+        for (const c of overrides) expect(c.detail).not.toContain('BootSourceOverrideMode');
+      }
     }
   });
 
