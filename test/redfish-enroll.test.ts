@@ -22,9 +22,10 @@ let dir: string;
 
 beforeAll(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'redfish-enroll-'));
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=enroll test CA'], { cwd: dir, stdio: 'pipe' });
-  // An EC certificate: an RSA one's PEM alone is over enroll's 1 KiB limit on driverOptions.
+  // RSA 2048, as most BMCs' self-signed certificates are: its PEM alone is over 1 KiB.
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=enroll test CA'], { cwd: dir, stdio: 'pipe' });
   pem = fs.readFileSync(path.join(dir, 'ca.pem'), 'utf8');
+  expect(Buffer.byteLength(pem)).toBeGreaterThan(1024);
 });
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
@@ -165,6 +166,17 @@ describe('enroll of a Redfish node', () => {
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'idrac', driverOptions: { caCert: pem, insecure: true } }));
     expect(response.status).toBe(400);
     expect(response.body.error.message).toMatch(/^(body\.)?bmc\.driverOptions\.insecure: .*both set/);
+    expect(await counts()).toEqual(before);
+  });
+
+  it('a caCert has a limit of its own (16 KiB); the other options stay within 1 KiB beside it', async () => {
+    const before = await counts();
+    const huge = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driverOptions: { caCert: pem.repeat(Math.ceil(16385 / Buffer.byteLength(pem))) } }));
+    expect(huge.status).toBe(400);
+    expect(huge.body.error.message).toMatch(names('bmc.driverOptions.caCert'));
+    const beside = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driverOptions: { caCert: pem, note: 'x'.repeat(1100) } }));
+    expect(beside.status).toBe(400);
+    expect(beside.body.error.message).toMatch(names('bmc.driverOptions'));
     expect(await counts()).toEqual(before);
   });
 

@@ -77,7 +77,12 @@ function checkBmcAddress(address: string): string {
 function checkDriverOptions(options: unknown): Record<string, unknown> {
   if (options === undefined || options === null) return {};
   if (typeof options !== 'object' || Array.isArray(options)) throw invalidInput('bmc.driverOptions', 'must be a JSON object');
-  if (Buffer.byteLength(JSON.stringify(options)) > 1024) throw invalidInput('bmc.driverOptions', 'must be at most 1 KiB as JSON');
+  // A PEM certificate (Redfish caCert) alone is over 1 KiB for an RSA key, which most BMCs have: it has a limit of its own.
+  const { caCert, ...others } = options as Record<string, unknown>;
+  if (typeof caCert === 'string' && Buffer.byteLength(caCert) > 16384) throw invalidInput('bmc.driverOptions.caCert', 'must be at most 16 KiB');
+  if (Buffer.byteLength(JSON.stringify(typeof caCert === 'string' ? others : options)) > 1024) {
+    throw invalidInput('bmc.driverOptions', 'must be at most 1 KiB as JSON (a caCert string aside)');
+  }
   const walk = (value: unknown, path: string): void => {
     if (!value || typeof value !== 'object') return;
     for (const [key, inner] of Object.entries(value)) {
