@@ -3,9 +3,13 @@ import { newId } from '../../src/ids';
 import { issueBootEntry, type BootPurpose } from '../../src/modules/boot/entries';
 import type { TestApp } from './app';
 
-/** A workflow run row for a node, as the engine would have started it (no engine runs in these tests). */
+/**
+ * A workflow run row for a node, as the engine would have started it (no engine runs in these
+ * tests). The run enroll started is superseded first, as the node store does: one active run per node.
+ */
 export async function makeRun(sql: pg.Client, nodeId: string, kind: string): Promise<string> {
   const id = newId('WorkflowRun');
+  await sql.query(`UPDATE workflow_run SET status = 'superseded', finished_at = now() WHERE node_id = $1 AND status IN ('queued', 'running', 'waiting')`, [nodeId]);
   await sql.query(`INSERT INTO workflow_run (id, node_id, kind, status) VALUES ($1, $2, $3, 'waiting')`, [id, nodeId, kind]);
   return id;
 }
