@@ -79,8 +79,26 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * A node's Redfish configuration that no request could fix: the driver reports it as its BmcError
+ * code, and enroll refuses it up front (check.ts) as INVALID_INPUT naming `bmc.<field>`, so both
+ * follow these rules.
+ */
+export class RedfishConfigError extends BmcError {
+  constructor(code: BmcErrorCode, readonly field: 'address' | `driverOptions.${string}`, message: string) {
+    super(code, message);
+  }
+}
+
+/** The address as a message may show it: no user:password@, nothing after the authority (a path or query may carry a token). */
+function shown(address: string): string {
+  const m = /^(?:([a-z][a-z0-9+.-]*:)\/\/)?([^/?#]*)/i.exec(address.trim())!;
+  const authority = m[2]!.includes('@') ? `***@${m[2]!.slice(m[2]!.lastIndexOf('@') + 1)}` : m[2]!;
+  return `${m[1] ? `${m[1]}//` : ''}${authority}`.slice(0, 300);
+}
+
 function badAddress(address: string, why: string): BmcError {
-  return new BmcError('BMC_UNREACHABLE', `bmcAddress "${address}" ${why}: give host, host:port, or http(s)://host[:port]`);
+  return new RedfishConfigError('BMC_UNREACHABLE', 'address', `bmcAddress "${shown(address)}" ${why}: give host, host:port, or http(s)://host[:port]`);
 }
 
 /** The origin (scheme://host[:port]) a node's BMC address means; see the file comment. */
@@ -100,34 +118,35 @@ export function bmcOrigin(address: string): string {
     throw badAddress(address, 'is not a valid address');
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:') throw badAddress(address, `has scheme ${url.protocol} (only https:// and http://)`);
-  // The address itself is not repeated: it holds a password.
-  if (url.username || url.password) throw badAddress(url.origin, 'carries credentials (they come from the secret broker)');
-  if ((url.pathname !== '/' && url.pathname !== '') || url.search || url.hash) throw badAddress(address, 'has a path (the service root is always /redfish/v1)');
+  if (url.username || url.password) throw badAddress(address, 'carries credentials (they come from the secret broker)');
+  if (url.pathname !== '/' && url.pathname !== '') throw badAddress(address, 'has a path (the service root is always /redfish/v1)');
+  if (url.search || url.hash) throw badAddress(address, 'has a query or fragment (the service root is always /redfish/v1)');
   return url.origin;
 }
 
-interface TlsChoice {
+export interface TlsChoice {
   /** Part of the pool key: a node with another CA gets another pool. */
   id: string;
   connect: { ca?: string; rejectUnauthorized: boolean };
 }
 
-function tlsOf(options: Readonly<Record<string, unknown>>): TlsChoice {
+export function tlsOf(options: Readonly<Record<string, unknown>>): TlsChoice {
   const { caCert, insecure } = options;
   if (insecure !== undefined && typeof insecure !== 'boolean') {
-    throw new BmcError('BMC_TLS', `driverOptions.insecure must be true or false (got a ${typeof insecure}); TLS verification stays on`);
+    throw new RedfishConfigError('BMC_TLS', 'driverOptions.insecure', `driverOptions.insecure must be true or false (got a ${typeof insecure}); TLS verification stays on`);
   }
   if (caCert !== undefined && caCert !== null && typeof caCert !== 'string') {
-    throw new BmcError('BMC_TLS', 'driverOptions.caCert must be a PEM certificate string');
+    throw new RedfishConfigError('BMC_TLS', 'driverOptions.caCert', 'driverOptions.caCert must be a PEM certificate string');
   }
-  if (insecure === true && caCert) throw new BmcError('BMC_TLS', 'driverOptions.caCert and driverOptions.insecure: true are both set; set one');
+  // An empty caCert is refused as not a PEM below, not read as unset: verification is never silently other than asked.
+  if (insecure === true && caCert !== undefined && caCert !== null) throw new RedfishConfigError('BMC_TLS', 'driverOptions.insecure', 'driverOptions.caCert and driverOptions.insecure: true are both set; set one');
   if (insecure === true) return { id: 'insecure', connect: { rejectUnauthorized: false } };
-  if (caCert) {
+  if (typeof caCert === 'string') {
     let fingerprint: string;
     try {
       fingerprint = new X509Certificate(caCert).fingerprint256;
     } catch {
-      throw new BmcError('BMC_TLS', 'driverOptions.caCert is not a PEM certificate (-----BEGIN CERTIFICATE-----)');
+      throw new RedfishConfigError('BMC_TLS', 'driverOptions.caCert', 'driverOptions.caCert is not a PEM certificate (-----BEGIN CERTIFICATE-----)');
     }
     return { id: `ca:${fingerprint}`, connect: { ca: caCert, rejectUnauthorized: true } };
   }

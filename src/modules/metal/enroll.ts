@@ -7,6 +7,7 @@ import { newId } from '../../ids';
 import { createNode, prismaRunner } from './node-store';
 import { isSecretRef } from '../../../clients/secrets/broker';
 import { checkIpmiNode, IpmiConfigError } from '../../../clients/bmc/ipmi';
+import { checkRedfishNode, isRedfishDriver, RedfishNodeError } from '../../../clients/bmc/redfish/check';
 import { poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
 import { BMC_DRIVERS, type DriverBindings } from '../tenancy/tenancy';
@@ -76,7 +77,12 @@ function checkBmcAddress(address: string): string {
 function checkDriverOptions(options: unknown): Record<string, unknown> {
   if (options === undefined || options === null) return {};
   if (typeof options !== 'object' || Array.isArray(options)) throw invalidInput('bmc.driverOptions', 'must be a JSON object');
-  if (Buffer.byteLength(JSON.stringify(options)) > 1024) throw invalidInput('bmc.driverOptions', 'must be at most 1 KiB as JSON');
+  // A PEM certificate (Redfish caCert) alone is over 1 KiB for an RSA key, which most BMCs have: it has a limit of its own.
+  const { caCert, ...others } = options as Record<string, unknown>;
+  if (typeof caCert === 'string' && Buffer.byteLength(caCert) > 16384) throw invalidInput('bmc.driverOptions.caCert', 'must be at most 16 KiB');
+  if (Buffer.byteLength(JSON.stringify(typeof caCert === 'string' ? others : options)) > 1024) {
+    throw invalidInput('bmc.driverOptions', 'must be at most 1 KiB as JSON (a caCert string aside)');
+  }
   const walk = (value: unknown, path: string): void => {
     if (!value || typeof value !== 'object') return;
     for (const [key, inner] of Object.entries(value)) {
@@ -139,12 +145,22 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
     profile = { id: row.id, driverBindings: row.driverBindings as unknown as DriverBindings };
   }
 
-  // What the IPMI driver could never use (a URL, cipher suite 0), refused before anything is written.
-  if (Object.values(bindingsFor(driver, profile?.driverBindings ?? null)).includes('ipmi')) {
+  // What the IPMI or Redfish driver could never use (a URL for IPMI, cipher suite 0, a path or a bad
+  // caCert for Redfish), refused before anything is written.
+  const bound = Object.values(bindingsFor(driver, profile?.driverBindings ?? null));
+  if (bound.includes('ipmi')) {
     try {
       checkIpmiNode(address, driverOptions);
     } catch (e) {
       if (e instanceof IpmiConfigError) throw invalidInput(e.field, e.reason);
+      throw e;
+    }
+  }
+  if (bound.some(isRedfishDriver)) {
+    try {
+      checkRedfishNode(address, driverOptions);
+    } catch (e) {
+      if (e instanceof RedfishNodeError) throw invalidInput(e.field, e.reason);
       throw e;
     }
   }

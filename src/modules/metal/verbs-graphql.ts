@@ -110,7 +110,7 @@ const BmcInput = builder.inputType('BmcInput', {
     address: t.string({ required: true }),
     driver: t.string({ required: true, description: 'redfish, ipmi, idrac, ilo, xcc, cimc or supermicro' }),
     credentials: t.field({ type: BmcCredentialsInput, required: true }),
-    driverOptions: t.field({ type: 'JSON', required: false, description: 'A JSON object of at most 1 KiB; no credential-like keys.' }),
+    driverOptions: t.field({ type: 'JSON', required: false, description: 'A JSON object of at most 1 KiB (a caCert PEM string aside: at most 16 KiB); no credential-like keys.' }),
   }),
 });
 
