@@ -15,7 +15,9 @@ describe('enroll', () => {
   const logLines: string[] = [];
 
   beforeAll(async () => {
-    t = await startTestApp({}, { log: capturingLogger(logLines) });
+    // No workers: these tests read the rows a call writes (and counts of them), which the workflows
+    // of nodes enrolled earlier in the file would otherwise change in the background.
+    t = await startTestApp({ role: 'api' }, { log: capturingLogger(logLines) });
     tree = await makeTenantTree(t.app.database.prisma, 'enroll', { pools: 2, nodesPerPool: 0 });
     other = await makeTenantTree(t.app.database.prisma, 'enroll-other', { pools: 1, nodesPerPool: 0 });
     token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
@@ -181,7 +183,7 @@ describe('enroll', () => {
   });
 
   it('without a secret broker, inline credentials are INVALID_CONFIG (references still work)', async () => {
-    const bare = await startTestApp({ databaseUrl: t.app.databaseUrl, secretKey: undefined, adminToken: t.adminToken });
+    const bare = await startTestApp({ role: 'api', databaseUrl: t.app.databaseUrl, secretKey: undefined, adminToken: t.adminToken });
     try {
       expect(bare.app.services.secrets).toBeNull();
       const inline = await rest(bare.url, token, 'POST', '/api/compute/metal/enroll', body());
