@@ -9,7 +9,10 @@ const QUEUE_CREATION_LOCK = 7243916082;
  * to send to it: pg-boss drops a `send` to a queue it has never created without any error.
  */
 export interface QueueData {
-  /** Level-triggered: "make node X match its desired state". Queued by the metal verbs. */
+  /**
+   * "Reconcile node X": what the verbs queued before intent lived in workflow runs. Nothing queues
+   * it now; a job left in it from an older version advances the node's active run.
+   */
   'metal.reconcile': { nodeId: string; reason: string; wipe?: string; batchId?: string };
   /**
    * "Advance workflow run R": everything else (kind, params, step, attempts, waits) is in the
@@ -20,8 +23,8 @@ export interface QueueData {
    */
   'metal.advance': { runId: string };
   /**
-   * "Release batch B": queue the metal.reconcile job of each node of a destructive bulk batch,
-   * once (command_batch.released_at). Queued by bulk for a batch without approver keys and by the
+   * "Release batch B": start the workflow run (and its metal.advance job) of each node of a
+   * destructive bulk batch still in the verb's target state, once (command_batch.released_at). Queued by bulk for a batch without approver keys and by the
    * approval that reaches the quorum; the node list is the batch row's, never the job's.
    */
   'metal.batch': { batchId: string };

@@ -49,7 +49,7 @@ export async function startWorkers(queues: Queues, log: Logger,
   await queues.work('metal.batch', async (jobs) => {
     for (const job of jobs) {
       const queued = await releaseBatch(deps.sql, job.data.batchId);
-      if (queued) log.info({ batchId: job.data.batchId, queued }, 'batch released: reconciler jobs queued');
+      if (queued) log.info({ batchId: job.data.batchId, queued }, 'batch released: its workflow runs started');
     }
   });
   // The engine's statements are background work (engineSql: the pool's uncounted face), not a request's.
