@@ -11,6 +11,7 @@ import { BmcError, type BmcDriver, type BmcEndpoint } from '../clients/bmc/drive
 import { DriverRegistry } from '../clients/bmc/registry';
 import { checkIpmiDriverOptions, ipmiDriver, ipmiGuidToUuid, parseIpmiAddress } from '../clients/bmc/ipmi';
 import { IPMITOOL, recordingIpmitool, requireIpmiTools, startIpmiSim, type IpmiBootEvent, type IpmiSim, type IpmiSimMachine, type RecordedIpmitoolCall } from './helpers/ipmi-sim';
+import { failure } from './helpers/bmc';
 
 const run = promisify(execFile);
 
@@ -34,15 +35,6 @@ const bootEvents: { machine: string; boot: IpmiBootEvent }[] = [];
 
 const bmcOf = (m: IpmiSimMachine, patch: Partial<BmcEndpoint> = {}): BmcEndpoint => ({ address: m.address, username: m.user, password: m.password, options: {}, ...patch });
 
-async function failure(p: Promise<unknown>): Promise<BmcError> {
-  try {
-    await p;
-  } catch (e) {
-    if (e instanceof BmcError) return e;
-    throw e;
-  }
-  throw new Error('expected a BmcError, and the call succeeded');
-}
 
 /** ipmitool runs the driver started from here on. */
 function callsSince(before: number): RecordedIpmitoolCall[] {

@@ -12,6 +12,7 @@ import { DriverRegistry } from '../clients/bmc/registry';
 import { RedfishTransport, bmcOrigin, redfishDrivers } from '../clients/bmc/redfish';
 import { startRedfishSim, type MachineOptions, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import type { FlavourName } from './sim/redfish/flavours';
+import { failure } from './helpers/bmc';
 
 const TUNING = { pollMs: 10, verifyDeadlineMs: 800, taskPollMaxMs: 30 };
 const TRANSPORT = { connectTimeoutMs: 2000, headersTimeoutMs: 500, bodyTimeoutMs: 500, maxRetryAfterMs: 2000, defaultRetryAfterMs: 20, retries5xx: 2, retryBaseMs: 5 };
@@ -30,16 +31,6 @@ function ep(m: SimMachine, over: Partial<BmcEndpoint> = {}): BmcEndpoint {
 }
 function drv(name: string): BmcDriver {
   return drivers.get(name)!;
-}
-/** The BmcError a call rejects with. */
-async function failure(p: Promise<unknown>): Promise<BmcError> {
-  try {
-    await p;
-  } catch (e) {
-    if (e instanceof BmcError) return e;
-    throw e;
-  }
-  throw new Error('the call succeeded; a BmcError was expected');
 }
 /** Raw call to a simulated machine, for setting up a state the driver must cope with. */
 async function raw(m: SimMachine, p: string, method = 'GET', body?: unknown): Promise<Record<string, any>> {

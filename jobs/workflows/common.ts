@@ -59,6 +59,18 @@ export const powerOff: StepDef = {
   },
 };
 
+/** Leaves the ramdisk for the installed OS: disk once, power cycle (deploy's end, unrescue). */
+export const bootInstalledOs: StepDef = {
+  name: 'boot-installed-os',
+  title: 'Booting the installed OS',
+  destructive: true,
+  async run(ctx) {
+    await ctx.command('bmc.boot-device', { device: 'disk', persistent: false });
+    await ctx.command('bmc.power', { action: 'cycle' });
+    return complete('disk once, power-cycled');
+  },
+};
+
 /**
  * A ramdisk boot: the run's boot entry for the node's MACs, PXE once, power on or cycle. Its
  * cleanup (abort, failure) revokes the entry and powers the machine off, so an aborted run leaves

@@ -1,7 +1,7 @@
 import { complete } from '../steps';
 import type { StepContext, WorkflowDef } from '../engine-types';
 import type { Runner } from '../../src/modules/metal/node-store';
-import { bootRamdisk, fail, type StepReport } from './common';
+import { bootInstalledOs, bootRamdisk, fail, type StepReport } from './common';
 
 interface ProfileVersion { profileId: string; version: number; role: string; steps: { name: string; kind?: string; params?: unknown }[] }
 
@@ -53,16 +53,7 @@ export const deployWorkflow: WorkflowDef = {
         return complete(`${done} profile step(s) succeeded`);
       },
     },
-    {
-      name: 'boot-installed-os',
-      title: 'Booting the installed OS',
-      destructive: true,
-      async run(ctx) {
-        await ctx.command('bmc.boot-device', { device: 'disk', persistent: false });
-        await ctx.command('bmc.power', { action: 'cycle' });
-        return complete('disk once, power-cycled');
-      },
-    },
+    bootInstalledOs,
   ],
   async finish(ctx) {
     const profile = await profileOf(ctx.db, ctx);

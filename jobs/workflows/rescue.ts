@@ -1,7 +1,7 @@
 import { complete } from '../steps';
 import type { WorkflowDef } from '../engine-types';
 import { revokeNodeBoot } from '../../src/modules/boot/entries';
-import { bootRamdisk, isReport, latestReport } from './common';
+import { bootInstalledOs, bootRamdisk, isReport, latestReport } from './common';
 
 /** rescue: boot the rescue ramdisk; the run succeeds when it calls back, and the node stays in rescue. */
 export const rescueWorkflow: WorkflowDef = {
@@ -32,15 +32,6 @@ export const unrescueWorkflow: WorkflowDef = {
         return complete(`${n} boot entr${n === 1 ? 'y' : 'ies'} revoked`);
       },
     },
-    {
-      name: 'boot-installed-os',
-      title: 'Booting the installed OS',
-      destructive: true,
-      async run(ctx) {
-        await ctx.command('bmc.boot-device', { device: 'disk', persistent: false });
-        await ctx.command('bmc.power', { action: 'cycle' });
-        return complete('disk once, power-cycled');
-      },
-    },
+    bootInstalledOs,
   ],
 };
