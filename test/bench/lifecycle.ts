@@ -38,6 +38,7 @@ import { CreatePoolDocument, CreateSiteDocument, CreateTenantDocument } from '..
 import { cpuSample, freePorts, gql, intOption, machineInfo, option, sleep, startService, type CpuSample, type Service } from './read';
 
 const TARGET_WALL_S = 60;
+const hex = (n: number) => (n & 0xff).toString(16).padStart(2, '0');
 const TARGET_CPU_PER_STEP_MS = 5;
 
 interface Children {
@@ -197,7 +198,9 @@ async function run(args: string[]): Promise<number> {
     const simStarted = performance.now();
     sim = await startMachineSim({
       serviceUrl: api.url,
-      redfish: { machines, defaults: { mockup } },
+      // MACs of our own, one per NIC of the mockup (at most four): the simulator's fallback scheme (index + 0x40 for the
+      // second NIC) gives machine i's second MAC to machine i + 64 as its first.
+      redfish: { machines: Array.from({ length: machines }, (_, i) => ({ macs: [0, 1, 2, 3].map((nic) => `02:be:${hex(i >> 16)}:${hex(i >> 8)}:${hex(i)}:${hex(nic)}`) })), defaults: { mockup } },
       behaviour: quiet ? { quiet: true } : {},
     });
     console.log(`  ${machines} simulated BMCs listening (${((performance.now() - simStarted) / 1000).toFixed(1)} s)`);
