@@ -163,6 +163,19 @@ async function states(sql: Sql, nodeIds: string[]): Promise<Record<string, numbe
   return Object.fromEntries(rows.map((r) => [r.s, r.n]));
 }
 
+/** Where the work waits: metal.advance jobs due / delayed / running, commands queued / claimed, runs waiting. */
+async function backlog(sql: Sql): Promise<string> {
+  const r = (await sql.query(`SELECT
+      (SELECT count(*)::int FROM pgboss.job WHERE name = 'metal.advance' AND state IN ('created', 'retry') AND start_after <= now()) AS due,
+      (SELECT count(*)::int FROM pgboss.job WHERE name = 'metal.advance' AND state IN ('created', 'retry') AND start_after > now()) AS delayed,
+      (SELECT count(*)::int FROM pgboss.job WHERE name = 'metal.advance' AND state = 'active') AS active,
+      (SELECT count(*)::int FROM command WHERE status = 'queued') AS queued,
+      (SELECT count(*)::int FROM command WHERE status = 'claimed') AS claimed,
+      (SELECT count(*)::int FROM workflow_run WHERE status = 'waiting') AS waiting,
+      (SELECT count(*)::int FROM workflow_run WHERE lease_until > now()) AS leased`)).rows[0]!;
+  return `advance jobs due ${r.due}, delayed ${r.delayed}, active ${r.active}; commands queued ${r.queued}, claimed ${r.claimed}; runs waiting ${r.waiting}, leased ${r.leased}`;
+}
+
 const fmt = (counts: Record<string, number>) => Object.entries(counts).map(([s, n]) => `${s} ${n}`).join(', ');
 
 async function run(args: string[]): Promise<number> {
@@ -186,6 +199,13 @@ async function run(args: string[]): Promise<number> {
   const api = await startService({ env: { ROLE: split ? 'api' : 'all', SECRET_KEY: secretKey }, nodeArgs: split ? [] : nodeArgs });
   let worker: Children['worker'] | null = null;
   let sim: MachineSim | null = null;
+  // A Ctrl-C (or SIGTERM) still stops both children and the simulators, in order.
+  const onSignal = () => {
+    console.error('[bench] interrupted: stopping the service and the simulators');
+    void Promise.allSettled([sim?.stop(), worker?.stop(), api.stop()]).then(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
   const pool = new pg.Pool({ connectionString: api.databaseUrl, max: 4 });
   const sql = new Sql(pool, new StatementCounter());
   try {
@@ -216,10 +236,13 @@ async function run(args: string[]): Promise<number> {
     for (;;) {
       const moving = nodeIds.length - (last.counts.ready ?? 0) - (last.counts.failed ?? 0);
       if (moving === 0) break;
-      if (performance.now() - started > timeoutS * 1000) throw new Error(`not settled after ${timeoutS} s: ${fmt(last.counts)}`);
+      if (performance.now() - started > timeoutS * 1000) {
+        console.log(`  NOT SETTLED after ${timeoutS} s: ${fmt(last.counts)}; the figures below are up to now`);
+        break;
+      }
       if (performance.now() - printed >= 5000) {
         printed = performance.now();
-        console.log(`  ${((printed - started) / 1000).toFixed(0).padStart(4)} s: ${fmt(last.counts)}`);
+        console.log(`  ${((printed - started) / 1000).toFixed(0).padStart(4)} s: ${fmt(last.counts)}  | ${await backlog(sql)}`);
       }
       await sleep(250);
       last = { counts: await states(sql, nodeIds), at: performance.now() };
