@@ -205,6 +205,8 @@ async function run(args: string[]): Promise<number> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   const pool = new pg.Pool({ connectionString: api.databaseUrl, max: 4 });
+  // The service stopping (its PostgreSQL with it) ends these connections: not an error of the bench.
+  pool.on('error', () => undefined);
   const sql = new Sql(pool, new StatementCounter());
   try {
     worker = split ? await startWorker(api, { SECRET_KEY: secretKey }, nodeArgs) : { pid: api.pid, stop: async () => undefined, output: api.output };
