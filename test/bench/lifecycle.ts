@@ -279,7 +279,8 @@ async function run(args: string[]): Promise<number> {
     const workerCpu = split ? d(before.worker, after.worker) : serviceCpu;
     const ms = (seconds: number) => ((seconds * 1000) / steps).toFixed(2);
     const wallS = wallMs / 1000;
-    const pass = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
+    // The issue's targets are for 1,000 machines; a smaller fleet's figures are not held to them.
+    const pass = (ok: boolean) => (machines !== 1000 ? `n/a (${machines} machines; the target is for 1000)` : ok && last.counts.ready === machines ? 'PASS' : 'FAIL');
 
     console.log('\n== per step (all runs): count, duration p50 / p95 ==');
     for (const r of perStep.rows) console.log(`  ${`${r.kind} ${r.name}`.padEnd(50)} ${String(r.n).padStart(5)}  ${Number(r.p50).toFixed(3)} / ${Number(r.p95).toFixed(3)} s`);
