@@ -7,6 +7,7 @@ import { readBench } from './read';
 import { bulkBench } from './bulk';
 import { eventsBench } from './events';
 import { fabricBench } from './fabric';
+import { lifecycleBench } from './lifecycle';
 
 export interface Bench {
   /** One line for the list printed on an unknown name. */
@@ -22,12 +23,13 @@ const BENCHES: Record<string, Bench> = {
   bulk: bulkBench,
   events: eventsBench,
   fabric: fabricBench,
+  lifecycle: lifecycleBench,
 };
 
 function usage(): string {
   const names = Object.entries(BENCHES).flatMap(([name, bench]) => [
-    `  ${name.padEnd(8)} ${bench.summary}`,
-    ...(bench.options ?? []).map((line) => `           ${line}`),
+    `  ${name.padEnd(9)} ${bench.summary}`,
+    ...(bench.options ?? []).map((line) => `            ${line}`),
   ]);
   return ['usage: npm run bench -- <name> [options]', '', 'benchmarks:', ...names].join('\n');
 }
