@@ -711,6 +711,10 @@ export async function sweepRuns(sql: Sql, graceMs: number, limit = 1000): Promis
           AND (w.status <> 'waiting' OR w.lease_until IS NOT NULL OR w.wait_until IS NULL OR w.wait_until < now()
                OR EXISTS (SELECT 1 FROM command c WHERE c.run_id = w.id AND c.status IN ('succeeded', 'failed', 'expired') AND c.updated_at > w.updated_at)
                OR EXISTS (SELECT 1 FROM ramdisk_report r WHERE r.run_id = w.id AND r.created_at > w.updated_at))
+          -- A run whose wake-up is queued and due is late only because the queue is: another job
+          -- would only lengthen it (a saturated worker saw each sweep add ~900 to the backlog).
+          AND NOT EXISTS (SELECT 1 FROM pgboss.job j WHERE j.name = 'metal.advance' AND j.state < 'active'
+                             AND j.start_after <= now() AND j.data->>'runId' = w.id)
         LIMIT $3
      ), queued AS (
        ${insertJobsSql('metal.advance', "jsonb_build_object('runId', overdue.id)", 'overdue')} RETURNING 1

@@ -158,14 +158,34 @@ export interface QueryRunner {
 }
 
 /**
+ * SQL selecting (and row-locking) a metal.advance job of the run `runIdSql` that no worker has
+ * fetched yet and that is due no later than `dueBySql`: such a job already wakes the run after
+ * the caller's commit, so a second one would only cost a fetch and a lease round trip (the
+ * lifecycle bench: 2.8 to 3.8 jobs per step, most of them wake-ups of a run already due). The
+ * lock is what makes this safe: pg-boss fetches with SKIP LOCKED, so it cannot take the job
+ * before the caller's transaction (and what it wrote for the run) commits; and a job a worker is
+ * fetching right now is skipped here (SKIP LOCKED), so the caller queues its own.
+ */
+export function dueAdvanceSql(runIdSql: string, dueBySql = 'now()'): string {
+  return `SELECT j.id FROM pgboss.job j
+           WHERE j.name = 'metal.advance' AND j.state < 'active' AND j.start_after <= ${dueBySql}
+             AND j.data = jsonb_build_object('runId', ${runIdSql})
+           LIMIT 1 FOR UPDATE SKIP LOCKED`;
+}
+
+/**
  * Queues "advance run R" inside the caller's transaction, now or after `afterMs`: what a command
- * result, a ramdisk callback or the engine's own timer does to wake a run. Resolves to the job id.
+ * result, a ramdisk callback or the engine's own timer does to wake a run. A job of the run not
+ * yet fetched and due by then does it instead (dueAdvanceSql). Resolves to the job id.
  */
 export async function queueAdvance(db: QueryRunner, runId: string, afterMs = 0): Promise<string> {
+  const at = "now() + $2::int * interval '1 millisecond'";
   const { rows } = await db.query(
-    `${insertJobsSql('metal.advance', "jsonb_build_object('runId', $1::text)", '(SELECT 1) AS one', "now() + $2::int * interval '1 millisecond'")} RETURNING id::text`,
+    `WITH due AS (${dueAdvanceSql('$1::text', at)}),
+          ins AS (${insertJobsSql('metal.advance', "jsonb_build_object('runId', $1::text)", '(SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM due)) AS one', at)} RETURNING id)
+     SELECT COALESCE((SELECT id FROM ins), (SELECT id FROM due))::text AS id`,
     [runId, Math.max(0, Math.round(afterMs))],
   );
-  if (!rows[0]) throw new Error('the metal.advance queue is missing: the job was not queued');
+  if (!rows[0]?.id) throw new Error('the metal.advance queue is missing: the job was not queued');
   return rows[0].id as string;
 }

@@ -94,7 +94,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentLeaseMs: intEnv(env, 'AGENT_LEASE_MS', 120000, 1000),
     builtinAgent: ['on', 'true', '1'].includes(builtin),
     agentPollMs: intEnv(env, 'AGENT_POLL_MS', 1000, 50),
-    agentConcurrency: intEnv(env, 'AGENT_CONCURRENCY', 8, 1),
+    agentConcurrency: intEnv(env, 'AGENT_CONCURRENCY', 32, 1),
     apiUrl: env.API_URL || undefined,
     agentToken: env.AGENT_TOKEN || undefined,
     agentTokenFile: env.AGENT_TOKEN_FILE || undefined,

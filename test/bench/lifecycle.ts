@@ -124,7 +124,7 @@ async function startWorker(api: Service, env: Record<string, string>, nodeArgs: 
 async function startMissingRuns(sql: Sql, nodeIds: string[]): Promise<number> {
   const { rows } = await sql.query<{ id: string }>(`SELECT id FROM node WHERE id = ANY($1::text[]) AND workflow_id IS NULL`, [nodeIds]);
   await Promise.all(rows.map(({ id }) => sql.transaction((tx) => updateNode(tx, { id, version: null }, {
-    data: {}, run: { id: newId('WorkflowRun'), kind: 'metal-enroll', params: { verb: 'enroll' } }, events: [], job: null,
+    data: {}, run: { id: newId('WorkflowRun'), kind: 'metal-enroll', params: { verb: 'enroll' } }, events: [],
   }, null))));
   return rows.length;
 }
