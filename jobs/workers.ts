@@ -18,6 +18,14 @@ function leaseMsFromEnv(env: NodeJS.ProcessEnv = process.env): number | undefine
   return ms;
 }
 
+/** WORKFLOW_ENGINE: on (default) or off (see startWorkers). */
+function engineEnabledFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
+  const raw = env.WORKFLOW_ENGINE ?? '';
+  if (raw === '' || raw === 'on') return true;
+  if (raw === 'off') return false;
+  throw new Error(`WORKFLOW_ENGINE must be on or off, not "${raw}"`);
+}
+
 /** How often a worker looks for runs whose wake-up a dead worker took with it, and how quiet they must be. */
 const SWEEP_EVERY_MS = 15_000;
 const SWEEP_GRACE_MS = 10_000;
@@ -62,27 +70,36 @@ export async function startWorkers(queues: Queues, log: Logger,
   // The engine's statements are background work (engineSql: the pool's uncounted face), not a request's.
   const engineSql = deps.engineSql ?? deps.sql;
   const engine = { sql: engineSql, log, leaseMs: leaseMsFromEnv() };
-  for (let i = 0; i < ADVANCE_WORKERS; i += 1) {
-    await queues.work('metal.advance', async (jobs) => {
-      await eachSettled(jobs, (job) => advanceRun(engine, job.data.runId));
+  // WORKFLOW_ENGINE=off: this worker advances no workflow run (the runs wait in their rows for a
+  // worker that does). For a process that is to do the other jobs only, e.g. the bulk bench, which
+  // times the API while 10,000 released runs would otherwise be advancing beside it.
+  const engineOn = engineEnabledFromEnv();
+  let timer: NodeJS.Timeout | null = null;
+  if (engineOn) {
+    for (let i = 0; i < ADVANCE_WORKERS; i += 1) {
+      await queues.work('metal.advance', async (jobs) => {
+        await eachSettled(jobs, (job) => advanceRun(engine, job.data.runId));
+      }, { batchSize: ADVANCE_BATCH });
+    }
+    // A worker starting after a crash wakes at once every run nobody holds; then, every few
+    // seconds, the runs that stayed quiet with something to do (see sweepRuns).
+    const sweep = async (graceMs: number) => {
+      const woken = await sweepRuns(engineSql, graceMs);
+      if (woken) log.info({ woken }, 'woke workflow runs whose wake-up was lost');
+    };
+    await sweep(0);
+    let sweeping: Promise<void> | null = null;
+    timer = setInterval(() => {
+      sweeping ??= sweep(SWEEP_GRACE_MS).catch((error: unknown) => log.warn({ err: error }, 'workflow sweep failed')).finally(() => { sweeping = null; });
+    }, SWEEP_EVERY_MS);
+    timer.unref();
+    // The verbs' queue before runs existed: a job left in it advances the node's active run.
+    await queues.work('metal.reconcile', async (jobs) => {
+      await eachSettled(jobs, (job) => reconcileNode(engine, job.data.nodeId));
     }, { batchSize: ADVANCE_BATCH });
+  } else {
+    log.warn('WORKFLOW_ENGINE=off: this worker advances no workflow run');
   }
-  // A worker starting after a crash wakes at once every run nobody holds; then, every few
-  // seconds, the runs that stayed quiet with something to do (see sweepRuns).
-  const sweep = async (graceMs: number) => {
-    const woken = await sweepRuns(engineSql, graceMs);
-    if (woken) log.info({ woken }, 'woke workflow runs whose wake-up was lost');
-  };
-  await sweep(0);
-  let sweeping: Promise<void> | null = null;
-  const timer = setInterval(() => {
-    sweeping ??= sweep(SWEEP_GRACE_MS).catch((error: unknown) => log.warn({ err: error }, 'workflow sweep failed')).finally(() => { sweeping = null; });
-  }, SWEEP_EVERY_MS);
-  timer.unref();
-  // The verbs' queue before runs existed: a job left in it advances the node's active run.
-  await queues.work('metal.reconcile', async (jobs) => {
-    await eachSettled(jobs, (job) => reconcileNode(engine, job.data.nodeId));
-  }, { batchSize: ADVANCE_BATCH });
   const fabric = deps.fabric;
   if (fabric) {
     // One job at a time per process; the fabric_job_one_running index keeps it one cluster-wide.
@@ -97,5 +114,5 @@ export async function startWorkers(queues: Queues, log: Logger,
     });
   }
   log.info('queue workers started');
-  return { stop: () => clearInterval(timer) };
+  return { stop: () => { if (timer) clearInterval(timer); } };
 }
