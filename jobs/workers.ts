@@ -6,26 +6,6 @@ import { releaseBatch } from '../src/modules/metal/bulk';
 import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
 import { advanceRun, reconcileNode, sweepRuns } from './engine';
 
-/**
- * WORKFLOW_LEASE_MS: how long a run's lease lasts (default jobs/engine.ts LEASE_MS, 60 s). A dead
- * worker's runs are taken up again after it; the crash test shortens it, nobody else needs to.
- */
-function leaseMsFromEnv(env: NodeJS.ProcessEnv = process.env): number | undefined {
-  const raw = env.WORKFLOW_LEASE_MS;
-  if (raw === undefined || raw === '') return undefined;
-  const ms = Number(raw);
-  if (!Number.isInteger(ms) || ms < 500 || ms > 3_600_000) throw new Error(`WORKFLOW_LEASE_MS must be an integer 500..3600000, not "${raw}"`);
-  return ms;
-}
-
-/** WORKFLOW_ENGINE: on (default) or off (see startWorkers). */
-function engineEnabledFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
-  const raw = env.WORKFLOW_ENGINE ?? '';
-  if (raw === '' || raw === 'on') return true;
-  if (raw === 'off') return false;
-  throw new Error(`WORKFLOW_ENGINE must be on or off, not "${raw}"`);
-}
-
 /** How often a worker looks for runs whose wake-up a dead worker took with it, and how quiet they must be. */
 const SWEEP_EVERY_MS = 15_000;
 const SWEEP_GRACE_MS = 10_000;
@@ -55,7 +35,11 @@ export const PRUNE_CRON = '*/10 * * * *';
  * here; a queue with no worker keeps its jobs until a worker process picks them up.
  */
 export async function startWorkers(queues: Queues, log: Logger,
-  deps: { sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'>; engineSql?: Sql }): Promise<{ stop(): void }> {
+  deps: {
+    sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'>; engineSql?: Sql;
+    /** config.workflowEngine (WORKFLOW_ENGINE) and config.workflowLeaseMs (WORKFLOW_LEASE_MS). */
+    workflow?: { engine: boolean; leaseMs?: number };
+  }): Promise<{ stop(): void }> {
   await queues.boss.schedule('events.prune', PRUNE_CRON, {}, { tz: 'UTC' });
   await queues.work('events.prune', async () => {
     const result = await pruneEvents(deps.sql, deps.retentionHours);
@@ -69,11 +53,11 @@ export async function startWorkers(queues: Queues, log: Logger,
   });
   // The engine's statements are background work (engineSql: the pool's uncounted face), not a request's.
   const engineSql = deps.engineSql ?? deps.sql;
-  const engine = { sql: engineSql, log, leaseMs: leaseMsFromEnv() };
+  const engine = { sql: engineSql, log, leaseMs: deps.workflow?.leaseMs };
   // WORKFLOW_ENGINE=off: this worker advances no workflow run (the runs wait in their rows for a
   // worker that does). For a process that is to do the other jobs only, e.g. the bulk bench, which
   // times the API while 10,000 released runs would otherwise be advancing beside it.
-  const engineOn = engineEnabledFromEnv();
+  const engineOn = deps.workflow?.engine ?? true;
   let timer: NodeJS.Timeout | null = null;
   if (engineOn) {
     for (let i = 0; i < ADVANCE_WORKERS; i += 1) {

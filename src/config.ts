@@ -31,6 +31,10 @@ export interface Config {
   agentPollMs: number;
   /** Commands one agent runs at once. */
   agentConcurrency: number;
+  /** WORKFLOW_ENGINE: whether this worker advances workflow runs (off: its other jobs only). */
+  workflowEngine: boolean;
+  /** WORKFLOW_LEASE_MS: a worker's lease on a run (unset: jobs/engine.ts LEASE_MS, 60 s); a dead worker's runs are taken up after it. */
+  workflowLeaseMs: number | undefined;
   /** ROLE=agent: the service's base URL and the agent's token (AGENT_TOKEN, or AGENT_TOKEN_FILE). */
   apiUrl: string | undefined;
   agentToken: string | undefined;
@@ -71,6 +75,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!['api', 'worker', 'all', 'agent'].includes(role)) {
     throw new Error(`ROLE must be api, worker, all or agent, got "${env.ROLE}"`);
   }
+  const engine = env.WORKFLOW_ENGINE ?? '';
+  if (!['', 'on', 'off'].includes(engine)) throw new Error(`WORKFLOW_ENGINE must be on or off, got "${engine}"`);
+  const leaseRaw = env.WORKFLOW_LEASE_MS;
+  const workflowLeaseMs = leaseRaw === undefined || leaseRaw === '' ? undefined : Number(leaseRaw);
+  if (workflowLeaseMs !== undefined && (!Number.isInteger(workflowLeaseMs) || workflowLeaseMs < 500 || workflowLeaseMs > 3_600_000)) {
+    throw new Error(`WORKFLOW_LEASE_MS must be an integer 500..3600000, got "${leaseRaw}"`);
+  }
   const builtin = (env.BUILTIN_AGENT ?? 'on').trim().toLowerCase();
   if (!['on', 'off', 'true', 'false', '1', '0'].includes(builtin)) throw new Error(`BUILTIN_AGENT must be on or off, got "${env.BUILTIN_AGENT}"`);
   return {
@@ -94,6 +105,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentLeaseMs: intEnv(env, 'AGENT_LEASE_MS', 120000, 1000),
     builtinAgent: ['on', 'true', '1'].includes(builtin),
     agentPollMs: intEnv(env, 'AGENT_POLL_MS', 1000, 50),
+    workflowEngine: engine !== 'off',
+    workflowLeaseMs,
     agentConcurrency: intEnv(env, 'AGENT_CONCURRENCY', 32, 1),
     apiUrl: env.API_URL || undefined,
     agentToken: env.AGENT_TOKEN || undefined,

@@ -14,6 +14,7 @@ import { complete, continueAfter, failed } from '../jobs/steps';
 import { queueAdvance } from '../jobs/registry';
 import { STUCK_RESUMES, WORKFLOW_CHAINS, WORKFLOW_KINDS } from '../src/modules/metal/states';
 import { WORKFLOWS } from '../jobs/workflows';
+import { loadConfig } from '../src/config';
 
 let t: TestApp;
 let world: World;
@@ -389,5 +390,20 @@ describe('the workflows as data', () => {
     for (const [from, to] of Object.entries(WORKFLOW_CHAINS) as [keyof typeof WORKFLOW_KINDS, keyof typeof WORKFLOW_KINDS][]) {
       expect(WORKFLOW_KINDS[to].state).toBe(WORKFLOW_KINDS[from].onSuccess);
     }
+  });
+});
+
+describe('the engine settings', () => {
+  it('WORKFLOW_ENGINE is on by default, off with off, and anything else is refused', () => {
+    expect(loadConfig({}).workflowEngine).toBe(true);
+    expect(loadConfig({ WORKFLOW_ENGINE: 'on' }).workflowEngine).toBe(true);
+    expect(loadConfig({ WORKFLOW_ENGINE: 'off' }).workflowEngine).toBe(false);
+    expect(() => loadConfig({ WORKFLOW_ENGINE: 'maybe' })).toThrow(/WORKFLOW_ENGINE/);
+  });
+
+  it('WORKFLOW_LEASE_MS is the engine default when unset, and only an integer 500..3600000', () => {
+    expect(loadConfig({}).workflowLeaseMs).toBeUndefined();
+    expect(loadConfig({ WORKFLOW_LEASE_MS: '2000' }).workflowLeaseMs).toBe(2000);
+    for (const bad of ['499', '3600001', '1.5', 'soon']) expect(() => loadConfig({ WORKFLOW_LEASE_MS: bad })).toThrow(/WORKFLOW_LEASE_MS/);
   });
 });

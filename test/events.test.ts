@@ -50,14 +50,7 @@ describe('the event stream', () => {
     // The workers run (the retention schedule is theirs) but advance no workflow: these tests
     // compare the stream's head with the events they publish, and the retire workflows' step
     // events, written beside them, moved it (a flaky "expected 1036n, received 1035n").
-    const engine = process.env.WORKFLOW_ENGINE;
-    process.env.WORKFLOW_ENGINE = 'off';
-    try {
-      t = await startTestApp({ subscriberBuffer: 1000 });
-    } finally {
-      if (engine === undefined) delete process.env.WORKFLOW_ENGINE;
-      else process.env.WORKFLOW_ENGINE = engine;
-    }
+    t = await startTestApp({ subscriberBuffer: 1000, workflowEngine: false });
     sql = new pg.Client({ connectionString: t.app.databaseUrl });
     await sql.connect();
     a = await makeTenantTree(t.app.database.prisma, 'stream-a', { pools: 1, nodesPerPool: 40 });

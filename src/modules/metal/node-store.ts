@@ -4,7 +4,7 @@ import { AppError } from '../../errors';
 import { newId } from '../../ids';
 import { checkEventPayload } from '../../events/outbox';
 import { insertJobsSql } from '../../../jobs/registry';
-import { runKindOf, VERBS, type Verb, type WorkflowKind } from './states';
+import { ACTIVE_RUN_STATUSES, runKindOf, VERBS, type Verb, type WorkflowKind } from './states';
 import { nodeArrayView, nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
 
 /**
@@ -37,8 +37,8 @@ export interface NodeEvent {
   payload: Record<string, unknown>;
 }
 
-/** Run statuses of a run that is not over: at most one per node (index workflow_run_one_active). */
-export const ACTIVE_RUN_STATUSES = ['queued', 'running', 'waiting', 'aborting'] as const;
+/** Run statuses of a run that is not over (states.ts): at most one per node (index workflow_run_one_active). */
+export { ACTIVE_RUN_STATUSES };
 /** The active statuses a newer run supersedes: an aborting run is left to finish its cleanup. */
 const SUPERSEDABLE = "('queued', 'running', 'waiting')";
 const ACTIVE = `(${ACTIVE_RUN_STATUSES.map((s) => `'${s}'`).join(', ')})`;
