@@ -11,7 +11,7 @@ import {
   ACTIVE_RUN_STATUSES, decideWorkflowMove, isWorkflowKind, STUCK_RESUMES, WAITS, WORKFLOW_CHAINS, WORKFLOW_KINDS,
   type ProvisionState, type WorkflowKind, type WorkflowOutcome,
 } from '../src/modules/metal/states';
-import { insertJobsSql, queueAdvance } from './registry';
+import { ADVANCE_PARTITION, insertJobsSql, queueAdvance } from './registry';
 import { retryDelayMs, type StepResult } from './steps';
 import { buildContext, STEP_COMMAND_TTL_MS } from './engine-context';
 import { StepInterrupt, type RunInfo, type RunParams, type StepDef, type WorkflowDef } from './engine-types';
@@ -27,7 +27,10 @@ import { WORKFLOWS } from './workflows';
  * a step not started, and a step started is found again by its key.
  *
  * Leases: `lease_until` is both the lease and its fencing token (a step transaction whose token
- * is no longer the row's aborts). A job that finds the lease held re-queues itself shortly, so a
+ * is no longer the row's aborts). The lease is kept to the millisecond (date_trunc): the token
+ * travels as a JS Date, which has none of PostgreSQL's microseconds, and the statements that
+ * release it compare it in SQL (`lease_until = $2`, which never matched a microsecond value, so a
+ * run whose advance failed waited out its lease instead of being taken up at once). A job that finds the lease held re-queues itself shortly, so a
  * wake-up that arrives while another worker holds the run is never lost; a lease found expired
  * means its worker died mid-step: the run is taken up again (resumes + 1) until STUCK_RESUMES,
  * then fails WORKER_LOST. A dead worker's runs are found by the next job that wakes them, or by
@@ -123,7 +126,7 @@ async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
     `WITH cur AS (
        SELECT id, status, lease_until AS prev, resumes AS prev_resumes FROM workflow_run WHERE id = $1 FOR UPDATE
      ), taken AS (
-       UPDATE workflow_run w SET lease_until = now() + $2::int * interval '1 millisecond',
+       UPDATE workflow_run w SET lease_until = date_trunc('milliseconds', now() + $2::int * interval '1 millisecond'),
               status = CASE WHEN w.status = 'queued' THEN 'running' ELSE w.status END,
               started_at = COALESCE(w.started_at, now()),
               resumes = w.resumes + CASE WHEN cur.prev IS NOT NULL THEN 1 ELSE 0 END,
@@ -419,7 +422,7 @@ async function stopWaiting(l: Loaded, until: Date, waitingFor: string): Promise<
 async function nextStep(l: Loaded, stepIndex: number): Promise<Step> {
   const { rows } = await l.tx.query(
     `UPDATE workflow_run SET step_index = $2, attempt = 0, status = CASE WHEN status = 'aborting' THEN status ELSE 'running' END,
-            wait_until = NULL, waiting_for = NULL, lease_until = now() + $3::int * interval '1 millisecond', updated_at = now(), version = version + 1
+            wait_until = NULL, waiting_for = NULL, lease_until = date_trunc('milliseconds', now() + $3::int * interval '1 millisecond'), updated_at = now(), version = version + 1
       WHERE id = $1 RETURNING lease_until`,
     [l.run.id, stepIndex, l.leaseMs],
   );
@@ -582,7 +585,7 @@ async function enterCleanup(l: Loaded): Promise<Step> {
   );
   const { rows: lease } = await l.tx.query(
     `UPDATE workflow_run SET status = 'aborting', step_index = $2, wait_until = NULL, waiting_for = NULL,
-            lease_until = now() + $3::int * interval '1 millisecond', updated_at = now(), version = version + 1
+            lease_until = date_trunc('milliseconds', now() + $3::int * interval '1 millisecond'), updated_at = now(), version = version + 1
       WHERE id = $1 RETURNING lease_until`,
     [l.run.id, first, l.leaseMs],
   );
@@ -713,7 +716,7 @@ export async function sweepRuns(sql: Sql, graceMs: number, limit = 1000): Promis
                OR EXISTS (SELECT 1 FROM ramdisk_report r WHERE r.run_id = w.id AND r.created_at > w.updated_at))
           -- A run whose wake-up is queued and due is late only because the queue is: another job
           -- would only lengthen it (a saturated worker saw each sweep add ~900 to the backlog).
-          AND NOT EXISTS (SELECT 1 FROM pgboss.job j WHERE j.name = 'metal.advance' AND j.state < 'active'
+          AND NOT EXISTS (SELECT 1 FROM ${ADVANCE_PARTITION} j WHERE j.state < 'active'
                              AND j.start_after <= now() AND j.data->>'runId' = w.id)
         LIMIT $3
      ), queued AS (
