@@ -6,7 +6,7 @@ import { prismaRunner, updateNode } from './node-store';
 import type { Tx } from '../../db/client';
 import { nodeResource, siteResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
-import { lockSiteMacs, machineMac, normalizeMac, notAMachineMac, refuseTakenMacs } from './mac';
+import { lockMacs, lockSiteMacs, machineMac, normalizeMac, notAMachineMac, refuseTakenMacs } from './mac';
 
 export const MAX_SIGHTINGS_PER_AGENT = 256;
 const WINDOW_MS = 10 * 60 * 1000;
@@ -57,8 +57,9 @@ export function checkSightings(machines: SightingInput[]): SightingInput[] {
  */
 export async function proposeCandidates(tx: Tx, siteId: string, requestId: string): Promise<void> {
   const now = Date.now();
-  // Every MAC binding of the site (enroll, confirmMac, this) runs under the site's MAC lock, taken
-  // before the waiting machines are read so a concurrent confirmMac cannot be overwritten.
+  // Every MAC binding of the site runs under the site's MAC lock (enroll and confirmMac take it
+  // shared, with a lock per MAC; this takes it exclusive), taken before the waiting machines are
+  // read so a concurrent confirmMac cannot be overwritten.
   await lockSiteMacs(tx, siteId);
   const waiting = await tx.node.findMany({
     where: { siteId, macs: { isEmpty: true }, productUuid: { not: null }, pxeCycledAt: { not: null }, provisionState: { not: 'retired' } },
@@ -162,7 +163,7 @@ export async function confirmMac(ctx: Context, nodeId: string, rawMac: string): 
   if (node.provisionState === 'retired') throw new AppError('INVALID_STATE', `node ${node.id} is retired`, { state: node.provisionState });
   if (node.macs.length) throw new AppError('INVALID_STATE', `node ${node.id} already has MACs (${node.macs.join(', ')})`, { state: node.provisionState });
   await ctx.prisma.$transaction(async (tx) => {
-    await lockSiteMacs(tx, node.siteId);
+    await lockMacs(tx, node.siteId, [mac]);
     await refuseTakenMacs(tx, node.siteId, [mac], node.id);
     const updated = await updateNode(prismaRunner(tx), node, {
       data: { macs: [mac] },

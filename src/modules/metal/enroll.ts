@@ -13,7 +13,7 @@ import { readPolicy } from '../tenancy/pool';
 import { BMC_DRIVERS, type DriverBindings } from '../tenancy/tenancy';
 import { VERBS } from './states';
 import type { RunParams } from './verbs';
-import { lockSiteMacs, machineMac, refuseTakenMacs } from './mac';
+import { lockMacs, machineMac, refuseTakenMacs } from './mac';
 
 export interface EnrollInput {
   poolId: string;
@@ -186,7 +186,7 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
   const writeNode = () =>
     ctx.prisma.$transaction(async (tx) => {
       if (macs.length) {
-        await lockSiteMacs(tx, owner.siteId);
+        await lockMacs(tx, owner.siteId, macs);
         await refuseTakenMacs(tx, owner.siteId, macs);
       }
       await createNode(prismaRunner(tx), {

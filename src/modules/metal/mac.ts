@@ -35,15 +35,32 @@ export function machineMac(raw: string, field: string): string {
   return mac;
 }
 
-/** The advisory lock class of site MAC bindings (the other locks of the service use the one-key form). */
+/** The advisory lock classes of site MAC bindings (the other locks of the service use the one-key form). */
 export const SITE_MAC_LOCK_CLASS = 72439161;
+const MAC_LOCK_CLASS = 72439162;
 
 /**
- * Serialises every MAC binding of one site, for the rest of the transaction: without it two enrolls
- * (or an enroll and a confirmMac) of the same MAC would both pass the check below and both commit.
+ * Serialises every MAC binding of one site, for the rest of the transaction: PXE discovery's
+ * proposals, which bind MACs they choose after reading every waiting machine of the site.
  */
 export async function lockSiteMacs(tx: Tx, siteId: string): Promise<void> {
   await tx.$executeRaw`SELECT pg_advisory_xact_lock(${SITE_MAC_LOCK_CLASS}::int, hashtext(${siteId}))`;
+}
+
+/**
+ * Serialises the bindings of these MACs in the site, for the rest of the transaction: without it
+ * two enrolls (or an enroll and a confirmMac) of the same MAC would both pass refuseTakenMacs and
+ * both commit. The site's lock is taken shared (a discovery proposal, which takes it exclusive,
+ * waits for them and they for it), then one lock per MAC in sorted order, so two bindings of
+ * different MACs go side by side (one site-wide lock made 1,000 enrolls wait 0.4 s each in the
+ * lifecycle bench) and two with MACs in common cannot deadlock. A hash collision of two MACs only
+ * makes their bindings wait for each other.
+ */
+export async function lockMacs(tx: Tx, siteId: string, macs: readonly string[]): Promise<void> {
+  const sorted = [...new Set(macs)].sort();
+  await tx.$executeRaw`SELECT pg_advisory_xact_lock_shared(${SITE_MAC_LOCK_CLASS}::int, hashtext(${siteId})),
+    (SELECT count(pg_advisory_xact_lock(${MAC_LOCK_CLASS}::int, hashtext(${siteId} || '|' || m.mac)))
+       FROM (SELECT mac FROM unnest(${sorted}::text[]) WITH ORDINALITY AS u(mac, n) ORDER BY n) m)`;
 }
 
 /**
