@@ -27,10 +27,8 @@ import { WORKFLOWS } from './workflows';
  * a step not started, and a step started is found again by its key.
  *
  * Leases: `lease_until` is both the lease and its fencing token (a step transaction whose token
- * is no longer the row's aborts). The lease is kept to the millisecond (date_trunc): the token
- * travels as a JS Date, which has none of PostgreSQL's microseconds, and the statements that
- * release it compare it in SQL (`lease_until = $2`, which never matched a microsecond value, so a
- * run whose advance failed waited out its lease instead of being taken up at once). A job that finds the lease held re-queues itself shortly, so a
+ * is no longer the row's aborts). lease_until is a timestamptz(3), so the token, which travels as
+ * a JS Date (milliseconds), compares equal in SQL (`lease_until = $2`). A job that finds the lease held re-queues itself shortly, so a
  * wake-up that arrives while another worker holds the run is never lost; a lease found expired
  * means its worker died mid-step: the run is taken up again (resumes + 1) until STUCK_RESUMES,
  * then fails WORKER_LOST. A dead worker's runs are found by the next job that wakes them, or by
@@ -126,7 +124,7 @@ async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
     `WITH cur AS (
        SELECT id, status, lease_until AS prev, resumes AS prev_resumes FROM workflow_run WHERE id = $1 FOR UPDATE
      ), taken AS (
-       UPDATE workflow_run w SET lease_until = date_trunc('milliseconds', now() + $2::int * interval '1 millisecond'),
+       UPDATE workflow_run w SET lease_until = now() + $2::int * interval '1 millisecond',
               status = CASE WHEN w.status = 'queued' THEN 'running' ELSE w.status END,
               started_at = COALESCE(w.started_at, now()),
               resumes = w.resumes + CASE WHEN cur.prev IS NOT NULL THEN 1 ELSE 0 END,
@@ -422,7 +420,7 @@ async function stopWaiting(l: Loaded, until: Date, waitingFor: string): Promise<
 async function nextStep(l: Loaded, stepIndex: number): Promise<Step> {
   const { rows } = await l.tx.query(
     `UPDATE workflow_run SET step_index = $2, attempt = 0, status = CASE WHEN status = 'aborting' THEN status ELSE 'running' END,
-            wait_until = NULL, waiting_for = NULL, lease_until = date_trunc('milliseconds', now() + $3::int * interval '1 millisecond'), updated_at = now(), version = version + 1
+            wait_until = NULL, waiting_for = NULL, lease_until = now() + $3::int * interval '1 millisecond', updated_at = now(), version = version + 1
       WHERE id = $1 RETURNING lease_until`,
     [l.run.id, stepIndex, l.leaseMs],
   );
@@ -585,7 +583,7 @@ async function enterCleanup(l: Loaded): Promise<Step> {
   );
   const { rows: lease } = await l.tx.query(
     `UPDATE workflow_run SET status = 'aborting', step_index = $2, wait_until = NULL, waiting_for = NULL,
-            lease_until = date_trunc('milliseconds', now() + $3::int * interval '1 millisecond'), updated_at = now(), version = version + 1
+            lease_until = now() + $3::int * interval '1 millisecond', updated_at = now(), version = version + 1
       WHERE id = $1 RETURNING lease_until`,
     [l.run.id, first, l.leaseMs],
   );
