@@ -11,7 +11,7 @@ import {
   ACTIVE_RUN_STATUSES, decideWorkflowMove, isWorkflowKind, STUCK_RESUMES, WAITS, WORKFLOW_CHAINS, WORKFLOW_KINDS,
   type ProvisionState, type WorkflowKind, type WorkflowOutcome,
 } from '../src/modules/metal/states';
-import { ADVANCE_PARTITION, insertJobsSql, queueAdvance } from './registry';
+import { ADVANCE_PARTITION, dueAdvanceSql, insertJobsSql, queueAdvance } from './registry';
 import { retryDelayMs, type StepResult } from './steps';
 import { buildContext, STEP_COMMAND_TTL_MS } from './engine-context';
 import { StepInterrupt, type RunInfo, type RunParams, type StepDef, type WorkflowDef } from './engine-types';
@@ -91,6 +91,7 @@ interface StepRow {
   message: string | null;
   errorCode: string | null;
   startedAt: Date | null;
+  finishedAt: Date | null;
 }
 
 /** What the engine keeps in workflow_step.state: its timers, and the body's memo. */
@@ -163,15 +164,32 @@ export async function advanceRun(deps: EngineDeps, runId: string): Promise<Advan
   let token = lease.leaseUntil;
   let lostResumes: number | null = lease.workerLost ? lease.previousResumes : null;
   const budget = deps.maxStepsPerAdvance ?? 25;
+  let injected: Injected | null = null;
+  let throws = 0;
   try {
-    for (let i = 0; i < budget; i += 1) {
-      const next = await deps.sql.transaction((tx) => stepOnce(deps, tx, runId, token, lostResumes));
-      lostResumes = null;
-      if (next.kind === 'next') {
-        token = next.leaseUntil;
+    for (let used = 0; used < budget;) {
+      let next: { step: Step; steps: number };
+      try {
+        const pending = injected;
+        next = await deps.sql.transaction((tx) => stepOnce(deps, tx, runId, token, lostResumes, pending, budget - used));
+      } catch (error) {
+        // A body that throws (a bug, a bad row) leaves nothing of its transaction: it is rolled
+        // back whole, and the next transaction records the throw as a retryable failure of that
+        // step's attempt instead of running its body again.
+        if (!(error instanceof BodyThrew) || throws >= 3) throw error;
+        throws += 1;
+        deps.log?.error({ err: error.thrown, runId, step: error.stepName }, 'workflow step threw');
+        injected = { idx: error.idx, result: { kind: 'failed', code: 'STEP_ERROR', message: `the step threw: ${clip((error.thrown as Error)?.message ?? String(error.thrown))}`, retryable: true } };
         continue;
       }
-      return next.outcome;
+      injected = null;
+      lostResumes = null;
+      used += next.steps;
+      if (next.step.kind === 'next') {
+        token = next.step.leaseUntil;
+        continue;
+      }
+      return next.step.outcome;
     }
     // A long run yields to the queue between budgets, so one run never starves the others.
     await deps.sql.transaction(async (tx) => {
@@ -192,7 +210,30 @@ export async function advanceRun(deps: EngineDeps, runId: string): Promise<Advan
   }
 }
 
-type Step = { kind: 'next'; leaseUntil: Date } | { kind: 'stop'; outcome: AdvanceOutcome };
+/**
+ * `next`: the run goes on now. `sameTx`: the step's end and the next step's start are in memory,
+ * consistent with the rows as they will be written, so the next step runs in the same transaction;
+ * otherwise (the cleanup rows were just laid out by SQL) a new transaction reads them.
+ */
+type Step = { kind: 'next'; leaseUntil: Date; sameTx: boolean } | { kind: 'stop'; outcome: AdvanceOutcome };
+
+/** A throw of a step body, recorded by the next transaction (see advanceRun). */
+interface Injected { idx: number; result: StepResult }
+
+class BodyThrew extends Error {
+  constructor(readonly idx: number, readonly stepName: string, readonly thrown: unknown) {
+    super(`workflow step ${stepName} threw`);
+  }
+}
+
+/** The run's columns a step transaction changes, written once at its end (flush). */
+interface RunWrite {
+  stepIndex?: number;
+  status: 'running' | 'waiting';
+  waitUntil: Date | null;
+  waitingFor: string | null;
+  leaseUntil: Date | null;
+}
 
 interface Loaded {
   tx: SqlTx;
@@ -209,14 +250,24 @@ interface Loaded {
   leaseMs: number;
   /** The attempt a step started in this transaction (written with the run's next update). */
   attempt?: number;
+  /** Step rows changed in memory since the last flush. */
+  dirty: Set<StepRow>;
+  /** The run's pending update (the last step's end: waiting, or running the next step). */
+  runWrite: RunWrite | null;
+  /** A metal.advance job to queue at the flush, due after this many ms (a new wait's timer). */
+  wakeAfterMs: number | null;
+  injected: Injected | null;
 }
+
+/** A timestamp as a row (Date) or as to_jsonb gives it (ISO text, milliseconds: timestamptz(3)). */
+const dateOf = (v: unknown): Date | null => (v == null ? null : v instanceof Date ? v : new Date(v as string));
 
 function toRun(r: Record<string, unknown>): RunRow {
   return {
     id: r.id as string, nodeId: r.node_id as string, kind: r.kind as string, status: r.status as string,
     params: (r.params ?? {}) as RunParams, stepIndex: Number(r.step_index), resumes: Number(r.resumes),
-    leaseUntil: (r.lease_until ?? null) as Date | null, waitUntil: (r.wait_until ?? null) as Date | null,
-    abortRequestedAt: (r.abort_requested_at ?? null) as Date | null,
+    leaseUntil: dateOf(r.lease_until), waitUntil: dateOf(r.wait_until),
+    abortRequestedAt: dateOf(r.abort_requested_at),
     lastErrorCode: (r.last_error_code ?? null) as string | null, lastErrorMessage: (r.last_error_message ?? null) as string | null,
     batchId: (r.batch_id ?? null) as string | null,
   };
@@ -227,45 +278,63 @@ function toStep(r: Record<string, unknown>): StepRow {
     idx: Number(r.idx), name: r.name as string, title: r.title as string, cleanup: Boolean(r.cleanup), destructive: Boolean(r.destructive),
     status: r.status as string, attempts: Number(r.attempts), idempotencyKey: (r.idempotency_key ?? null) as string | null,
     state: (r.state ?? {}) as StepState, message: (r.message ?? null) as string | null, errorCode: (r.error_code ?? null) as string | null,
-    startedAt: (r.started_at ?? null) as Date | null,
+    startedAt: dateOf(r.started_at), finishedAt: dateOf(r.finished_at),
   };
 }
 
-async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Promise<Omit<Loaded, 'def' | 'info'> | null> {
-  // Node first, then run: the order the node store's statements lock them in (no deadlock with a verb).
-  const { rows: nodes } = await tx.query(
-    `SELECT ${nodeViewColumns('n')}, p.policy AS "pool.policy", now() AS "db.now"
-       FROM node n LEFT JOIN hardware_profile hp ON hp.id = n.hardware_profile_id JOIN pool p ON p.id = n.pool_id
-      WHERE n.id = (SELECT node_id FROM workflow_run WHERE id = $1)
-      FOR UPDATE OF n`,
+/**
+ * The node, its pool's policy, the run and its steps, in one statement that locks the node and the
+ * run (node first, then run: FOR UPDATE OF locks in the order it names them, the order the node
+ * store's statements lock them in, so no deadlock with a verb). The steps are read in the same
+ * statement: only a worker holding the run's lease writes them, and the lease is checked here.
+ */
+async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Promise<Omit<Loaded, 'def' | 'info' | 'injected'> | null> {
+  const { rows } = await tx.query(
+    `SELECT ${nodeViewColumns('n')}, p.policy AS "pool.policy", now() AS "db.now", to_jsonb(w) AS "run.row",
+            (SELECT COALESCE(jsonb_agg(to_jsonb(s) ORDER BY s.idx), '[]'::jsonb) FROM workflow_step s WHERE s.run_id = w.id) AS "run.steps"
+       FROM workflow_run w JOIN node n ON n.id = w.node_id LEFT JOIN hardware_profile hp ON hp.id = n.hardware_profile_id JOIN pool p ON p.id = n.pool_id
+      WHERE w.id = $1
+      FOR UPDATE OF n, w`,
     [runId],
   );
-  const { rows: runs } = await tx.query('SELECT * FROM workflow_run WHERE id = $1 FOR UPDATE', [runId]);
-  if (!runs[0]) return null;
-  const run = toRun(runs[0]);
+  const row = rows[0];
+  if (!row) return null;
+  const run = toRun(row['run.row'] as Record<string, unknown>);
   if (run.leaseUntil?.getTime() !== token.getTime()) throw new LeaseLost(runId);
-  if (!nodes[0]) return null;
-  const node = toNodeRow(nodes[0]);
-  const { rows: steps } = await tx.query('SELECT * FROM workflow_step WHERE run_id = $1 ORDER BY idx', [runId]);
+  const node = toNodeRow(row);
   return {
-    tx, deps, run, node, pool: { id: node.poolId, policy: readPolicy(nodes[0]['pool.policy']) }, steps: steps.map(toStep),
-    now: nodes[0]['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
+    tx, deps, run, node, pool: { id: node.poolId, policy: readPolicy(row['pool.policy']) },
+    steps: (row['run.steps'] as Record<string, unknown>[]).map(toStep),
+    now: row['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
+    dirty: new Set(), runWrite: null, wakeAfterMs: null,
   };
 }
 
-/** One step of the run, in the caller's transaction. */
-async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token: Date, lostResumes: number | null): Promise<Step> {
+/**
+ * Steps of the run, in the caller's transaction: one, and the ones after it while each ends by
+ * going on to the next (up to `budget`), so a step that completes and the next one's start (its
+ * commands queued, its wait) commit together. Everything is written at the end (flush).
+ */
+async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token: Date, lostResumes: number | null,
+  injected: Injected | null, budget: number): Promise<{ step: Step; steps: number }> {
   const base = await load(deps, tx, runId, token);
-  if (!base) return { kind: 'stop', outcome: { kind: 'idle', status: 'missing' } };
+  if (!base) return { step: { kind: 'stop', outcome: { kind: 'idle', status: 'missing' } }, steps: 1 };
   const { run } = base;
-  if (!ACTIVE.includes(run.status)) return { kind: 'stop', outcome: { kind: 'idle', status: run.status } };
+  if (!ACTIVE.includes(run.status)) return { step: { kind: 'stop', outcome: { kind: 'idle', status: run.status } }, steps: 1 };
   const kind = run.kind;
   const def = isWorkflowKind(kind) ? (deps.workflows ?? WORKFLOWS)[kind] : undefined;
   const info: RunInfo = { id: run.id, kind: kind as WorkflowKind, params: run.params, batchId: run.batchId };
-  const l: Loaded = { ...base, def, info };
-  const result = await dispatch(l, lostResumes);
-  await flushEvents(l);
-  return result;
+  const l: Loaded = { ...base, def, info, injected };
+  let steps = 0;
+  let result: Step;
+  for (;;) {
+    result = await dispatch(l, lostResumes);
+    lostResumes = null;
+    steps += 1;
+    if (result.kind !== 'next' || !result.sameTx || steps >= budget) break;
+  }
+  await flush(l);
+  return { step: result, steps };
 }
 
 async function dispatch(l: Loaded, lostResumes: number | null): Promise<Step> {
@@ -292,13 +361,13 @@ async function dispatch(l: Loaded, lostResumes: number | null): Promise<Step> {
   if (!stepDef) return failRun(l, { kind: 'failed', code: 'INTERNAL', message: `step ${step.idx} (${step.name}) is not in the definition of ${kind}` });
   const due = timerDue(l, step);
   if (due) return due;
-  if (step.status === 'pending' || step.state.retryAt) await startStep(l, step, deadlineOf(l, kind, stepDef));
+  if (step.status === 'pending' || step.state.retryAt) startStep(l, step, deadlineOf(l, kind, stepDef));
   const result = await runBody(l, step, stepDef.run);
   return applyResult(l, step, stepDef, result.result, result.notes);
 }
 
 /** A step whose retry delay or `continue` delay has not passed yet: an early wake-up changes nothing. */
-function timerDue(l: Loaded, step: StepRow): Promise<Step> | null {
+function timerDue(l: Loaded, step: StepRow): Step | null {
   const at = step.state.retryAt ?? step.state.notBefore;
   if (!at || new Date(at) <= l.now) return null;
   return stopWaiting(l, new Date(at), step.state.retryAt ? `a retry of "${step.title}"` : `"${step.title}" to go on`);
@@ -342,7 +411,7 @@ function stepEvent(l: Loaded, step: StepRow, status: string, message: string | n
  * failure's message cleared (an operator never reads a stale error while the retry runs). The
  * body runs after this in the same transaction, so nothing it queues can exist without it.
  */
-async function startStep(l: Loaded, step: StepRow, deadline: Date): Promise<void> {
+function startStep(l: Loaded, step: StepRow, deadline: Date): void {
   step.attempts += 1;
   step.status = 'running';
   step.idempotencyKey = `${l.run.id}:${step.idx}:${step.attempts}`;
@@ -350,12 +419,9 @@ async function startStep(l: Loaded, step: StepRow, deadline: Date): Promise<void
   step.message = null;
   step.errorCode = null;
   step.startedAt = l.now;
-  await l.tx.query(
-    `UPDATE workflow_step SET status = 'running', attempts = $3, idempotency_key = $4, state = $5::jsonb, message = NULL, error_code = NULL,
-            started_at = now(), finished_at = NULL, updated_at = now()
-      WHERE run_id = $1 AND idx = $2`,
-    [l.run.id, step.idx, step.attempts, step.idempotencyKey, JSON.stringify(step.state)],
-  );
+  step.finishedAt = null;
+  // Written with the step's end, in this transaction (flush): before anything the body queues can be seen.
+  l.dirty.add(step);
   // The run's `attempt` follows in the statement that ends this step's transaction (stopWaiting).
   l.attempt = step.attempts;
   stepEvent(l, step, 'running', null);
@@ -370,20 +436,21 @@ async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<
       startedAt: step.startedAt ?? l.now, deadline: new Date(step.state.deadline ?? l.now.getTime() + DEFAULT_DEADLINE_S * 1000),
     },
   });
-  // A body that throws (a bug, a bad row) must not leave half its writes: back to before it, then
-  // record the throw as a retryable failure of the attempt.
-  await l.tx.query('SAVEPOINT step_body');
+  // A throw of the body the last transaction rolled back: its failure, instead of the body.
+  if (l.injected && l.injected.idx === step.idx) {
+    const { result } = l.injected;
+    l.injected = null;
+    return { result, notes: [] };
+  }
   let result: StepResult;
   try {
     result = await body(ctx);
   } catch (error) {
     if (error instanceof StepInterrupt) result = error.result;
-    else {
-      await l.tx.query('ROLLBACK TO SAVEPOINT step_body');
-      l.deps.log?.error({ err: error, runId: l.run.id, step: step.name }, 'workflow step threw');
-      // Nothing of the body stays: not its node write, not its memo.
-      return { result: { kind: 'failed', code: 'STEP_ERROR', message: `the step threw: ${clip((error as Error).message)}`, retryable: true }, notes: [] };
-    }
+    // A body that throws (a bug, a bad row) must not leave half its writes: the whole transaction
+    // is rolled back, and advanceRun records the throw in the next one (nothing of the body
+    // stays: not its node write, not its memo).
+    else throw new BodyThrew(step.idx, step.name, error);
   }
   l.node = ctx.node;
   step.state = { ...step.state, memo };
@@ -395,36 +462,33 @@ const withNotes = (message: string | undefined | null, notes: string[]) => {
   return all.length ? clip(all.join('; ')) : null;
 };
 
-async function saveStep(l: Loaded, step: StepRow, finished: boolean): Promise<void> {
-  await l.tx.query(
-    `UPDATE workflow_step SET status = $3, state = $4::jsonb, message = $5, error_code = $6,
-            finished_at = CASE WHEN $7::boolean THEN now() ELSE NULL END, updated_at = now()
-      WHERE run_id = $1 AND idx = $2`,
-    [l.run.id, step.idx, step.status, JSON.stringify(step.state), step.message, step.errorCode, finished],
-  );
+/** The step's row as it is now in memory, written at the flush. */
+function saveStep(l: Loaded, step: StepRow, finished: boolean): void {
+  step.finishedAt = finished ? l.now : null;
+  l.dirty.add(step);
 }
 
 /** Ends the transaction's work with the run waiting (lease released) and a timer job when it is new. */
-async function stopWaiting(l: Loaded, until: Date, waitingFor: string): Promise<Step> {
+function stopWaiting(l: Loaded, until: Date, waitingFor: string): Step {
   const changed = l.run.waitUntil?.getTime() !== until.getTime() || l.run.status !== 'waiting';
-  await l.tx.query(
-    `UPDATE workflow_run SET status = CASE WHEN status = 'aborting' THEN status ELSE 'waiting' END, wait_until = $2, waiting_for = $3,
-            attempt = COALESCE($4::int, attempt), lease_until = NULL, updated_at = now(), version = version + 1
-      WHERE id = $1`,
-    [l.run.id, until, clip(waitingFor), l.attempt ?? null],
-  );
-  if (changed) await queueAdvance(l.tx, l.run.id, Math.max(0, until.getTime() - l.now.getTime()));
+  l.runWrite = { ...l.runWrite, status: 'waiting', waitUntil: until, waitingFor: clip(waitingFor), leaseUntil: null };
+  if (l.run.status !== 'aborting') l.run.status = 'waiting';
+  l.run.waitUntil = until;
+  l.run.leaseUntil = null;
+  if (changed) l.wakeAfterMs = Math.max(0, until.getTime() - l.now.getTime());
   return { kind: 'stop', outcome: { kind: 'waiting', until, for: waitingFor } };
 }
 
-async function nextStep(l: Loaded, stepIndex: number): Promise<Step> {
-  const { rows } = await l.tx.query(
-    `UPDATE workflow_run SET step_index = $2, attempt = 0, status = CASE WHEN status = 'aborting' THEN status ELSE 'running' END,
-            wait_until = NULL, waiting_for = NULL, lease_until = now() + $3::int * interval '1 millisecond', updated_at = now(), version = version + 1
-      WHERE id = $1 RETURNING lease_until`,
-    [l.run.id, stepIndex, l.leaseMs],
-  );
-  return { kind: 'next', leaseUntil: rows[0]!.lease_until as Date };
+/** The run goes on with step `stepIndex`, in this transaction: the lease renewed from the transaction's clock. */
+function nextStep(l: Loaded, stepIndex: number): Step {
+  const leaseUntil = new Date(l.now.getTime() + l.leaseMs);
+  l.runWrite = { stepIndex, status: 'running', waitUntil: null, waitingFor: null, leaseUntil };
+  l.attempt = 0;
+  l.run.stepIndex = stepIndex;
+  if (l.run.status !== 'aborting') l.run.status = 'running';
+  l.run.waitUntil = null;
+  l.run.leaseUntil = leaseUntil;
+  return { kind: 'next', leaseUntil, sameTx: true };
 }
 
 async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: StepResult, notes: string[]): Promise<Step> {
@@ -436,7 +500,7 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
       step.message = withNotes(result.message, notes);
       step.errorCode = null;
       step.state = { ...step.state, retryAt: undefined, notBefore: undefined };
-      await saveStep(l, step, true);
+      saveStep(l, step, true);
       stepEvent(l, step, step.status, step.message);
       return nextStep(l, step.idx + 1);
     }
@@ -445,7 +509,7 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
       step.status = 'waiting';
       step.message = withNotes(result.message, notes);
       step.state = { ...step.state, notBefore: at.toISOString() };
-      await saveStep(l, step, false);
+      saveStep(l, step, false);
       stepEvent(l, step, 'waiting', step.message);
       return stopWaiting(l, at, `"${step.title}" to go on`);
     }
@@ -454,7 +518,7 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
         step.status = 'failed';
         step.errorCode = 'CALLBACK_TIMEOUT';
         step.message = clip(`gave up waiting for ${result.for}`);
-        await saveStep(l, step, true);
+        saveStep(l, step, true);
         stepEvent(l, step, 'failed', step.message, step.errorCode);
         return failRun(l, { kind: 'deadline-passed' });
       }
@@ -464,7 +528,7 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
       step.status = 'waiting';
       step.message = message;
       step.state = { ...step.state, notBefore: undefined };
-      await saveStep(l, step, false);
+      saveStep(l, step, false);
       if (changed) stepEvent(l, step, 'waiting', step.message);
       return stopWaiting(l, until, result.for);
     }
@@ -477,14 +541,14 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
         step.errorCode = result.code;
         step.message = withNotes(`${result.code}: ${result.message} (attempt ${step.attempts} of ${attempts}; retrying in ${Math.ceil(delay / 1000)} s)`, notes);
         step.state = { ...step.state, retryAt: at.toISOString() };
-        await saveStep(l, step, false);
+        saveStep(l, step, false);
         stepEvent(l, step, 'retrying', step.message, step.errorCode);
         return stopWaiting(l, at, `a retry of "${step.title}"`);
       }
       step.status = 'failed';
       step.errorCode = result.code;
       step.message = withNotes(`${result.code}: ${result.message}${step.attempts > 1 ? ` (after ${step.attempts} attempts)` : ''}`, notes);
-      await saveStep(l, step, true);
+      saveStep(l, step, true);
       stepEvent(l, step, 'failed', step.message, step.errorCode);
       return failRun(l, { kind: 'failed', code: result.code, message: `${step.title}: ${result.message}` });
     }
@@ -493,6 +557,8 @@ async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: S
 
 /** Every step ran: the outcome goes through decideWorkflowMove, and the node moves with the run's end. */
 async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
+  // What this transaction changed so far goes to the rows first: the statements below read them.
+  await flush(l);
   const kind = l.run.kind as WorkflowKind;
   const finish = def.finish
     ? await def.finish({ run: l.info, node: l.node, pool: l.pool, db: l.tx, reports: (k) => reportsOf(l.tx, l.run.id, { kind: k }) })
@@ -528,6 +594,8 @@ async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
  * withdrawn, and the cleanup of every step that started runs before the run ends failed.
  */
 async function failRun(l: Loaded, outcome: WorkflowOutcome): Promise<Step> {
+  // What this transaction changed so far goes to the rows first: the statements below read them.
+  await flush(l);
   const kind = l.run.kind;
   const from = l.node.provisionState as ProvisionState;
   let code = outcome.kind === 'failed' ? outcome.code : 'INTERNAL';
@@ -555,6 +623,8 @@ async function failRun(l: Loaded, outcome: WorkflowOutcome): Promise<Step> {
 
 /** Skips what was not reached, withdraws queued commands, and lays out the cleanup rows (newest step first). */
 async function enterCleanup(l: Loaded): Promise<Step> {
+  // What this transaction changed so far goes to the rows first: the statements below read them.
+  await flush(l);
   await l.tx.query(
     `UPDATE workflow_step SET status = 'skipped', updated_at = now() WHERE run_id = $1 AND NOT cleanup AND status = 'pending'`,
     [l.run.id],
@@ -565,7 +635,7 @@ async function enterCleanup(l: Loaded): Promise<Step> {
     s.status = 'failed';
     s.errorCode = s.errorCode ?? (l.run.abortRequestedAt ? 'ABORTED' : l.run.lastErrorCode);
     s.message = l.run.abortRequestedAt ? 'aborted while it ran' : s.message;
-    await saveStep(l, s, true);
+    saveStep(l, s, true);
     stepEvent(l, s, 'failed', s.message, s.errorCode);
   }
   const def = l.def;
@@ -587,7 +657,8 @@ async function enterCleanup(l: Loaded): Promise<Step> {
       WHERE id = $1 RETURNING lease_until`,
     [l.run.id, first, l.leaseMs],
   );
-  return { kind: 'next', leaseUntil: lease[0]!.lease_until as Date };
+  // The cleanup rows are in the table, not in l.steps: the next transaction reads them.
+  return { kind: 'next', leaseUntil: lease[0]!.lease_until as Date, sameTx: false };
 }
 
 /** One cleanup row of an aborting (or failing) run; a cleanup that fails is recorded and the next one runs. */
@@ -601,12 +672,12 @@ async function cleanupOnce(l: Loaded): Promise<Step> {
   if (!body) {
     step.status = 'skipped';
     step.message = 'its definition has no cleanup any more';
-    await saveStep(l, step, true);
+    saveStep(l, step, true);
     return nextStep(l, step.idx + 1);
   }
   const due = timerDue(l, step);
   if (due) return due;
-  if (step.status === 'pending') await startStep(l, step, new Date(l.now.getTime() + CLEANUP_DEADLINE_MS));
+  if (step.status === 'pending') startStep(l, step, new Date(l.now.getTime() + CLEANUP_DEADLINE_MS));
   const { result, notes } = await runBody(l, step, body);
   const deadline = new Date(step.state.deadline ?? l.now);
   if ((result.kind === 'wait' || result.kind === 'continue') && l.now < deadline) {
@@ -614,7 +685,7 @@ async function cleanupOnce(l: Loaded): Promise<Step> {
     step.status = 'waiting';
     step.message = withNotes(result.kind === 'wait' ? `waiting for ${result.for}` : result.message, notes);
     if (result.kind === 'continue') step.state = { ...step.state, notBefore: until.toISOString() };
-    await saveStep(l, step, false);
+    saveStep(l, step, false);
     return stopWaiting(l, until, result.kind === 'wait' ? result.for : `"${step.title}" to go on`);
   }
   if (result.kind === 'complete' || result.kind === 'skipped') {
@@ -626,13 +697,15 @@ async function cleanupOnce(l: Loaded): Promise<Step> {
     step.message = withNotes(result.kind === 'failed' ? `${result.code}: ${result.message}` : 'the cleanup did not finish in time', notes);
   }
   step.state = { ...step.state, notBefore: undefined };
-  await saveStep(l, step, true);
+  saveStep(l, step, true);
   stepEvent(l, step, step.status, step.message, step.errorCode);
   return nextStep(l, step.idx + 1);
 }
 
 /** The cleanup is over (or there was none): the run ends aborted when an abort asked for it, else failed. */
 async function endCleanup(l: Loaded, skippedWhy: string | null): Promise<Step> {
+  // What this transaction changed so far goes to the rows first: the statements below read them.
+  await flush(l);
   if (skippedWhy) {
     await l.tx.query(`UPDATE workflow_step SET status = 'skipped', message = $2, updated_at = now() WHERE run_id = $1 AND cleanup AND status IN ('pending', 'running', 'waiting')`, [l.run.id, skippedWhy]);
   }
@@ -648,6 +721,8 @@ async function withdrawCommands(l: Loaded): Promise<void> {
 
 /** Ends the run: its status, finished_at, the lease released, queued commands withdrawn, and its boot entries revoked. */
 async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 'superseded'): Promise<Step> {
+  // What this transaction changed so far goes to the rows first: the statements below read them.
+  await flush(l);
   await l.tx.query(
     `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, wait_until = NULL, waiting_for = NULL,
             attempt = COALESCE($3::int, attempt), updated_at = now(), version = version + 1
@@ -673,14 +748,61 @@ async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 's
   return { kind: 'stop', outcome: { kind: 'finished', status } };
 }
 
-async function flushEvents(l: Loaded): Promise<void> {
-  if (l.events.length === 0) return;
+/**
+ * Writes what the transaction changed in memory, in one statement: the step rows, the run's update
+ * (the last step's end), the events, and the run's timer job when its wait is new (a job of the
+ * run already due by then does instead, as queueAdvance). One statement where there were five to
+ * nine (each step's start, its end, the run, the events, the job), for the engine's hot path.
+ */
+const FLUSH_SQL = `WITH steps AS (
+    UPDATE workflow_step s SET status = v.status, attempts = v.attempts, idempotency_key = v.key, state = v.state, message = v.message,
+           error_code = v.error_code, started_at = v.started_at, finished_at = v.finished_at, updated_at = now()
+      FROM unnest($2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
+           AS v(idx, status, attempts, key, state, message, error_code, started_at, finished_at)
+     WHERE s.run_id = $1::text AND s.idx = v.idx
+    RETURNING 1
+  ), run AS (
+    UPDATE workflow_run SET step_index = COALESCE($12::int, step_index), attempt = COALESCE($13::int, attempt),
+           status = CASE WHEN status = 'aborting' THEN status ELSE $14::text END,
+           wait_until = $15::timestamptz, waiting_for = $16::text, lease_until = $17::timestamptz, updated_at = now(), version = version + 1
+     WHERE id = $1::text AND $11::boolean
+    RETURNING 1
+  ), ev AS (
+    INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
+    SELECT e.type, $18::text, $19::text, $20::text, $21::text, $1::text, e.payload
+      FROM unnest($22::text[], $23::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n
+    RETURNING 1
+  ), due AS (
+    ${dueAdvanceSql("$1::text", "now() + $24::int * interval '1 millisecond'").replace('WHERE', 'WHERE $24::int IS NOT NULL AND')}
+  ), job AS (
+    ${insertJobsSql('metal.advance', "jsonb_build_object('runId', $1::text)", '(SELECT 1 WHERE $24::int IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS one', "now() + $24::int * interval '1 millisecond'")}
+    RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run,
+         (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`;
+
+async function flush(l: Loaded): Promise<void> {
+  const steps = [...l.dirty];
+  const run = l.runWrite;
+  const wake = l.wakeAfterMs;
+  if (steps.length === 0 && !run && l.events.length === 0 && wake === null) return;
   for (const e of l.events) checkEventPayload(e.payload);
-  await l.tx.query(
-    `INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-     SELECT e.type, $1, $2, $3, $4, $5, e.payload FROM unnest($6::text[], $7::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n`,
-    [l.node.tenantId, l.node.siteId, l.node.poolId, l.node.id, l.run.id, l.events.map((e) => e.type), l.events.map((e) => JSON.stringify(e.payload))],
-  );
+  const { rows } = await l.tx.query(FLUSH_SQL, [
+    l.run.id,
+    steps.map((x) => x.idx), steps.map((x) => x.status), steps.map((x) => x.attempts), steps.map((x) => x.idempotencyKey),
+    steps.map((x) => JSON.stringify(x.state)), steps.map((x) => x.message), steps.map((x) => x.errorCode),
+    steps.map((x) => x.startedAt), steps.map((x) => x.finishedAt),
+    run !== null, run?.stepIndex ?? null, run ? (l.attempt ?? null) : null, run?.status ?? null,
+    run?.waitUntil ?? null, run?.waitingFor ?? null, run?.leaseUntil ?? null,
+    l.node.tenantId, l.node.siteId, l.node.poolId, l.node.id, l.events.map((e) => e.type), l.events.map((e) => JSON.stringify(e.payload)),
+    wake === null ? null : Math.round(wake),
+  ]);
+  const r = rows[0]!;
+  if (Number(r.steps) !== steps.length || (run && Number(r.run) !== 1)) throw new Error(`run ${l.run.id}: its rows changed under the step's lock`);
+  if (wake !== null && Number(r.woken) !== 1) throw new Error('the metal.advance queue is missing: the run\'s timer was not queued');
+  l.dirty.clear();
+  l.runWrite = null;
+  l.wakeAfterMs = null;
   l.events = [];
 }
 
