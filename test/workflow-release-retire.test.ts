@@ -5,7 +5,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { startTestApp, type TestApp } from './helpers/app';
 import {
-  commandsOf, DISKS, drive, expireTimers, FakeMachine, happyRamdisk, liveEntry, makeNode, makeWorld, nodeOf, runOf, startRun, stepsOf, type World,
+  commandsOf, DISKS, drive, expireTimers, FakeMachine, happyRamdisk, liveEntry, makeNode, makeWorld, nodeOf, ramdiskReport, runOf, startRun, stepsOf, type World,
 } from './helpers/engine';
 import { advanceRun, type EngineDeps } from '../jobs/engine';
 import { newId } from '../src/ids';
@@ -69,9 +69,25 @@ describe('metal-release', () => {
 
   it('a disk the ramdisk never mentions is not attested either', async () => {
     const n = await nodeIn(bcd, 'releasing', 'metal-release', { wipe: 'crypto-erase' });
-    const one = [{ kind: 'wipe' as const, payload: { disks: [{ serial: DISKS[0]!.serial, mode: 'crypto-erase', attested: true }] } }];
+    // The ramdisk wipes one disk of two, then reports its erase-devices step over.
+    const one = [
+      { kind: 'wipe' as const, payload: { disks: [{ serial: DISKS[0]!.serial, mode: 'crypto-erase', attested: true }] } },
+      { kind: 'step' as const, payload: { name: 'erase-devices', status: 'succeeded' } },
+    ];
     await drive(deps, n.id, n.machine, happyRamdisk(n, DISKS, { release: one }));
     expect(await nodeOf(sql(), n.id)).toMatchObject({ failed_from: 'releasing', last_error_code: 'UNVERIFIED_WIPE' });
+  });
+
+  it('a wipe reported disk by disk is decided once every disk has a record, not on the first one', async () => {
+    const n = await nodeIn(bcd, 'releasing', 'metal-release', { wipe: 'quick' });
+    const record = (i: number) => ({ kind: 'wipe' as const, payload: { disks: [{ serial: DISKS[i]!.serial, mode: 'quick', attested: true }] } });
+    // Only the first disk's record so far: the ramdisk is still erasing the second.
+    await drive(deps, n.id, n.machine, happyRamdisk(n, DISKS, { release: [record(0)] }));
+    expect((await nodeOf(sql(), n.id)).provision_state).toBe('releasing');
+    expect((await stepsOf(sql(), n.runId))[1]).toMatchObject({ name: 'wipe-disks', status: 'waiting' });
+    await ramdiskReport(sql(), n.runId, 'wipe', record(1).payload);
+    expect((await drive(deps, n.id, n.machine, happyRamdisk(n))).outcome).toEqual({ kind: 'finished', status: 'succeeded' });
+    expect((await nodeOf(sql(), n.id)).provision_state).toBe('ready');
   });
 
   it('wipe none: no ramdisk, powered off, ready', async () => {

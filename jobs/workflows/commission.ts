@@ -1,6 +1,6 @@
 import { complete } from '../steps';
 import type { WorkflowDef } from '../engine-types';
-import { bootRamdisk, fail, inventoryDisks, isReport, latestReport, powerOff, type DcgmReport, type WipeReport } from './common';
+import { bootRamdisk, fail, inventoryDisks, isReport, latestReport, powerOff, wipedDisks, wipeOver, type DcgmReport } from './common';
 
 /** DCGM's long diagnostic: what commissioning certifies a GPU machine with. */
 export const COMMISSION_DCGM_LEVEL = 3;
@@ -32,10 +32,9 @@ export const commissionWorkflow: WorkflowDef = {
       title: 'Quick-wiping the disks',
       destructive: true,
       async run(ctx) {
-        const report = await latestReport(ctx, 'wipe', 'the ramdisk to report the quick wipe');
-        if (!isReport(report)) return report;
-        const disks = (report.payload as WipeReport).disks ?? [];
-        return complete(`${disks.length} disk(s) wiped`);
+        const wipes = await ctx.reports('wipe');
+        if (!(await wipeOver(ctx, wipes))) return ctx.waitFor('the ramdisk to report the quick wipe of every disk');
+        return complete(`${wipedDisks(wipes)} disk(s) wiped`);
       },
     },
     powerOff,

@@ -137,6 +137,37 @@ export function wipeAttestation(inventory: unknown, reports: readonly ReportRow[
   return { attested: disks.length > 0 && missing.length === 0, missing, total: disks.length };
 }
 
+/** The ramdisk's step report that ends its wipes (docs/boot.md). */
+export const WIPE_STEP = 'erase-devices';
+
+/**
+ * Whether the ramdisk is done wiping: every disk of the inventory has a wipe record (attested or
+ * not), or its `erase-devices` step report says it ended (a disk with no record then counts as
+ * not attested). A ramdisk may report one disk at a time as each finishes, so the first wipe
+ * report alone says nothing about the others: deciding on it failed a release whose other disks
+ * were still being erased.
+ */
+export async function wipeOver(ctx: StepContext, wipes: readonly ReportRow[]): Promise<boolean> {
+  if (wipes.length > 0) {
+    const seen = new Set<string>();
+    for (const r of wipes) {
+      for (const d of (r.payload as WipeReport).disks ?? []) {
+        const key = diskKey(d);
+        if (key) seen.add(key);
+      }
+    }
+    if (inventoryDisks(ctx.node.inventory).every((d) => seen.has(d))) return true;
+  }
+  return (await ctx.reports('step')).some((r) => {
+    const s = r.payload as unknown as StepReport;
+    return s.name === WIPE_STEP && (s.status === 'succeeded' || s.status === 'failed');
+  });
+}
+
+/** The distinct disks the wipe reports name. */
+export const wipedDisks = (wipes: readonly ReportRow[]): number =>
+  new Set(wipes.flatMap((r) => ((r.payload as WipeReport).disks ?? []).map((d) => diskKey(d)).filter(Boolean))).size;
+
 /** Only IP literals, as enroll takes them: a BMC reporting anything else is ignored. */
 export const ipLiterals = (values: unknown): string[] =>
   Array.isArray(values) ? values.filter((v): v is string => typeof v === 'string' && isIP(v) !== 0).slice(0, 16) : [];

@@ -1,6 +1,6 @@
 import { complete, skipped } from '../steps';
 import type { RunInfo, WorkflowDef } from '../engine-types';
-import { bootRamdisk, inventoryDisks, powerOff, wipeAttestation } from './common';
+import { bootRamdisk, inventoryDisks, powerOff, wipeAttestation, wipeOver } from './common';
 
 const wipeOf = (run: RunInfo) => run.params.wipe ?? 'quick';
 
@@ -36,7 +36,7 @@ export const releaseWorkflow: WorkflowDef = {
         const reports = await ctx.reports('wipe');
         // The ramdisk reports once it has wiped what it found; the attestation of every disk
         // of the inventory is the run's outcome (finish), so a missing disk fails the release.
-        if (reports.length === 0) return ctx.waitFor('the ramdisk to report an attested wipe of every disk');
+        if (!(await wipeOver(ctx, reports))) return ctx.waitFor('the ramdisk to report an attested wipe of every disk');
         const att = wipeAttestation(ctx.node.inventory, reports, mode);
         return complete(`${att.total - att.missing.length} of ${att.total} disk(s) attested (${mode})${att.missing.length ? `; not attested: ${att.missing.join(', ')}` : ''}`);
       },

@@ -1,7 +1,7 @@
 import { complete, skipped } from '../steps';
 import type { StepContext, WorkflowDef } from '../engine-types';
 import { revokeNodeBoot } from '../../src/modules/boot/entries';
-import { bootRamdisk, fail, inventoryDisks, powerOff, wipeAttestation } from './common';
+import { bootRamdisk, fail, inventoryDisks, powerOff, wipeAttestation, wipeOver } from './common';
 
 const notBcd = (ctx: StepContext) => (ctx.pool.policy.agent === 'bcd' ? null : `pool ${ctx.pool.id} does not run bcd: no crypto-erase`);
 
@@ -24,7 +24,7 @@ export const retireWorkflow: WorkflowDef = {
         const skip = notBcd(ctx);
         if (skip) return skipped(skip);
         const reports = await ctx.reports('wipe');
-        if (reports.length === 0) return ctx.waitFor('the crypto-erase report (bcd pools)');
+        if (!(await wipeOver(ctx, reports))) return ctx.waitFor('the crypto-erase report of every disk (bcd pools)');
         const att = wipeAttestation(ctx.node.inventory, reports, 'crypto-erase');
         if (!att.attested) {
           fail('UNVERIFIED_WIPE', att.total === 0
