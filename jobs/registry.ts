@@ -66,13 +66,21 @@ const advancePartitionName = `j${createHash('sha224').update('metal.advance').di
 export const ADVANCE_PARTITION = `pgboss.${advancePartitionName}`;
 
 /**
+ * What a statement that queues metal.advance jobs notifies at its commit (a row trigger on the
+ * partition; one notification per transaction, PostgreSQL folds the repeats): the workers'
+ * fetch loops LISTEN for it and fetch at once instead of at their next poll.
+ */
+export const ADVANCE_QUEUED_CHANNEL = 'metal_advance_queued';
+
+/**
  * An index of metal.advance's own partition (pg-boss 10 keeps each queue's jobs in a table of its
  * own, named in pgboss.queue.partition_name) on the run a job wakes, over the jobs not yet
  * fetched: what dueAdvanceSql and the workflow sweep look up for every wake-up. Without it each
  * lookup read every job of the queue not yet fetched (the lifecycle bench: 3 ms each, a third of
  * PostgreSQL's time at 300 machines, more as the backlog grew). pg-boss knows nothing of it: it
  * only ever inserts, updates and deletes rows, which keep it up to date. Created once, here,
- * under the queue creation lock (IF NOT EXISTS: every later start finds it).
+ * under the queue creation lock (IF NOT EXISTS: every later start finds it), with the trigger
+ * that notifies ADVANCE_QUEUED_CHANNEL.
  */
 const ADVANCE_RUN_INDEX_SQL = `DO $$
   DECLARE part text := (SELECT partition_name FROM pgboss.queue WHERE name = 'metal.advance');
@@ -81,6 +89,11 @@ const ADVANCE_RUN_INDEX_SQL = `DO $$
       RAISE EXCEPTION 'pg-boss keeps metal.advance in %, not in ${advancePartitionName} as this version expects', part;
     END IF;
     EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgboss.%I ((data->>''runId'')) WHERE state < ''active''', part || '_run', part);
+    CREATE OR REPLACE FUNCTION public.metal_advance_queued_notify() RETURNS trigger LANGUAGE plpgsql AS $f$
+      BEGIN PERFORM pg_notify('${ADVANCE_QUEUED_CHANNEL}', ''); RETURN NULL; END $f$;
+    -- FOR EACH ROW: an insert through pgboss.job fires a partition's row triggers, never its
+    -- statement triggers. Repeats within a transaction fold into one notification at the commit.
+    EXECUTE format('CREATE OR REPLACE TRIGGER metal_advance_queued AFTER INSERT ON pgboss.%I FOR EACH ROW EXECUTE FUNCTION public.metal_advance_queued_notify()', part);
   END $$`;
 
 export type Handler<K extends QueueName> = (jobs: PgBoss.Job<QueueData[K]>[]) => Promise<void>;
@@ -122,14 +135,20 @@ export class Queues {
     return id;
   }
 
-  /** Registers a worker (only in processes whose ROLE is worker or all). */
-  async work<K extends QueueName>(name: K, handler: Handler<K>, opts: { batchSize?: number } = {}): Promise<void> {
+  /** Registers a worker (only in processes whose ROLE is worker or all); resolves to its id (for notify). */
+  async work<K extends QueueName>(name: K, handler: Handler<K>, opts: { batchSize?: number; pollSeconds?: number } = {}): Promise<string> {
     const id = await this.boss.work<QueueData[K]>(
       name,
-      { batchSize: opts.batchSize ?? 1, pollingIntervalSeconds: this.pollSeconds },
+      { batchSize: opts.batchSize ?? 1, pollingIntervalSeconds: opts.pollSeconds ?? this.pollSeconds },
       handler,
     );
     this.workers.push(id);
+    return id;
+  }
+
+  /** Ends a worker's wait between polls: it fetches again at once (after its current batch, if any). */
+  notify(workerId: string): void {
+    this.boss.notifyWorker(workerId);
   }
 
   async depths(): Promise<Record<string, number>> {

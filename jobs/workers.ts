@@ -5,6 +5,8 @@ import { pruneEvents } from '../src/events/retention';
 import { releaseBatch } from '../src/modules/metal/bulk';
 import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
 import { advanceRun, reconcileNode, sweepRuns } from './engine';
+import { ADVANCE_QUEUED_CHANNEL } from './registry';
+import { listen } from '../src/db/listen';
 
 /** How often a worker looks for runs whose wake-up a dead worker took with it, and how quiet they must be. */
 const SWEEP_EVERY_MS = 15_000;
@@ -13,12 +15,16 @@ const SWEEP_GRACE_MS = 10_000;
 /** metal.advance jobs a worker takes at once: each advances its own run, side by side. */
 const ADVANCE_BATCH = 16;
 /**
- * pg-boss fetch loops on metal.advance. One loop takes a batch, waits for its slowest run, then
- * sleeps out the rest of QUEUE_POLL_SECONDS when the batch was quick: about 16 wake-ups a second
- * however many are due (the lifecycle bench saw hundreds due and none active). Loops side by side
- * overlap those sleeps and a slow run holds back only its own batch.
+ * pg-boss fetch loops on metal.advance. A loop takes a batch, waits for its slowest run, then
+ * sleeps out the rest of QUEUE_POLL_SECONDS unless it is notified: by the commit of a statement
+ * that queued jobs (ADVANCE_QUEUED_CHANNEL, a trigger on the queue's table), or by itself when its
+ * batch was full (more are waiting). Without the notifications a loop drained at most 16 jobs a
+ * second (the lifecycle bench: hundreds due and none active); with them two loops suffice, one
+ * slow run holding back only its own batch, and an idle service polls twice a second.
  */
-const ADVANCE_WORKERS = 4;
+const ADVANCE_WORKERS = 2;
+/** metal.reconcile only holds jobs an older version queued: its loop looks rarely. */
+const RECONCILE_POLL_SECONDS = 30;
 
 /** Runs one job per item side by side; a throw fails the batch (pg-boss retries it: advancing is idempotent). */
 async function eachSettled<T>(items: readonly T[], fn: (item: T) => Promise<unknown>): Promise<void> {
@@ -37,9 +43,11 @@ export const PRUNE_CRON = '*/10 * * * *';
 export async function startWorkers(queues: Queues, log: Logger,
   deps: {
     sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'>; engineSql?: Sql;
+    /** For the LISTEN that wakes the metal.advance loops; without it they poll only. */
+    databaseUrl?: string;
     /** config.workflowEngine (WORKFLOW_ENGINE) and config.workflowLeaseMs (WORKFLOW_LEASE_MS). */
     workflow?: { engine: boolean; leaseMs?: number };
-  }): Promise<{ stop(): void }> {
+  }): Promise<{ stop(): Promise<void> }> {
   await queues.boss.schedule('events.prune', PRUNE_CRON, {}, { tz: 'UTC' });
   await queues.work('events.prune', async () => {
     const result = await pruneEvents(deps.sql, deps.retentionHours);
@@ -59,12 +67,22 @@ export async function startWorkers(queues: Queues, log: Logger,
   // times the API while 10,000 released runs would otherwise be advancing beside it.
   const engineOn = deps.workflow?.engine ?? true;
   let timer: NodeJS.Timeout | null = null;
+  let listener: { stop(): Promise<void> } | null = null;
   if (engineOn) {
+    const loops: string[] = [];
     for (let i = 0; i < ADVANCE_WORKERS; i += 1) {
-      await queues.work('metal.advance', async (jobs) => {
-        await eachSettled(jobs, (job) => advanceRun(engine, job.data.runId));
+      let id = '';
+      id = await queues.work('metal.advance', async (jobs) => {
+        try {
+          await eachSettled(jobs, (job) => advanceRun(engine, job.data.runId));
+        } finally {
+          // A full batch: more are likely due, fetch again without the poll's pause.
+          if (jobs.length >= ADVANCE_BATCH && id) queues.notify(id);
+        }
       }, { batchSize: ADVANCE_BATCH });
+      loops.push(id);
     }
+    if (deps.databaseUrl) listener = listen(deps.databaseUrl, ADVANCE_QUEUED_CHANNEL, log, () => { for (const id of loops) queues.notify(id); }, 'metal-advance-listen');
     // A worker starting after a crash wakes at once every run nobody holds; then, every few
     // seconds, the runs that stayed quiet with something to do (see sweepRuns).
     const sweep = async (graceMs: number) => {
@@ -80,7 +98,7 @@ export async function startWorkers(queues: Queues, log: Logger,
     // The verbs' queue before runs existed: a job left in it advances the node's active run.
     await queues.work('metal.reconcile', async (jobs) => {
       await eachSettled(jobs, (job) => reconcileNode(engine, job.data.nodeId));
-    }, { batchSize: ADVANCE_BATCH });
+    }, { batchSize: ADVANCE_BATCH, pollSeconds: RECONCILE_POLL_SECONDS });
   } else {
     log.warn('WORKFLOW_ENGINE=off: this worker advances no workflow run');
   }
@@ -98,5 +116,10 @@ export async function startWorkers(queues: Queues, log: Logger,
     });
   }
   log.info('queue workers started');
-  return { stop: () => { if (timer) clearInterval(timer); } };
+  return {
+    stop: async () => {
+      if (timer) clearInterval(timer);
+      await listener?.stop();
+    },
+  };
 }

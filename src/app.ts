@@ -135,7 +135,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     }
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, log };
     if (config.role !== 'api') {
-      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, databaseUrl, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
       // Cleanups run in reverse: the run sweep stops before the queues and the pool close.
       cleanups.push(async () => workers.stop());
       // Site agents' claims lapse and commands expire whether or not any agent is alive.

@@ -1,9 +1,9 @@
 import os from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import pg from 'pg';
 import type { DriverRegistry } from '../../clients/bmc/registry';
 import type { SecretBroker } from '../../clients/secrets/broker';
+import { listen } from '../db/listen';
 import type { Sql } from '../db/sql';
 import { claimQueued, heldCommand, recordResult, renewLeases, sweepCommands, type ClaimedRow } from '../modules/sites/claims';
 import type { CommandResult } from '../modules/sites/commands';
@@ -41,7 +41,8 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   const agentId = `builtin:${os.hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   const log = opts.log.child({ agent: 'builtin' });
   const record = async (commandId: string, result: CommandResult) => {
-    const recorded = await opts.sql.transaction((tx) => recordResult(tx, commandId, agentId, result));
+    // One statement (the result and its run's wake-up): no transaction around it.
+    const recorded = await recordResult(opts.sql, commandId, agentId, result);
     if (!recorded) log.warn({ commandId }, 'the built-in agent no longer held the command when it finished; result dropped');
   };
   const pump = new CommandPump<ClaimedRow & { started?: boolean }>({
@@ -88,52 +89,13 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
     },
   });
   pump.start();
-  const listener = opts.databaseUrl ? listenForCommands(opts.databaseUrl, log, () => pump.poke()) : null;
+  const listener = opts.databaseUrl ? listen(opts.databaseUrl, 'metal_command_queued', log, () => pump.poke(), 'metal-builtin-agent') : null;
   log.info({ agentId, drivers: opts.registry.names() }, 'built-in site agent started: it serves every site with no remote agent heartbeating');
   return {
     agentId,
     async stop(graceMs) {
       await listener?.stop();
       await pump.stop(graceMs);
-    },
-  };
-}
-
-/** One LISTEN connection; when it drops, polling carries on and it reconnects after a second. */
-function listenForCommands(databaseUrl: string, log: Logger, onQueued: () => void): { stop(): Promise<void> } {
-  let stopped = false;
-  let client: pg.Client | null = null;
-  const connect = async () => {
-    const c = new pg.Client({ connectionString: databaseUrl, application_name: 'metal-builtin-agent' });
-    c.on('notification', onQueued);
-    c.on('error', (error) => {
-      log.warn({ err: error }, 'the built-in agent lost its LISTEN connection; polling until it is back');
-      void c.end().catch(() => undefined);
-      if (client === c) client = null;
-      if (!stopped) setTimeout(attempt, 1000).unref();
-    });
-    await c.connect();
-    await c.query('LISTEN metal_command_queued');
-    if (stopped) {
-      await c.end();
-      return;
-    }
-    client = c;
-  };
-  let started: Promise<void> = Promise.resolve();
-  const attempt = () => {
-    started = connect().catch((error: unknown) => {
-      log.warn({ err: error }, 'the built-in agent could not LISTEN for commands; polling, and trying again in a second');
-      if (!stopped) setTimeout(attempt, 1000).unref();
-    });
-  };
-  attempt();
-  return {
-    async stop() {
-      stopped = true;
-      await started;
-      await client?.end().catch(() => undefined);
-      client = null;
     },
   };
 }
