@@ -29,6 +29,8 @@ export interface ContextInput {
   now: Date;
   memo: Record<string, unknown>;
   commandTtlMs: number;
+  /** Commands already queued, by idempotency key (the engine's load); others are queued or found by SQL. */
+  known?: ReadonlyMap<string, CommandRow>;
 }
 
 export interface BuiltContext {
@@ -122,7 +124,8 @@ export function buildContext(input: ContextInput): BuiltContext {
     async command<K extends CommandKind>(kind: K, params: CommandParams[K], opts: { ttlMs?: number } = {}) {
       calls += 1;
       const key = `${step.key}/${calls}`;
-      const row = await queueCommand(db, {
+      const known = input.known?.get(key);
+      const row = known && known.kind === kind ? known : await queueCommand(db, {
         kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: opts.ttlMs ?? input.commandTtlMs,
       });
       return settle(row, params, key);

@@ -15,6 +15,7 @@ import { ADVANCE_PARTITION, dueAdvanceSql, insertJobsSql, queueAdvance } from '.
 import { retryDelayMs, type StepResult } from './steps';
 import { buildContext, STEP_COMMAND_TTL_MS } from './engine-context';
 import { StepInterrupt, type RunInfo, type RunParams, type StepDef, type WorkflowDef } from './engine-types';
+import type { CommandRow } from '../src/modules/sites/commands';
 import { WORKFLOWS } from './workflows';
 
 /**
@@ -257,6 +258,12 @@ interface Loaded {
   /** A metal.advance job to queue at the flush, due after this many ms (a new wait's timer). */
   wakeAfterMs: number | null;
   injected: Injected | null;
+  /**
+   * The commands of the run's current step as the load read them, by idempotency key: a body
+   * that runs again (woken by a result) finds the ones it queued before without a statement each.
+   * A result recorded after the load shows at the next wake-up, which that result queued.
+   */
+  commands: Map<string, CommandRow>;
 }
 
 /** A timestamp as a row (Date) or as to_jsonb gives it (ISO text, milliseconds: timestamptz(3)). */
@@ -291,7 +298,10 @@ function toStep(r: Record<string, unknown>): StepRow {
 async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Promise<Omit<Loaded, 'def' | 'info' | 'injected'> | null> {
   const { rows } = await tx.query(
     `SELECT ${nodeViewColumns('n')}, p.policy AS "pool.policy", now() AS "db.now", to_jsonb(w) AS "run.row",
-            (SELECT COALESCE(jsonb_agg(to_jsonb(s) ORDER BY s.idx), '[]'::jsonb) FROM workflow_step s WHERE s.run_id = w.id) AS "run.steps"
+            (SELECT COALESCE(jsonb_agg(to_jsonb(s) ORDER BY s.idx), '[]'::jsonb) FROM workflow_step s WHERE s.run_id = w.id) AS "run.steps",
+            (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', c.id, 'kind', c.kind, 'status', c.status, 'result', c.result,
+                                                          'expiresAt', c.expires_at, 'key', c.idempotency_key)), '[]'::jsonb)
+               FROM command c WHERE c.run_id = w.id AND c.step_idx = w.step_index) AS "run.commands"
        FROM workflow_run w JOIN node n ON n.id = w.node_id LEFT JOIN hardware_profile hp ON hp.id = n.hardware_profile_id JOIN pool p ON p.id = n.pool_id
       WHERE w.id = $1
       FOR UPDATE OF n, w`,
@@ -305,6 +315,8 @@ async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Pr
   return {
     tx, deps, run, node, pool: { id: node.poolId, policy: readPolicy(row['pool.policy']) },
     steps: (row['run.steps'] as Record<string, unknown>[]).map(toStep),
+    commands: new Map((row['run.commands'] as { id: string; kind: string; status: CommandRow['status']; result: CommandRow['result']; expiresAt: string; key: string }[])
+      .map((c) => [c.key, { id: c.id, kind: c.kind, status: c.status, result: c.result, expiresAt: new Date(c.expiresAt) }])),
     now: row['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
     dirty: new Set(), runWrite: null, wakeAfterMs: null,
   };
@@ -430,7 +442,7 @@ function startStep(l: Loaded, step: StepRow, deadline: Date): void {
 async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<{ result: StepResult; notes: string[] }> {
   const memo = { ...(step.state.memo ?? {}) };
   const { ctx, notes } = buildContext({
-    db: l.tx, run: l.info, node: l.node, pool: l.pool, now: l.now, memo, commandTtlMs: l.deps.commandTtlMs ?? STEP_COMMAND_TTL_MS,
+    db: l.tx, run: l.info, node: l.node, pool: l.pool, now: l.now, memo, commandTtlMs: l.deps.commandTtlMs ?? STEP_COMMAND_TTL_MS, known: l.commands,
     step: {
       idx: step.idx, name: step.name, title: step.title, attempt: step.attempts, key: step.idempotencyKey!,
       startedAt: step.startedAt ?? l.now, deadline: new Date(step.state.deadline ?? l.now.getTime() + DEFAULT_DEADLINE_S * 1000),

@@ -169,7 +169,7 @@ export async function reportCommandResult(ctx: Context, commandId: string, rawRe
   const command = await ctx.prisma.command.findUnique({ where: { id: commandId }, select: { id: true, siteId: true, kind: true } });
   if (!command || command.siteId !== agent.siteId) throw notFound('command', commandId);
   const result = checkCommandResult(command.kind, rawResult);
-  const recorded = await ctx.sql.transaction((tx) => recordResult(tx, commandId, agent.id, result));
+  const recorded = await recordResult(ctx.sql, commandId, agent.id, result);
   if (!recorded) throw new AppError('CONFLICT', `command ${commandId} is not claimed by this agent`);
   ctx.log.info({ agentId: agent.id, commandId, ok: result.ok, code: result.ok ? undefined : result.code }, 'command result recorded');
 }

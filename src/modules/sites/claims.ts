@@ -1,4 +1,4 @@
-import { insertJobsSql, queueAdvance } from '../../../jobs/registry';
+import { dueAdvanceSql, insertJobsSql } from '../../../jobs/registry';
 import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from './commands';
 
 /**
@@ -168,18 +168,29 @@ export async function heldCommand(db: Runner, commandId: string): Promise<HeldCo
 
 /**
  * Records the result of a command the agent still holds (status claimed, by it) and, when a run
- * queued it, that run's metal.advance job, in one transaction (the caller's). A result that
- * arrives after the lease lapsed but before a sweep is accepted: it is better knowledge than
- * AGENT_LOST. Returns false when the agent does not hold the command (any more).
+ * queued it, that run's metal.advance job (unless one of the run's is already due), in one
+ * statement: no transaction needed around it. A result that arrives after the lease lapsed but
+ * before a sweep is accepted: it is better knowledge than AGENT_LOST. Returns false when the agent
+ * does not hold the command (any more).
  */
 export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult): Promise<boolean> {
   const { rows } = await db.query(
-    `UPDATE command SET status = $3, result = $4::jsonb, lease_expires_at = NULL, updated_at = now()
-      WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
-      RETURNING run_id`,
+    `WITH upd AS (
+       UPDATE command SET status = $3, result = $4::jsonb, lease_expires_at = NULL, updated_at = now()
+        WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
+       RETURNING run_id
+     ), due AS (
+       ${dueAdvanceSql('(SELECT run_id FROM upd)')}
+     ), job AS (
+       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', upd.run_id)", '(SELECT run_id FROM upd WHERE run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS upd')}
+       RETURNING 1
+     )
+     SELECT (SELECT count(*) FROM upd)::int AS recorded, (SELECT run_id FROM upd) AS run_id,
+            (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`,
     [commandId, agentId, result.ok ? 'succeeded' : 'failed', JSON.stringify(result)],
   );
-  if (!rows[0]) return false;
-  if (rows[0].run_id) await queueAdvance(db, rows[0].run_id as string);
+  const r = rows[0]!;
+  if (Number(r.recorded) === 0) return false;
+  if (r.run_id && Number(r.woken) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
   return true;
 }
