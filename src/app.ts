@@ -92,6 +92,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         dataDir: config.dataDir,
         port: config.embeddedPgPort,
         systemDir: config.embeddedPgSystemDir,
+        statStatements: config.pgStatStatements,
         log,
       });
       // First in, so last out: after HTTP, workers and every pool of ours have closed.
@@ -122,10 +123,15 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     });
     if (!secretKey) log.warn('no SECRET_KEY or SECRET_KEY_FILE: no secret broker, so inline BMC credentials are refused');
     const secrets = secretKey ? new BuiltinSecretBroker(database.prisma, secretKey) : null;
-    // Every process may number the event stream; one at a time does (advisory lock).
-    const sequencer = new Sequencer(databaseUrl, log);
-    await sequencer.start();
-    cleanups.push(() => sequencer.stop());
+    // Every process that serves the API numbers the event stream (its readers are the API's
+    // streams); one at a time does (advisory lock). A worker-only process does not: it would only
+    // compete for the lock (the lifecycle bench, three processes: every commit's notification made
+    // a pass in each). Events a worker writes while no API runs wait unnumbered for one.
+    if (config.role !== 'worker') {
+      const sequencer = new Sequencer(databaseUrl, log);
+      await sequencer.start();
+      cleanups.push(() => sequencer.stop());
+    }
     let events: EventHub | null = null;
     if (config.role !== 'worker') {
       const hub = new EventHub(databaseUrl, database.backgroundSql, tokens, log, { buffer: config.subscriberBuffer });

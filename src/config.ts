@@ -33,6 +33,8 @@ export interface Config {
   agentConcurrency: number;
   /** WORKFLOW_ENGINE: whether this worker advances workflow runs (off: its other jobs only). */
   workflowEngine: boolean;
+  /** PG_STAT_STATEMENTS=on: the embedded PostgreSQL loads pg_stat_statements (what the statements cost; the lifecycle bench's --pg-stats). */
+  pgStatStatements: boolean;
   /** WORKFLOW_LEASE_MS: a worker's lease on a run (unset: jobs/engine.ts LEASE_MS, 60 s); a dead worker's runs are taken up after it. */
   workflowLeaseMs: number | undefined;
   /** ROLE=agent: the service's base URL and the agent's token (AGENT_TOKEN, or AGENT_TOKEN_FILE). */
@@ -82,6 +84,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (workflowLeaseMs !== undefined && (!Number.isInteger(workflowLeaseMs) || workflowLeaseMs < 500 || workflowLeaseMs > 3_600_000)) {
     throw new Error(`WORKFLOW_LEASE_MS must be an integer 500..3600000, got "${leaseRaw}"`);
   }
+  const stats = (env.PG_STAT_STATEMENTS ?? 'off').trim().toLowerCase();
+  if (!['on', 'off'].includes(stats)) throw new Error(`PG_STAT_STATEMENTS must be on or off, got "${env.PG_STAT_STATEMENTS}"`);
   const builtin = (env.BUILTIN_AGENT ?? 'on').trim().toLowerCase();
   if (!['on', 'off', 'true', 'false', '1', '0'].includes(builtin)) throw new Error(`BUILTIN_AGENT must be on or off, got "${env.BUILTIN_AGENT}"`);
   return {
@@ -106,6 +110,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     builtinAgent: ['on', 'true', '1'].includes(builtin),
     agentPollMs: intEnv(env, 'AGENT_POLL_MS', 1000, 50),
     workflowEngine: engine !== 'off',
+    pgStatStatements: stats === 'on',
     workflowLeaseMs,
     agentConcurrency: intEnv(env, 'AGENT_CONCURRENCY', 32, 1),
     apiUrl: env.API_URL || undefined,

@@ -406,4 +406,11 @@ describe('the engine settings', () => {
     expect(loadConfig({ WORKFLOW_LEASE_MS: '2000' }).workflowLeaseMs).toBe(2000);
     for (const bad of ['499', '3600001', '1.5', 'soon']) expect(() => loadConfig({ WORKFLOW_LEASE_MS: bad })).toThrow(/WORKFLOW_LEASE_MS/);
   });
+
+  it('PG_STAT_STATEMENTS is off unless on, and nothing else', () => {
+    expect(loadConfig({}).pgStatStatements).toBe(false);
+    expect(loadConfig({ PG_STAT_STATEMENTS: 'on' }).pgStatStatements).toBe(true);
+    expect(loadConfig({ PG_STAT_STATEMENTS: 'off' }).pgStatStatements).toBe(false);
+    expect(() => loadConfig({ PG_STAT_STATEMENTS: 'yes' })).toThrow(/PG_STAT_STATEMENTS/);
+  });
 });

@@ -461,14 +461,15 @@ function runInitdb(bin: Binaries, cluster: Cluster, who: RunAs | null, password:
  * The postmaster runs detached, in a session and process group of its own: the signal a terminal
  * or a service manager sends to our group does not reach it, and we stop it ourselves, last.
  */
-function spawnPostgres(bin: Binaries, cluster: Cluster, who: RunAs | null, port: number, socket: string | null, log: Log): Promise<ChildProcess> {
+function spawnPostgres(bin: Binaries, cluster: Cluster, who: RunAs | null, port: number, socket: string | null, log: Log, statStatements: boolean): Promise<ChildProcess> {
   // wal_buffers: the default (1/32 of shared_buffers, 4 MB) fills up within one bulk call's
   // statement (10,000 events and node updates write about 9 MB of WAL), and every time it is full
   // the backend stops to write WAL out itself: 275 such stops made the statement 450-520 ms
   // instead of 280-330 (auto_explain's "WAL: buffers full", npm run bench -- bulk). The WAL is
   // still flushed at every commit (fsync on).
   const args = ['-D', cluster.dir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', `unix_socket_directories=${socket ?? ''}`,
-    '-c', 'max_connections=200', '-c', 'fsync=on', '-c', 'wal_buffers=32MB'];
+    '-c', 'max_connections=200', '-c', 'fsync=on', '-c', 'wal_buffers=32MB',
+    ...(statStatements ? ['-c', 'shared_preload_libraries=pg_stat_statements', '-c', 'pg_stat_statements.track=all', '-c', 'pg_stat_statements.track_planning=on'] : [])];
   const child = spawn(bin.postgres, args, { cwd: cluster.home, env: postgresEnv(), detached: true, stdio: ['ignore', 'pipe', 'pipe'], ...(who ?? {}) });
   return new Promise((resolve, reject) => {
     let tail: string[] = [];
@@ -545,6 +546,8 @@ export async function startEmbeddedPostgres(opts: {
   persistent?: boolean;
   /** Where binaries and clusters go when, as root, the postgres user cannot reach them. */
   systemDir?: string;
+  /** Load pg_stat_statements (its view needs CREATE EXTENSION pg_stat_statements in the database). */
+  statStatements?: boolean;
   log: Log;
 }): Promise<EmbeddedDatabase> {
   const log = opts.log;
@@ -569,7 +572,7 @@ export async function startEmbeddedPostgres(opts: {
       await stopOrphan(cluster.dir, log);
     }
     const socket = socketDir(cluster, opts.port);
-    const child = await spawnPostgres(bin, cluster, who, opts.port, socket, log);
+    const child = await spawnPostgres(bin, cluster, who, opts.port, socket, log, opts.statStatements ?? false);
     const pid = child.pid!;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     const gone = () => child.exitCode !== null || child.signalCode !== null;
