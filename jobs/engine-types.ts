@@ -111,8 +111,15 @@ export interface WorkflowDef {
 
 /** Thrown by a StepContext call that cannot go on yet or failed: the engine turns it into the step's result. */
 export class StepInterrupt extends Error {
-  constructor(readonly result: StepResult) {
+  readonly result!: StepResult;
+  constructor(result: StepResult) {
+    // No stack trace: it is control flow (every wait throws one), and capturing the stack was a
+    // visible share of the engine's CPU in the lifecycle bench.
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(result.kind === 'failed' ? `${result.code}: ${result.message}` : `step ${result.kind}`);
+    Error.stackTraceLimit = limit;
+    this.result = result;
     this.name = 'StepInterrupt';
   }
 }

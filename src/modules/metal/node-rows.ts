@@ -19,11 +19,18 @@ export const SITE_FIELDS: readonly string[] = Object.values(Prisma.SiteScalarFie
  * The select list of a node view: `<alias>` is a node row (the table or a RETURNING CTE), `hp` the
  * LEFT JOINed hardware_profile. Use with {@link toNodeRow}.
  */
+const viewColumns = new Map<string, string>();
 export function nodeViewColumns(alias: string): string {
-  return [
-    ...NODE_FIELDS.map((f) => `${alias}.${snake(f)} AS "${f}"`),
-    ...PROFILE_FIELDS.map((f) => `hp.${snake(f)} AS "${PROFILE_PREFIX}${f}"`),
-  ].join(', ');
+  // Built once per alias: the engine asks for it at every step (it was a tenth of its load's time).
+  let columns = viewColumns.get(alias);
+  if (columns === undefined) {
+    columns = [
+      ...NODE_FIELDS.map((f) => `${alias}.${snake(f)} AS "${f}"`),
+      ...PROFILE_FIELDS.map((f) => `hp.${snake(f)} AS "${PROFILE_PREFIX}${f}"`),
+    ].join(', ');
+    viewColumns.set(alias, columns);
+  }
+  return columns;
 }
 
 /** `FROM <source> <alias> LEFT JOIN hardware_profile hp ...` for {@link nodeViewColumns}. */
