@@ -19,7 +19,10 @@ describe('REST and GraphQL give the same result for every verb', () => {
     addresses macs productUuid driverBindings { power management virtualMedia } profileId profileVersion role version`;
 
   beforeAll(async () => {
-    t = await startTestApp();
+    // The verbs' answers are compared, not what the workflows do after: with the engine on, the
+    // runs the verbs start would move the twins (a rescue run fails at once on a node with no
+    // MAC) while the test still reads them.
+    t = await startTestApp({ workflowEngine: false });
     tree = await makeTenantTree(t.app.database.prisma, 'twins', { pools: 1, nodesPerPool: 0 });
     token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
     const saved = await gql(t.url, token, 'mutation ($i: DeployProfileVersionInput!) { saveDeployProfileVersion(input: $i) { id } }', {
