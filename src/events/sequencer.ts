@@ -26,6 +26,8 @@ export class Sequencer {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private soon: NodeJS.Timeout | null = null;
+  /** A wake that knows rows are waiting (a notification, a retry, start): the next pass skips the look. */
+  private sure = true;
   /** Rows numbered per statement: a bulk verb's 10,000 events are numbered in one or two passes. */
   private batch = 5000;
 
@@ -37,7 +39,9 @@ export class Sequencer {
 
   async start(): Promise<void> {
     await this.connect();
-    this.timer = setInterval(() => this.wake(), this.tickMs);
+    // The tick is the fallback for a notification lost with a connection: it looks (one cheap
+    // statement) before it passes, so an idle service does not run a pass four times a second.
+    this.timer = setInterval(() => this.wake(true), this.tickMs);
     this.timer.unref();
     this.wake();
   }
@@ -62,8 +66,12 @@ export class Sequencer {
     this.client = client;
   }
 
-  /** Asks for a pass; passes never overlap, and a wake during one runs another after it. */
-  wake(): void {
+  /**
+   * Asks for a pass; passes never overlap, and a wake during one runs another after it. `check`:
+   * only when a row is waiting for its number (the tick); any other wake passes at once.
+   */
+  wake(check = false): void {
+    if (!check) this.sure = true;
     void this.passes.run();
   }
 
@@ -85,6 +93,12 @@ export class Sequencer {
     try {
       if (!this.client) await this.connect();
       const client = this.client!;
+      const sure = this.sure;
+      this.sure = false;
+      if (!sure) {
+        const { rows } = await client.query<{ waiting: boolean }>({ name: 'sequencer-waiting', text: 'SELECT EXISTS (SELECT 1 FROM event WHERE seq IS NULL) AS waiting' });
+        if (!rows[0]!.waiting) return;
+      }
       for (;;) {
         const numbered = await this.pass(client);
         if (numbered === null) {
