@@ -8,6 +8,7 @@ import { bulkBench } from './bulk';
 import { eventsBench } from './events';
 import { fabricBench } from './fabric';
 import { lifecycleBench } from './lifecycle';
+import { idleBench } from './idle';
 
 export interface Bench {
   /** One line for the list printed on an unknown name. */
@@ -24,6 +25,7 @@ const BENCHES: Record<string, Bench> = {
   events: eventsBench,
   fabric: fabricBench,
   lifecycle: lifecycleBench,
+  idle: idleBench,
 };
 
 function usage(): string {
