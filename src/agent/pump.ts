@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { Logger } from 'pino';
 import { DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from '../modules/sites/commands';
 
@@ -54,6 +55,9 @@ export class CommandPump<T extends PumpItem> {
 
   constructor(private deps: PumpDeps<T>) {
     this.ended = new Promise((resolve) => (this.endWith = resolve));
+    // Every running command listens on the one stop signal (its HTTP requests do too): Node's
+    // default of 10 listeners warned of a leak under any concurrency above a few commands.
+    setMaxListeners(Math.max(10, deps.concurrency * 8), this.abort.signal);
   }
 
   get running(): number {
