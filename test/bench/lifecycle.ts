@@ -321,7 +321,9 @@ async function run(args: string[]): Promise<number> {
     console.log(`CPU, PostgreSQL:    ${dbCpu.toFixed(1)} s = ${ms(dbCpu)} ms per step`);
     console.log(`CPU, bench:         ${benchCpu.toFixed(1)} s = ${ms(benchCpu)} ms per step (${machines} simulated BMCs and machines, enroll calls)`);
     console.log(`target wall <= ${TARGET_WALL_S} s: ${pass(wallS <= TARGET_WALL_S)}`);
-    console.log(`target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: ${pass((workerCpu * 1000) / steps <= TARGET_CPU_PER_STEP_MS)} (${ms(workerCpu)} ms: ${split ? 'the engine process' : 'the whole service process, API and agent included; --split measures the engine alone'})`);
+    console.log(split
+      ? `target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: ${pass((workerCpu * 1000) / steps <= TARGET_CPU_PER_STEP_MS)} (${ms(workerCpu)} ms: the engine process)`
+      : `target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: not measured apart here (the one service process, API and agent included, used ${ms(workerCpu)} ms); --split runs the engine in a process of its own`);
     if (statements) {
       const [first] = statements.rows;
       console.log(`\n== PostgreSQL statements (pg_stat_statements): ${first?.total ?? 0} sent (${(Number(first?.total ?? 0) / steps).toFixed(1)} per step), ${first?.all ?? 0} with the ones triggers and functions run; the top by time ==`);
