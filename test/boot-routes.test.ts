@@ -8,6 +8,7 @@ import { rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { issueEntry, makeRun, parseIpxeScript, type IpxeBoot } from './helpers/boot';
 import { hashToken } from '../src/auth/tokens';
+import { reportWakesRun } from '../src/modules/boot/reports';
 import { MAX_BOOTS_PER_ENTRY, NoConfirmedMac, reportsOf, revokeNodeBoot, issueBootEntry } from '../src/modules/boot/entries';
 import { BootHttp, NO_ENTRY_SCRIPT } from '../src/modules/boot/routes';
 
@@ -313,8 +314,9 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
         expect({ what, status: r.status }).toEqual({ what, status: 201 });
         expect(r.body.report).toEqual({ id: expect.stringMatching(/^\d+$/), kind: what === 'steps' ? 'step' : what, createdAt: expect.any(String) });
       }
-      // Every report wakes its run, and a run already holding a due, unfetched wake-up gets no
-      // second one (no worker runs here): one due job per run, two runs, six reports.
+      // A report wakes its run (the heartbeat and the step's start need not: reportWakesRun), and a
+      // run already holding a due, unfetched wake-up gets no second one (no worker runs here): one
+      // due job per run, two runs, six reports.
       expect(await counts()).toEqual({ reports: before.reports + sent.length, jobs: before.jobs + 2 });
       const due = async (runId: string) => Number((await sql.query(
         `SELECT count(*) FROM pgboss.job WHERE name = 'metal.advance' AND state < 'active' AND start_after <= now() AND data = jsonb_build_object('runId', $1::text)`, [runId])).rows[0].count);
@@ -331,6 +333,21 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
       expect(jobs.filter((j) => j.data.runId === inspectRun)).toHaveLength(1);
       expect(jobs.filter((j) => j.data.runId === commissionRun)).toHaveLength(1);
       expect(jobs.every((j) => Object.keys(j.data).join() === 'runId')).toBe(true);
+    });
+
+    it('a report nothing waits for is stored without waking the run: a heartbeat (but for rescue) and a step that started', async () => {
+      const jobsOf = async (runId: string) => Number((await sql.query(`SELECT count(*) FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId])).rows[0].count);
+      await sql.query(`DELETE FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [commissionRun]);
+      expect((await post(commission, 'heartbeat', { message: 'still erasing' })).status).toBe(201);
+      expect((await post(commission, 'steps', { name: 'erase-devices', status: 'started' })).status).toBe(201);
+      expect(await jobsOf(commissionRun)).toBe(0);
+      expect((await post(commission, 'steps', { name: 'erase-devices', status: 'succeeded' })).status).toBe(201);
+      expect(await jobsOf(commissionRun)).toBe(1);
+      expect([
+        reportWakesRun('rescue', 'heartbeat', {}), reportWakesRun('inspect', 'heartbeat', {}), reportWakesRun('deploy', 'step', { name: 'os', status: 'started' }),
+        reportWakesRun('deploy', 'step', { name: 'os', status: 'succeeded' }), reportWakesRun('deploy', 'step', { name: 'os', status: 'failed' }),
+        reportWakesRun('inspect', 'inventory', {}), reportWakesRun('commission', 'dcgm', {}), reportWakesRun('release', 'wipe', {}),
+      ]).toEqual([true, false, false, true, true, true, true, true]);
     });
 
     it("a boot's purpose decides which reports it takes (409, nothing stored)", async () => {

@@ -217,15 +217,15 @@ export async function bootSession(db: Runner, token: string): Promise<BootSessio
 }
 
 /**
- * Stores one report of the boot of `token` with its entry's run, and wakes that run (metal.advance),
- * in one statement: the token is checked again there, under a share lock, so a revocation or a new
+ * Stores one report of the boot of `token` with its entry's run, and wakes that run (metal.advance)
+ * unless `wake` is false (reportWakesRun: a report nothing waits for), in one statement: the token is checked again there, under a share lock, so a revocation or a new
  * iPXE fetch that commits first wins and nothing is stored (null). Only the token row is locked:
  * every revocation (a new fetch, a new entry, revokeNodeBoot) updates the tokens it ends, so the
  * token alone orders a report against them, and no lock is taken on the entry beyond the foreign
  * key's KEY SHARE. `payload` is already checked
  * (reports.ts). One round trip: the callbacks of 1,000 machines are most of a lifecycle's requests.
  */
-export async function storeReport(db: Runner, token: string, kind: ReportKind, payload: object): Promise<{ id: string; createdAt: Date; session: Pick<BootSession, 'tokenId' | 'entryId' | 'nodeId' | 'runId'> } | null> {
+export async function storeReport(db: Runner, token: string, kind: ReportKind, payload: object, wake = true): Promise<{ id: string; createdAt: Date; session: Pick<BootSession, 'tokenId' | 'entryId' | 'nodeId' | 'runId'> } | null> {
   const { rows } = await db.query(
     `WITH s AS (
        SELECT t.id AS token_id, e.id AS entry_id, e.node_id, e.run_id
@@ -238,16 +238,16 @@ export async function storeReport(db: Runner, token: string, kind: ReportKind, p
        SELECT entry_id, token_id, node_id, run_id, $2, $3::jsonb FROM s
        RETURNING id, run_id, created_at
      ), due AS (
-       ${dueAdvanceSql('(SELECT run_id FROM s)')}
+       ${dueAdvanceSql('(SELECT run_id FROM s)').replace('WHERE', 'WHERE $4::boolean AND')}
      ), job AS (
-       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', rep.run_id)", '(SELECT run_id FROM rep WHERE run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS rep')} RETURNING 1
+       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', rep.run_id)", '(SELECT run_id FROM rep WHERE $4::boolean AND run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS rep')} RETURNING 1
      )
      SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM job) + (SELECT count(*)::int FROM due) AS jobs FROM rep, s`,
-    [hashToken(token), kind, JSON.stringify(payload)],
+    [hashToken(token), kind, JSON.stringify(payload), wake],
   );
   const r = rows[0];
   if (!r) return null;
-  if (r.run_id && Number(r.jobs) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
+  if (wake && r.run_id && Number(r.jobs) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
   return {
     id: r.id as string,
     createdAt: r.created_at as Date,

@@ -126,6 +126,21 @@ export function reportAllowed(purpose: BootPurpose, kind: ReportKind): boolean {
   return kind === 'heartbeat' || kind === 'step' || REPORTS_BY_PURPOSE[purpose].includes(kind);
 }
 
+/**
+ * Whether a report may end what its run waits for, so it wakes the run (a metal.advance job): a
+ * heartbeat only for a rescue boot (the rescue workflow waits for the ramdisk's first call), a
+ * step report only when the step ended (deploy's profile steps and a wipe's erase-devices are
+ * read by their outcome, never by their start), anything else always. The others are stored
+ * alike and read at the run's next wake-up; waking the run for them only made it look and wait
+ * again (in the lifecycle bench, 7 of a machine's 12 reports). A run past its deadline is woken by
+ * its own timer either way.
+ */
+export function reportWakesRun(purpose: BootPurpose, kind: ReportKind, payload: unknown): boolean {
+  if (kind === 'heartbeat') return purpose === 'rescue';
+  if (kind === 'step') return (payload as { status?: unknown } | null)?.status !== 'started';
+  return true;
+}
+
 const ajv = new Ajv({ allErrors: false, strict: false });
 addFormats(ajv);
 const validators = Object.fromEntries(

@@ -9,7 +9,7 @@ import { sendError, sendJson, serverTiming } from '../../http/respond';
 import { checkString } from '../../limits';
 import { normalizeMac } from '../metal/mac';
 import { bootSession, startBoot, storeReport, type BootSession, type ReportKind } from './entries';
-import { checkReport, reportAllowed, REPORTS_BY_PURPOSE } from './reports';
+import { checkReport, reportAllowed, reportWakesRun, REPORTS_BY_PURPOSE } from './reports';
 
 /**
  * The boot side of the service over HTTP, outside the bearer-token REST surface: machines have no
@@ -182,7 +182,7 @@ export class BootHttp {
     }
     // The token is checked again in the statement that stores: a new iPXE fetch or a revocation
     // that committed since the check above wins, and nothing is stored for a boot that is over.
-    const stored = await storeReport(this.sql, token, kind, payload);
+    const stored = await storeReport(this.sql, token, kind, payload, reportWakesRun(session.purpose, kind, payload));
     if (!stored) return unauthorized(req, res, requestId);
     this.log.info({ requestId, entryId: session.entryId, nodeId: session.nodeId, runId: session.runId, kind, reportId: stored.id }, 'ramdisk report stored');
     sendJson(res, 201, { report: { id: stored.id, kind, createdAt: stored.createdAt.toISOString() } });
