@@ -5,7 +5,7 @@ import type { DriverRegistry } from '../../clients/bmc/registry';
 import type { SecretBroker } from '../../clients/secrets/broker';
 import { listen } from '../db/listen';
 import type { Sql } from '../db/sql';
-import { claimQueued, heldCommand, recordResult, renewLeases, sweepCommands, type ClaimedRow } from '../modules/sites/claims';
+import { claimHeld, recordResult, renewLeases, sweepCommands, type HeldCommand } from '../modules/sites/claims';
 import type { CommandResult } from '../modules/sites/commands';
 import { executeCommand } from './execute';
 import { CommandPump } from './pump';
@@ -45,19 +45,18 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
     const recorded = await recordResult(opts.sql, commandId, agentId, result);
     if (!recorded) log.warn({ commandId }, 'the built-in agent no longer held the command when it finished; result dropped');
   };
-  const pump = new CommandPump<ClaimedRow & { started?: boolean }>({
+  const pump = new CommandPump<HeldCommand & { started?: boolean }>({
     log,
     concurrency: opts.concurrency,
     pollMs: opts.pollMs,
     renewMs: Math.max(250, Math.floor(opts.leaseMs / 4)),
-    claim: (max) => claimQueued(opts.sql, agentId, { unservedWithinMs: opts.heartbeatMs }, max, opts.leaseMs),
+    // The claim answers each command with its node's BMC endpoint (claimHeld): it runs at once.
+    claim: (max) => claimHeld(opts.sql, agentId, { unservedWithinMs: opts.heartbeatMs }, max, opts.leaseMs),
     renew: async () => {
       await renewLeases(opts.sql, agentId, opts.leaseMs);
     },
     abandon: (item, result) => record(item.id, result),
-    run: async (claimed, signal) => {
-      const command = await heldCommand(opts.sql, claimed.id);
-      if (!command || command.claimedBy !== agentId || !command.held) return;
+    run: async (command, signal) => {
       const node = command.node;
       let result: CommandResult;
       if (!node || !node.credentialsRef) {
@@ -73,7 +72,7 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
           result = { ok: false, code: 'AGENT_ERROR', message: `the BMC credentials of node ${node.id} (${node.credentialsRef}) could not be read as { username, password }`, retryable: false };
         } else {
           log.info({ commandId: command.id, kind: command.kind, nodeId: node.id, address: node.address }, 'running command');
-          claimed.started = true;
+          command.started = true;
           result = await executeCommand(
             opts.registry,
             { id: command.id, kind: command.kind, params: command.params },

@@ -141,17 +141,37 @@ export interface HeldCommand {
   } | null;
 }
 
-export async function heldCommand(db: Runner, commandId: string): Promise<HeldCommand | null> {
-  const { rows } = await db.query(
-    `SELECT c.id, c.kind, c.params, c.status, c.site_id, c.claimed_by, c.lease_expires_at,
+const HELD_COLUMNS = `c.id, c.kind, c.params, c.status, c.site_id, c.claimed_by, c.lease_expires_at,
             (c.status = 'claimed' AND c.lease_expires_at > now()) AS held,
             n.id AS node_id, n.tenant_id, n.site_id AS node_site_id, n.bmc_address, n.bmc_driver, n.bmc_driver_options,
-            n.driver_bindings, n.bmc_credentials_ref
-       FROM command c LEFT JOIN node n ON n.id = c.node_id WHERE c.id = $1`,
-    [commandId],
+            n.driver_bindings, n.bmc_credentials_ref`;
+
+export async function heldCommand(db: Runner, commandId: string): Promise<HeldCommand | null> {
+  const { rows } = await db.query(`SELECT ${HELD_COLUMNS} FROM command c LEFT JOIN node n ON n.id = c.node_id WHERE c.id = $1`, [commandId]);
+  return rows[0] ? toHeld(rows[0]) : null;
+}
+
+/**
+ * claimQueued, answering each claimed command as heldCommand would, in the claim's statement: for
+ * the built-in agent, which runs what it claims at once and so needs no second read per command.
+ */
+export async function claimHeld(db: Runner, agentId: string, scope: ClaimScope, limit: number, leaseMs: number): Promise<HeldCommand[]> {
+  const s = scopeSql(scope, 2);
+  const { rows } = await db.query(
+    `WITH c AS (
+       UPDATE command SET status = 'claimed', claimed_by = $1, claimed_at = now(),
+              lease_expires_at = now() + $3::int * interval '1 millisecond', updated_at = now()
+        WHERE id IN (SELECT id FROM command WHERE ${s.where} AND status = 'queued' AND expires_at > now()
+                     ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+       RETURNING id, kind, params, status, site_id, claimed_by, lease_expires_at, node_id, created_at
+     )
+     SELECT ${HELD_COLUMNS} FROM c LEFT JOIN node n ON n.id = c.node_id ORDER BY c.created_at`,
+    [agentId, s.value, Math.round(leaseMs), limit],
   );
-  const r = rows[0];
-  if (!r) return null;
+  return rows.map(toHeld);
+}
+
+function toHeld(r: Record<string, unknown>): HeldCommand {
   return {
     id: r.id as string, kind: r.kind as CommandKind, params: (r.params ?? {}) as Record<string, unknown>, status: r.status as string,
     siteId: r.site_id as string, claimedBy: (r.claimed_by ?? null) as string | null, leaseExpiresAt: (r.lease_expires_at ?? null) as Date | null,
