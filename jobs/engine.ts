@@ -11,7 +11,7 @@ import {
   ACTIVE_RUN_STATUSES, decideWorkflowMove, isWorkflowKind, STUCK_RESUMES, WAITS, WORKFLOW_CHAINS, WORKFLOW_KINDS,
   type ProvisionState, type WorkflowKind, type WorkflowOutcome,
 } from '../src/modules/metal/states';
-import { ADVANCE_PARTITION, dueAdvanceSql, insertJobsSql, queueAdvance } from './registry';
+import { ADVANCE_PARTITION, insertJobsSql, queueAdvance, wakeRunCtes } from './registry';
 import { retryDelayMs, type StepResult } from './steps';
 import { buildContext, STEP_COMMAND_TTL_MS } from './engine-context';
 import { StepInterrupt, type RunInfo, type RunParams, type StepDef, type WorkflowDef } from './engine-types';
@@ -795,12 +795,7 @@ const FLUSH_SQL = `WITH steps AS (
     SELECT e.type, $18::text, $19::text, $20::text, $21::text, $1::text, e.payload
       FROM unnest($22::text[], $23::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n
     RETURNING 1
-  ), due AS (
-    ${dueAdvanceSql("$1::text", "now() + $24::int * interval '1 millisecond'").replace('WHERE', 'WHERE $24::int IS NOT NULL AND')}
-  ), job AS (
-    ${insertJobsSql('metal.advance', "jsonb_build_object('runId', $1::text)", '(SELECT 1 WHERE $24::int IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS one', "now() + $24::int * interval '1 millisecond'")}
-    RETURNING 1
-  )
+  ), ${wakeRunCtes('$1::text', { at: "now() + $24::int * interval '1 millisecond'", when: '$24::int IS NOT NULL' })}
   SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run,
          (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`;
 

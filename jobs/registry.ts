@@ -75,7 +75,7 @@ export const ADVANCE_QUEUED_CHANNEL = 'metal_advance_queued';
 /**
  * An index of metal.advance's own partition (pg-boss 10 keeps each queue's jobs in a table of its
  * own, named in pgboss.queue.partition_name) on the run a job wakes, over the jobs not yet
- * fetched: what dueAdvanceSql and the workflow sweep look up for every wake-up. Without it each
+ * fetched: what wakeRunCtes and the workflow sweep look up for every wake-up. Without it each
  * lookup read every job of the queue not yet fetched (the lifecycle bench: 3 ms each, a third of
  * PostgreSQL's time at 300 machines, more as the backlog grew). pg-boss knows nothing of it: it
  * only ever inserts, updates and deletes rows, which keep it up to date. Created once, here,
@@ -207,31 +207,40 @@ export interface QueryRunner {
 }
 
 /**
- * SQL selecting (and row-locking) a metal.advance job of the run `runIdSql` that no worker has
- * fetched yet and that is due no later than `dueBySql`: such a job already wakes the run after
- * the caller's commit, so a second one would only cost a fetch and a lease round trip (the
- * lifecycle bench: 2.8 to 3.8 jobs per step, most of them wake-ups of a run already due). The
- * lock is what makes this safe: pg-boss fetches with SKIP LOCKED, so it cannot take the job
- * before the caller's transaction (and what it wrote for the run) commits; and a job a worker is
- * fetching right now is skipped here (SKIP LOCKED), so the caller queues its own.
+ * Two CTEs, `due` and `job`, for a statement that wakes the run `runIdSql` (an SQL expression, null
+ * for none): `due` row-locks a job of the run that no worker has fetched yet and that is due by
+ * `at`, else `job` queues one due at `at`; nothing when `when` (an SQL condition) is false. A due,
+ * unfetched job already wakes the run after the caller's commit, so a second one would only cost
+ * a fetch and a lease round trip (the lifecycle bench: 2.8 to 3.8 jobs per step, most of them
+ * wake-ups of a run already due). The lock is what makes this safe: pg-boss fetches with SKIP
+ * LOCKED, so it cannot take the job before the caller's transaction (and what it wrote for the run)
+ * commits; and a job a worker is fetching right now is skipped here (SKIP LOCKED), so the caller
+ * queues its own. Exactly one of them
+ * has a row when the run is woken: `(SELECT count(*) FROM job) + (SELECT count(*) FROM due)`.
+ * queueAdvance, the command results, the ramdisk reports and the engine's flush all wake this way.
  */
-export function dueAdvanceSql(runIdSql: string, dueBySql = 'now()'): string {
-  return `SELECT j.id FROM ${ADVANCE_PARTITION} j
-           WHERE j.state < 'active' AND j.start_after <= ${dueBySql} AND j.data->>'runId' = ${runIdSql}
-           LIMIT 1 FOR UPDATE SKIP LOCKED`;
+export function wakeRunCtes(runIdSql: string, opts: { at?: string; when?: string } = {}): string {
+  const at = opts.at ?? 'now()';
+  const when = opts.when ?? 'true';
+  return `due AS (
+       SELECT j.id FROM ${ADVANCE_PARTITION} j
+        WHERE ${when} AND j.state < 'active' AND j.start_after <= ${at} AND j.data->>'runId' = ${runIdSql}
+        LIMIT 1 FOR UPDATE SKIP LOCKED
+     ), job AS (
+       ${insertJobsSql('metal.advance', `jsonb_build_object('runId', ${runIdSql})`, `(SELECT 1 WHERE ${when} AND ${runIdSql} IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS one`, at)}
+       RETURNING id
+     )`;
 }
 
 /**
  * Queues "advance run R" inside the caller's transaction, now or after `afterMs`: what a command
  * result, a ramdisk callback or the engine's own timer does to wake a run. A job of the run not
- * yet fetched and due by then does it instead (dueAdvanceSql). Resolves to the job id.
+ * yet fetched and due by then does it instead (wakeRunCtes). Resolves to the job id.
  */
 export async function queueAdvance(db: QueryRunner, runId: string, afterMs = 0): Promise<string> {
-  const at = "now() + $2::int * interval '1 millisecond'";
   const { rows } = await db.query(
-    `WITH due AS (${dueAdvanceSql('$1::text', at)}),
-          ins AS (${insertJobsSql('metal.advance', "jsonb_build_object('runId', $1::text)", '(SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM due)) AS one', at)} RETURNING id)
-     SELECT COALESCE((SELECT id FROM ins), (SELECT id FROM due))::text AS id`,
+    `WITH ${wakeRunCtes('$1::text', { at: "now() + $2::int * interval '1 millisecond'" })}
+     SELECT COALESCE((SELECT id FROM job), (SELECT id FROM due))::text AS id`,
     [runId, Math.max(0, Math.round(afterMs))],
   );
   if (!rows[0]?.id) throw new Error('the metal.advance queue is missing: the job was not queued');

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
-import { dueAdvanceSql, insertJobsSql } from '../../../jobs/registry';
+import { wakeRunCtes } from '../../../jobs/registry';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -237,11 +237,7 @@ export async function storeReport(db: Runner, token: string, kind: ReportKind, p
        INSERT INTO ramdisk_report (boot_entry_id, boot_token_id, node_id, run_id, kind, payload)
        SELECT entry_id, token_id, node_id, run_id, $2, $3::jsonb FROM s
        RETURNING id, run_id, created_at
-     ), due AS (
-       ${dueAdvanceSql('(SELECT run_id FROM s)').replace('WHERE', 'WHERE $4::boolean AND')}
-     ), job AS (
-       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', rep.run_id)", '(SELECT run_id FROM rep WHERE $4::boolean AND run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS rep')} RETURNING 1
-     )
+     ), ${wakeRunCtes('(SELECT run_id FROM rep)', { when: '$4::boolean' })}
      SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM job) + (SELECT count(*)::int FROM due) AS jobs FROM rep, s`,
     [hashToken(token), kind, JSON.stringify(payload), wake],
   );

@@ -1,4 +1,4 @@
-import { dueAdvanceSql, insertJobsSql } from '../../../jobs/registry';
+import { insertJobsSql, wakeRunCtes } from '../../../jobs/registry';
 import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from './commands';
 
 /**
@@ -38,16 +38,18 @@ function scopeSql(scope: ClaimScope, at: number): { where: string; value: unknow
  * now + leaseMs. SKIP LOCKED: two agents (or two built-in agents of two workers) never claim the
  * same command.
  */
+/** The claim's UPDATE (parameters: $1 agent, $2 scope, $3 lease ms, $4 limit), returning the command rows' columns. */
+function claimUpdate(scopeWhere: string): string {
+  return `UPDATE command SET status = 'claimed', claimed_by = $1, claimed_at = now(),
+            lease_expires_at = now() + $3::int * interval '1 millisecond', updated_at = now()
+      WHERE id IN (SELECT id FROM command WHERE ${scopeWhere} AND status = 'queued' AND expires_at > now()
+                   ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+      RETURNING id, kind, params, status, site_id, claimed_by, lease_expires_at, node_id, created_at`;
+}
+
 export async function claimQueued(db: Runner, agentId: string, scope: ClaimScope, limit: number, leaseMs: number): Promise<ClaimedRow[]> {
   const s = scopeSql(scope, 2);
-  const { rows } = await db.query(
-    `UPDATE command SET status = 'claimed', claimed_by = $1, claimed_at = now(),
-            lease_expires_at = now() + $3::int * interval '1 millisecond', updated_at = now()
-      WHERE id IN (SELECT id FROM command WHERE ${s.where} AND status = 'queued' AND expires_at > now()
-                   ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-      RETURNING id, kind, params, node_id, site_id, lease_expires_at`,
-    [agentId, s.value, Math.round(leaseMs), limit],
-  );
+  const { rows } = await db.query(claimUpdate(s.where), [agentId, s.value, Math.round(leaseMs), limit]);
   return rows.map((r) => ({
     id: r.id as string, kind: r.kind as CommandKind, params: (r.params ?? {}) as Record<string, unknown>, nodeId: (r.node_id ?? null) as string | null,
     siteId: r.site_id as string, leaseExpiresAt: r.lease_expires_at as Date,
@@ -158,13 +160,7 @@ export async function heldCommand(db: Runner, commandId: string): Promise<HeldCo
 export async function claimHeld(db: Runner, agentId: string, scope: ClaimScope, limit: number, leaseMs: number): Promise<HeldCommand[]> {
   const s = scopeSql(scope, 2);
   const { rows } = await db.query(
-    `WITH c AS (
-       UPDATE command SET status = 'claimed', claimed_by = $1, claimed_at = now(),
-              lease_expires_at = now() + $3::int * interval '1 millisecond', updated_at = now()
-        WHERE id IN (SELECT id FROM command WHERE ${s.where} AND status = 'queued' AND expires_at > now()
-                     ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-       RETURNING id, kind, params, status, site_id, claimed_by, lease_expires_at, node_id, created_at
-     )
+    `WITH c AS (${claimUpdate(s.where)})
      SELECT ${HELD_COLUMNS} FROM c LEFT JOIN node n ON n.id = c.node_id ORDER BY c.created_at`,
     [agentId, s.value, Math.round(leaseMs), limit],
   );
@@ -199,12 +195,7 @@ export async function recordResult(db: Runner, commandId: string, agentId: strin
        UPDATE command SET status = $3, result = $4::jsonb, lease_expires_at = NULL, updated_at = now()
         WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
        RETURNING run_id
-     ), due AS (
-       ${dueAdvanceSql('(SELECT run_id FROM upd)')}
-     ), job AS (
-       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', upd.run_id)", '(SELECT run_id FROM upd WHERE run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS upd')}
-       RETURNING 1
-     )
+     ), ${wakeRunCtes('(SELECT run_id FROM upd)')}
      SELECT (SELECT count(*) FROM upd)::int AS recorded, (SELECT run_id FROM upd) AS run_id,
             (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`,
     [commandId, agentId, result.ok ? 'succeeded' : 'failed', JSON.stringify(result)],
