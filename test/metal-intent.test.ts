@@ -12,6 +12,7 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
 import { releaseBatch } from '../src/modules/metal/bulk';
 import type { ProvisionState, WorkflowKind } from '../src/modules/metal/states';
+import { waitForLockWaiters } from './helpers/locks';
 
 describe('every verb persists its intent as a workflow run; the job names only the run', () => {
   let t: TestApp;
@@ -204,11 +205,7 @@ describe('every verb persists its intent as a workflow run; the job names only t
         await holder.query('BEGIN');
         await holder.query('LOCK TABLE node IN SHARE MODE');
         const racing = [call('manage', { nodeId }), call('retire', { nodeId })];
-        for (;;) {
-          const { rows } = await holder.query('SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()');
-          if (rows[0].n >= 2) break;
-          await new Promise((resolve) => setTimeout(resolve, 10));
-        }
+        await waitForLockWaiters(holder, 2);
         await holder.query('COMMIT');
         results = await Promise.all(racing);
       } finally {

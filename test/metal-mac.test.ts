@@ -4,6 +4,7 @@ import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
 import { machineMac, normalizeMac } from '../src/modules/metal/mac';
+import { waitForLockWaiters } from './helpers/locks';
 
 /**
  * One MAC rule for enroll's macs and confirmMac's mac: a unicast address a NIC can have, bound to
@@ -184,14 +185,7 @@ describe('enroll and confirmMac share the MAC rule', () => {
       await holder.query('LOCK TABLE node IN SHARE MODE');
       let settled = false;
       const all = Promise.all(calls()).finally(() => { settled = true; });
-      for (;;) {
-        const { rows } = await holder.query(
-          `SELECT count(DISTINCT pid)::int AS n FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()
-              AND (database IS NULL OR database = (SELECT oid FROM pg_database WHERE datname = current_database()))`,
-        );
-        if (settled || rows[0].n >= parties) break;
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
+      await waitForLockWaiters(holder, parties, () => settled);
       await holder.query('COMMIT');
       return await all;
     } finally {

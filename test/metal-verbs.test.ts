@@ -5,6 +5,7 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { newId } from '../src/ids';
 import { PROVISION_STATES, decideMove, runKindOf, type ProvisionState } from '../src/modules/metal/states';
 import { releaseBatch } from '../src/modules/metal/bulk';
+import { waitForLockWaiters } from './helpers/locks';
 
 type Verb = 'manage' | 'inspect' | 'provide' | 'recover' | 'retire' | 'abort' | 'undeploy' | 'deploy' | 'rescue';
 const FIELD: Record<Verb, string> = {
@@ -243,11 +244,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
         await holder.query('BEGIN');
         await holder.query('LOCK TABLE node IN SHARE MODE');
         const pending = rest(t.url, token, 'POST', '/api/compute/metal/retire', { nodeId });
-        for (;;) {
-          const { rows } = await holder.query('SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()');
-          if (rows[0].n > 0) break;
-          await new Promise((resolve) => setTimeout(resolve, 10));
-        }
+        await waitForLockWaiters(holder, 1);
         await holder.query(`UPDATE node SET failed_from = 'inspecting', last_error_message = 'newer', version = version + 1 WHERE id = $1`, [nodeId]);
         await holder.query('COMMIT');
         const response = await pending;

@@ -10,6 +10,7 @@ import { createNode, prismaRunner, updateNode } from '../src/modules/metal/node-
 import { newId } from '../src/ids';
 import { makeTenantTree } from './helpers/fixtures';
 import { startTestApp, type TestApp } from './helpers/app';
+import { waitForLockWaiters } from './helpers/locks';
 
 describe('checkEventPayload', () => {
   it.each([
@@ -224,7 +225,7 @@ describe('node writes', () => {
           updateNode(tx, { id: node.id, version: null }, { data: {}, run: { id: newId('WorkflowRun'), kind }, events: [] }, null))
           .then(() => 'ok', (e: { code?: string }) => e.code ?? String(e));
         const racing = [start('metal-enroll'), start('metal-retire')];
-        await waitForWaiters(holder, 2);
+        await waitForLockWaiters(holder, 2);
         await holder.query('COMMIT');
         expect((await Promise.all(racing)).sort()).toEqual(['CONFLICT', 'ok']);
       } finally {
@@ -238,12 +239,3 @@ describe('node writes', () => {
     });
   });
 });
-
-/** Waits until `count` other sessions wait for a lock (the racers are both past their snapshot). */
-export async function waitForWaiters(holder: pg.Client, count: number): Promise<void> {
-  for (;;) {
-    const { rows } = await holder.query('SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()');
-    if (rows[0].n >= count) return;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
