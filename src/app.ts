@@ -122,7 +122,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       embedded: !config.databaseUrl,
     });
     if (!secretKey) log.warn('no SECRET_KEY or SECRET_KEY_FILE: no secret broker, so inline BMC credentials are refused');
-    const secrets = secretKey ? new BuiltinSecretBroker(database.prisma, secretKey) : null;
+    const secrets = secretKey ? new BuiltinSecretBroker(database, secretKey) : null;
     // Every process that serves the API numbers the event stream (its readers are the API's
     // streams); one at a time does (advisory lock). A worker-only process does not: it would only
     // compete for the lock (the lifecycle bench, three processes: every commit's notification made

@@ -77,7 +77,7 @@ describe('compute nodes (real database and secret broker)', () => {
   });
 
   it('one service key pair under concurrent first use, on two connection pools; the private key only in the broker', async () => {
-    const brokers = [new BuiltinSecretBroker(db.prisma, key), new BuiltinSecretBroker(other.prisma, key)];
+    const brokers = [new BuiltinSecretBroker(db, key), new BuiltinSecretBroker(other, key)];
     const identities = await Promise.all(Array.from({ length: 8 }, (_, i) => serviceSshIdentity((i % 2 ? other : db).prisma, brokers[i % 2]!)));
     expect(new Set(identities.map((i) => i.fingerprint)).size).toBe(1);
     expect(new Set(identities.map((i) => i.privateKeyRef)).size).toBe(1);
@@ -100,7 +100,7 @@ describe('compute nodes (real database and secret broker)', () => {
   });
 
   it('sshTargetOf reads the per-node key first, else the service key; a pinned host key is enforced, else trust on first use', async () => {
-    const broker = new BuiltinSecretBroker(db.prisma, key);
+    const broker = new BuiltinSecretBroker(db, key);
     const identity = await serviceSshIdentity(db.prisma, broker);
     const own = utils.generateKeyPairSync('ed25519');
     const ownRef = await broker.put(null, own.private);

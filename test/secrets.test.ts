@@ -19,7 +19,7 @@ describe('the built-in secret broker', () => {
   afterAll(() => db.close());
 
   it('stores AES-256-GCM ciphertext and gives back only a secret:// reference', async () => {
-    const broker = new BuiltinSecretBroker(db.prisma, key);
+    const broker = new BuiltinSecretBroker(db, key);
     const ref = await broker.put('ten_x', { username: 'root', password: 'calvin-Sup3r' });
     expect(isSecretRef(ref)).toBe(true);
     const raw = new pg.Client({ connectionString: url });
@@ -32,10 +32,10 @@ describe('the built-in secret broker', () => {
   });
 
   it('another tenant, a wrong key, or a row moved to another id cannot read it', async () => {
-    const broker = new BuiltinSecretBroker(db.prisma, key);
+    const broker = new BuiltinSecretBroker(db, key);
     const ref = await broker.put('ten_a', { password: 'p' });
     await expect(broker.get(ref, 'ten_b')).rejects.toMatchObject({ code: 'NOT_FOUND' });
-    await expect(new BuiltinSecretBroker(db.prisma, randomBytes(32)).get(ref, 'ten_a')).rejects.toMatchObject({ code: 'INVALID_CONFIG' });
+    await expect(new BuiltinSecretBroker(db, randomBytes(32)).get(ref, 'ten_a')).rejects.toMatchObject({ code: 'INVALID_CONFIG' });
     const row = await db.prisma.secret.findUniqueOrThrow({ where: { id: ref.slice('secret://'.length) } });
     const moved = newId('Secret');
     await db.prisma.secret.create({ data: { ...row, id: moved } });
