@@ -163,8 +163,8 @@ export async function confirmMac(ctx: Context, nodeId: string, rawMac: string): 
   if (node.provisionState === 'retired') throw new AppError('INVALID_STATE', `node ${node.id} is retired`, { state: node.provisionState });
   if (node.macs.length) throw new AppError('INVALID_STATE', `node ${node.id} already has MACs (${node.macs.join(', ')})`, { state: node.provisionState });
   await ctx.prisma.$transaction(async (tx) => {
-    await lockMacs(tx, node.siteId, [mac]);
-    await refuseTakenMacs(tx, node.siteId, [mac], node.id);
+    await lockMacs(prismaRunner(tx), node.siteId, [mac]);
+    await refuseTakenMacs(prismaRunner(tx), node.siteId, [mac], node.id);
     const updated = await updateNode(prismaRunner(tx), node, {
       data: { macs: [mac] },
       run: null,

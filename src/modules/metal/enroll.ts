@@ -4,7 +4,7 @@ import { requirePrincipal } from '../../context';
 import { absent, decide } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
-import { createNode, prismaRunner } from './node-store';
+import { createNode } from './node-store';
 import { isSecretRef } from '../../../clients/secrets/broker';
 import { checkIpmiNode, IpmiConfigError } from '../../../clients/bmc/ipmi';
 import { checkRedfishNode, isRedfishDriver, RedfishNodeError } from '../../../clients/bmc/redfish/check';
@@ -109,7 +109,11 @@ function bindingsFor(driver: string, profile: DriverBindings | null): DriverBind
  */
 export async function enroll(ctx: Context, input: EnrollInput): Promise<string> {
   const principal = requirePrincipal(ctx);
-  const pool = await ctx.prisma.pool.findUnique({ where: { id: input.poolId } });
+  // Enroll is the fleet's first call (2,000 machines at once): its reads and its transaction go
+  // through Sql's named statements, not Prisma (about 20 ms of CPU per enroll went to Prisma's client).
+  const { rows: pools } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; policy: unknown }>(
+    'SELECT id, tenant_id AS "tenantId", site_id AS "siteId", policy FROM pool WHERE id = $1', [input.poolId]);
+  const pool = pools[0];
   if (!pool) throw absent('Pool', input.poolId);
   decide(principal, 'compute:nodes:provision', poolResource(pool));
   if (input.siteId && input.siteId !== pool.siteId) throw invalidInput('siteId', `pool ${pool.id} is not in site ${input.siteId}`);
@@ -140,7 +144,8 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
   const profileName = input.hardwareProfile ?? readPolicy(pool.policy).hardwareProfile;
   let profile: { id: string; driverBindings: DriverBindings } | null = null;
   if (profileName) {
-    const row = await ctx.prisma.hardwareProfile.findUnique({ where: { name: profileName } });
+    const { rows: [row] } = await ctx.sql.query<{ id: string; driverBindings: unknown }>(
+      'SELECT id, driver_bindings AS "driverBindings" FROM hardware_profile WHERE name = $1', [profileName]);
     if (!row) throw invalidInput(input.hardwareProfile ? 'hardwareProfile' : 'pool.policy.hardwareProfile', `no hardware profile named "${profileName}"`);
     profile = { id: row.id, driverBindings: row.driverBindings as unknown as DriverBindings };
   }
@@ -167,7 +172,7 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
 
   // Checked before the broker is written (a refusal has no side effect), and again under the site's
   // MAC lock in the transaction, where a concurrent enroll or confirmMac of the same MAC shows.
-  await refuseTakenMacs(ctx.prisma, pool.siteId, macs);
+  await refuseTakenMacs(ctx.sql, pool.siteId, macs);
 
   // Credentials: a reference as given, or inline ones to the broker before anything else is written.
   let credentialsRef: string;
@@ -184,12 +189,12 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
   const owner = pool;
   const id = newId('MetalNode');
   const writeNode = () =>
-    ctx.prisma.$transaction(async (tx) => {
+    ctx.sql.transaction(async (tx) => {
       if (macs.length) {
         await lockMacs(tx, owner.siteId, macs);
         await refuseTakenMacs(tx, owner.siteId, macs);
       }
-      await createNode(prismaRunner(tx), {
+      await createNode(tx, {
         id,
         tenantId: owner.tenantId,
         siteId: owner.siteId,

@@ -1,5 +1,6 @@
 import { AppError, invalidInput } from '../../errors';
 import type { Tx } from '../../db/client';
+import type { Runner } from './node-store';
 
 /**
  * The one MAC rule of a machine's identity: enroll's `macs`, confirmMac's `mac` and the candidates
@@ -56,29 +57,26 @@ export async function lockSiteMacs(tx: Tx, siteId: string): Promise<void> {
  * lifecycle bench) and two with MACs in common cannot deadlock. A hash collision of two MACs only
  * makes their bindings wait for each other.
  */
-export async function lockMacs(tx: Tx, siteId: string, macs: readonly string[]): Promise<void> {
+export async function lockMacs(tx: Runner, siteId: string, macs: readonly string[]): Promise<void> {
   const sorted = [...new Set(macs)].sort();
-  await tx.$executeRaw`SELECT pg_advisory_xact_lock_shared(${SITE_MAC_LOCK_CLASS}::int, hashtext(${siteId})),
-    (SELECT count(pg_advisory_xact_lock(${MAC_LOCK_CLASS}::int, hashtext(${siteId} || '|' || m.mac)))
-       FROM (SELECT mac FROM unnest(${sorted}::text[]) WITH ORDINALITY AS u(mac, n) ORDER BY n) m)`;
+  // count() around each lock: a void column is not something every runner reads back.
+  await tx.query(`SELECT (SELECT count(pg_advisory_xact_lock_shared($1::int, hashtext($2::text))))::int AS site,
+    (SELECT count(pg_advisory_xact_lock($3::int, hashtext($2::text || '|' || m.mac)))
+       FROM (SELECT mac FROM unnest($4::text[]) WITH ORDINALITY AS u(mac, n) ORDER BY n) m)::int AS macs`,
+  [SITE_MAC_LOCK_CLASS, siteId, MAC_LOCK_CLASS, sorted]);
 }
 
 /**
  * The MACs already bound to another machine of the site: CONFLICT naming the first. A retired
  * machine no longer counts: retire revokes its identity, so its hardware may be enrolled again.
  */
-export async function refuseTakenMacs(db: Pick<Tx, 'node'>, siteId: string, macs: readonly string[], exceptNodeId: string | null = null): Promise<void> {
+export async function refuseTakenMacs(db: Runner, siteId: string, macs: readonly string[], exceptNodeId: string | null = null): Promise<void> {
   if (macs.length === 0) return;
-  const clash = await db.node.findFirst({
-    where: {
-      siteId,
-      provisionState: { not: 'retired' },
-      macs: { hasSome: [...macs] },
-      ...(exceptNodeId ? { id: { not: exceptNodeId } } : {}),
-    },
-    select: { id: true, macs: true },
-    orderBy: { id: 'asc' },
-  });
+  const { rows } = await db.query<{ id: string; macs: string[] }>(
+    `SELECT id, macs FROM node WHERE site_id = $1 AND provision_state <> 'retired' AND macs && $2::text[]
+        AND ($3::text IS NULL OR id <> $3::text) ORDER BY id LIMIT 1`,
+    [siteId, [...macs], exceptNodeId]);
+  const clash = rows[0];
   if (!clash) return;
   const mac = macs.find((m) => clash.macs.includes(m))!;
   throw new AppError('CONFLICT', `${mac} belongs to node ${clash.id} of the same site`, { mac });
