@@ -262,10 +262,11 @@ async function run(args: string[]): Promise<number> {
     const wallMs = last.at - started;
     const after = await sampleCpu(children);
     const statements = pgStats
-      ? await sql.query<{ calls: number; exec: number; plan: number; q: string; total: string; all: string }>(
+      ? await sql.query<{ calls: number; exec: number; plan: number; q: string; total: string; all: string; sumMs: string }>(
         `SELECT calls::int, round(total_exec_time)::int AS exec, round(total_plan_time)::int AS plan,
                 left(regexp_replace(query, '\\s+', ' ', 'g'), 150) AS q,
-                (SELECT sum(calls) FROM pg_stat_statements WHERE toplevel)::text AS total, (SELECT sum(calls) FROM pg_stat_statements)::text AS "all"
+                (SELECT sum(calls) FROM pg_stat_statements WHERE toplevel)::text AS total, (SELECT sum(calls) FROM pg_stat_statements)::text AS "all",
+                (SELECT round(sum(total_exec_time + total_plan_time)) FROM pg_stat_statements WHERE toplevel)::text AS "sumMs"
            FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 25`)
       : null;
 
@@ -289,6 +290,15 @@ async function run(args: string[]): Promise<number> {
     const totals = sim.totals();
     let duplicates = 0;
     for (const m of sim.machines) duplicates += sim.redfish.counts(m.id).duplicateKeys.length;
+    // Every HTTP request the simulated BMCs answered, by method and path (the simulator keeps the last 2,000 per BMC).
+    const bmcRequests = new Map<string, number>();
+    for (const m of sim.machines) {
+      for (const r of sim.redfish.requests(m.id)) {
+        const key = `${r.method} ${r.path.replace(/\/Systems\/[^/]+/, '/Systems/{id}').replace(/\/Managers\/[^/]+/, '/Managers/{id}').replace(/\/Sessions\/[^/]+/, '/Sessions/{id}')} ${r.status}`;
+        bmcRequests.set(key, (bmcRequests.get(key) ?? 0) + 1);
+      }
+    }
+    const bmcTotal = [...bmcRequests.values()].reduce((a, b) => a + b, 0);
 
     const steps = Number(figures.steps);
     const d = (a: number | undefined, b: number | undefined) => (b ?? NaN) - (a ?? NaN);
@@ -311,6 +321,7 @@ async function run(args: string[]): Promise<number> {
     console.log(`steps:              ${steps} workflow steps ran (${figures.skipped} of them skipped), ${figures.runs} runs: ${(steps / wallS).toFixed(1)} steps/s; median step ${(Number(figures.step_p50_s) * 1000).toFixed(0)} ms`);
     console.log(`work:               ${figures.commands} BMC commands, ${figures.reports} ramdisk reports, ${figures.advances} metal.advance jobs (${(Number(figures.advances) / steps).toFixed(2)} per step)`);
     console.log(`machines:           ${totals.pxeBoots} PXE boots, ${totals.ramdiskBoots} ramdisk boots, ${totals.wipesPerformed} disk wipes, ${totals.refused} calls refused, ${totals.failedCalls} failed; ${duplicates} idempotency keys accepted twice`);
+    console.log(`BMC requests:       ${bmcTotal} (${(bmcTotal / Number(figures.commands)).toFixed(2)} per BMC command): ${[...bmcRequests].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, n]) => `${n} ${k}`).join(', ')}`);
     if (split) {
       console.log(`CPU, engine:        ${workerCpu.toFixed(1)} s = ${ms(workerCpu)} ms per step (ROLE=worker BUILTIN_AGENT=off: the workflow engine alone)`);
       console.log(`CPU, agent:         ${agentCpu.toFixed(1)} s = ${ms(agentCpu)} ms per step (ROLE=worker WORKFLOW_ENGINE=off: the built-in agent with the Redfish driver)`);
@@ -326,7 +337,7 @@ async function run(args: string[]): Promise<number> {
       : `target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: not measured apart here (the one service process, API and agent included, used ${ms(workerCpu)} ms); --split runs the engine in a process of its own`);
     if (statements) {
       const [first] = statements.rows;
-      console.log(`\n== PostgreSQL statements (pg_stat_statements): ${first?.total ?? 0} sent (${(Number(first?.total ?? 0) / steps).toFixed(1)} per step), ${first?.all ?? 0} with the ones triggers and functions run; the top by time ==`);
+      console.log(`\n== PostgreSQL statements (pg_stat_statements): ${first?.total ?? 0} sent (${(Number(first?.total ?? 0) / steps).toFixed(1)} per step), ${first?.all ?? 0} with the ones triggers and functions run; ${(Number(first?.sumMs ?? 0) / 1000).toFixed(1)} s of execution and planning in all; the top by time ==`);
       for (const r of statements.rows) console.log(`  ${String(r.calls).padStart(7)} calls ${String(r.exec).padStart(6)} ms exec ${String(r.plan).padStart(5)} ms plan  ${r.q}`);
     }
     const errors = api.outputKinds().filter(([k]) => k.startsWith('error') || k.startsWith('fatal') || k.startsWith('warn'));
