@@ -6,7 +6,7 @@ import { releaseBatch } from '../src/modules/metal/bulk';
 import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
 import { advanceRun, reconcileNode, sweepRuns } from './engine';
 import { ADVANCE_QUEUED_CHANNEL } from './registry';
-import { listen } from '../src/db/listen';
+import type { Notifications } from '../src/db/listen';
 
 /** How often a worker looks for runs whose wake-up a dead worker took with it, and how quiet they must be. */
 const SWEEP_EVERY_MS = 15_000;
@@ -43,8 +43,8 @@ export const PRUNE_CRON = '*/10 * * * *';
 export async function startWorkers(queues: Queues, log: Logger,
   deps: {
     sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'>; engineSql?: Sql;
-    /** For the LISTEN that wakes the metal.advance loops; without it they poll only. */
-    databaseUrl?: string;
+    /** The process's LISTEN connection, whose metal_advance_queued wakes the metal.advance loops; without it they poll only. */
+    notifications?: Notifications;
     /** config.workflowEngine (WORKFLOW_ENGINE) and config.workflowLeaseMs (WORKFLOW_LEASE_MS). */
     workflow?: { engine: boolean; leaseMs?: number };
   }): Promise<{ stop(): Promise<void> }> {
@@ -67,7 +67,7 @@ export async function startWorkers(queues: Queues, log: Logger,
   // times the API while 10,000 released runs would otherwise be advancing beside it.
   const engineOn = deps.workflow?.engine ?? true;
   let timer: NodeJS.Timeout | null = null;
-  let listener: { stop(): Promise<void> } | null = null;
+  let listener: { stop(): void } | null = null;
   if (engineOn) {
     const loops: string[] = [];
     for (let i = 0; i < ADVANCE_WORKERS; i += 1) {
@@ -82,7 +82,7 @@ export async function startWorkers(queues: Queues, log: Logger,
       }, { batchSize: ADVANCE_BATCH });
       loops.push(id);
     }
-    if (deps.databaseUrl) listener = listen(deps.databaseUrl, ADVANCE_QUEUED_CHANNEL, log, () => { for (const id of loops) queues.notify(id); }, 'metal-advance-listen');
+    if (deps.notifications) listener = await deps.notifications.subscribe(ADVANCE_QUEUED_CHANNEL, () => { for (const id of loops) queues.notify(id); });
     // A worker starting after a crash wakes at once every run nobody holds; then, every few
     // seconds, the runs that stayed quiet with something to do (see sweepRuns).
     const sweep = async (graceMs: number) => {
@@ -119,7 +119,7 @@ export async function startWorkers(queues: Queues, log: Logger,
   return {
     stop: async () => {
       if (timer) clearInterval(timer);
-      await listener?.stop();
+      listener?.stop();
     },
   };
 }

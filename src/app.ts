@@ -19,6 +19,7 @@ import { createHttpServer } from './server';
 import type { Services } from './context';
 import { fromRoot } from './paths';
 import { BuiltinSecretBroker, loadSecretKey } from '../clients/secrets/broker';
+import { Notifications } from './db/listen';
 import { Sequencer } from './events/sequencer';
 import { EventHub } from './events/hub';
 import { attachGraphqlWs } from './events/ws';
@@ -109,6 +110,10 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     const tokens = new TokenStore(database.prisma, config.tokenCacheMs);
     await bootstrapAdmin(config, tokens, database, log);
 
+    // The process's one LISTEN connection (src/db/listen.ts); closed last of what uses it.
+    const notifications = new Notifications(databaseUrl, log);
+    await notifications.start();
+    cleanups.push(() => notifications.stop());
     const queues = new Queues(databaseUrl, log, config.bossPollSeconds);
     await queues.start();
     cleanups.push(async () => {
@@ -128,20 +133,20 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     // compete for the lock (the lifecycle bench, three processes: every commit's notification made
     // a pass in each). Events a worker writes while no API runs wait unnumbered for one.
     if (config.role !== 'worker') {
-      const sequencer = new Sequencer(databaseUrl, log);
+      const sequencer = new Sequencer(databaseUrl, notifications, log);
       await sequencer.start();
       cleanups.push(() => sequencer.stop());
     }
     let events: EventHub | null = null;
     if (config.role !== 'worker') {
-      const hub = new EventHub(databaseUrl, database.backgroundSql, tokens, log, { buffer: config.subscriberBuffer });
+      const hub = new EventHub(notifications, database.backgroundSql, tokens, log, { buffer: config.subscriberBuffer });
       cleanups.push(() => hub.stop());
       await hub.start();
       events = hub;
     }
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, log };
     if (config.role !== 'api') {
-      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, databaseUrl, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
       // Cleanups run in reverse: the run sweep stops before the queues and the pool close.
       cleanups.push(async () => workers.stop());
       // Site agents' claims lapse and commands expire whether or not any agent is alive.
@@ -152,7 +157,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         const builtin = startBuiltinAgent({
           sql: database.backgroundSql, secrets, registry: opts.drivers ?? defaultDriverRegistry(), log,
           heartbeatMs: config.agentHeartbeatMs, leaseMs: config.agentLeaseMs, pollMs: config.agentPollMs, concurrency: config.agentConcurrency,
-          databaseUrl,
+          notifications,
         });
         // Before the pools close (cleanups run in reverse): running commands finish or are reported.
         cleanups.push(() => builtin.stop(config.shutdownTimeoutMs));
@@ -166,7 +171,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       const metrics = new Metrics(() => queues.depths(), () => database.statements.count, () => events?.subscriberCount ?? 0);
       let cache: ResponseCache | null = null;
       if (config.responseCacheTtlMs > 0) {
-        const readCache = new ResponseCache(databaseUrl, log, config.responseCacheTtlMs);
+        const readCache = new ResponseCache(notifications, log, config.responseCacheTtlMs);
         await readCache.start();
         cleanups.push(() => readCache.stop());
         cache = readCache;

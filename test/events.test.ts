@@ -178,8 +178,8 @@ describe('the event stream', () => {
     const got = wsSubscribe(client, EVENTS, { filter: { types: ['node.test.outage', MARK] } });
     await mark(sql, a, [() => got.events]);
     got.events.length = 0;
-    // Cut the hub's LISTEN connection (and its NOTIFYs) the way a network blip or failover would.
-    const killed = await sql.query(`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = 'metal-events' AND datname = current_database()`);
+    // Cut the process's LISTEN connection (and its NOTIFYs) the way a network blip or failover would.
+    const killed = await sql.query(`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = 'metal-listen' AND datname = current_database()`);
     expect(killed.rows.length).toBeGreaterThan(0);
     await publishRaw(sql, a, 'node.test.outage', 7);
     await until(() => got.events.length === 7, 15000, 'the events committed during the outage');
@@ -187,7 +187,7 @@ describe('the event stream', () => {
     expect(got.events.map((e) => Number(e.cursor))).toEqual([...got.events.map((e) => Number(e.cursor))].sort((x, y) => x - y));
     let listening = 0;
     for (let i = 0; i < 100 && !listening; i += 1) {
-      listening = (await sql.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'metal-events' AND datname = current_database()`)).rows[0].n;
+      listening = (await sql.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'metal-listen' AND datname = current_database()`)).rows[0].n;
       if (!listening) await new Promise((r) => setTimeout(r, 100));
     }
     expect(listening).toBe(1);

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { DriverRegistry } from '../../clients/bmc/registry';
 import type { SecretBroker } from '../../clients/secrets/broker';
-import { listen } from '../db/listen';
+import type { Notifications } from '../db/listen';
 import type { Sql } from '../db/sql';
 import { claimHeld, recordResult, renewLeases, sweepCommands, type HeldCommand } from '../modules/sites/claims';
 import type { CommandResult } from '../modules/sites/commands';
@@ -27,8 +27,8 @@ export interface BuiltinAgentOptions {
   leaseMs: number;
   pollMs: number;
   concurrency: number;
-  /** With it, the agent LISTENs for queued commands (the command_queued_notify trigger) and claims at once; AGENT_POLL_MS stays the fallback. */
-  databaseUrl?: string;
+  /** With it, the agent hears of queued commands (the command_queued_notify trigger) and claims at once; AGENT_POLL_MS stays the fallback. */
+  notifications?: Notifications;
 }
 
 export interface BuiltinAgent {
@@ -88,12 +88,12 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
     },
   });
   pump.start();
-  const listener = opts.databaseUrl ? listen(opts.databaseUrl, 'metal_command_queued', log, () => pump.poke(), 'metal-builtin-agent') : null;
+  const listening = opts.notifications?.subscribe('metal_command_queued', () => pump.poke()) ?? null;
   log.info({ agentId, drivers: opts.registry.names() }, 'built-in site agent started: it serves every site with no remote agent heartbeating');
   return {
     agentId,
     async stop(graceMs) {
-      await listener?.stop();
+      (await listening)?.stop();
       await pump.stop(graceMs);
     },
   };

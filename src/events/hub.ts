@@ -1,10 +1,10 @@
-import pg from 'pg';
 import type { Logger } from 'pino';
 import { AppError, invalidInput, unauthenticated } from '../errors';
 import { isPlatformAdmin, mayRead } from '../auth/decide';
 import type { Principal, Resource } from '../auth/permissions';
 import type { TokenStore } from '../auth/tokens';
 import type { Sql } from '../db/sql';
+import type { Notifications } from '../db/listen';
 import { SerialTask } from './serial';
 import { nodeResource, poolResource, siteResource, tenantResource } from '../modules/tenancy/resources';
 
@@ -286,7 +286,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
  * interval: the reader also polls, and catches up from the table after a reconnect.
  */
 export class EventHub {
-  private listener: pg.Client | null = null;
+  private subscriptions_: { stop(): void }[] = [];
   private head = 0n;
   private subs = new Set<Subscription>();
   /** Subscribers that follow one node, by node: an event is offered only to its node's. */
@@ -310,10 +310,9 @@ export class EventHub {
   );
   private timers: NodeJS.Timeout[] = [];
   private stopped = false;
-  private reconnecting = false;
 
   constructor(
-    private databaseUrl: string,
+    private notifications: Notifications,
     readonly sql: Sql,
     private tokens: TokenStore,
     private log: Logger,
@@ -331,37 +330,14 @@ export class EventHub {
   }
 
   private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: 'metal-events' });
-    client.on('notification', (n) => {
-      if (n.channel === 'metal_events') this.pump();
-      else if (n.channel === 'metal_cache' && (n.payload === 'api_token' || n.payload === 'api_grant')) void this.recheckTokens();
-    });
-    client.on('error', (error) => {
-      if (this.listener === client) this.listener = null;
-      client.end().catch(() => undefined);
-      if (!this.stopped) {
-        this.log.warn({ err: error }, 'event stream listener lost; reconnecting');
-        void this.reconnect();
-      }
-    });
-    await client.connect();
-    await client.query('LISTEN metal_events');
-    await client.query('LISTEN metal_cache');
-    this.listener = client;
-  }
-
-  private async reconnect(): Promise<void> {
-    if (this.reconnecting) return;
-    this.reconnecting = true;
-    try {
-      for (let delay = 100; !this.stopped && !this.listener; delay = Math.min(delay * 2, 5000)) {
-        await new Promise((r) => setTimeout(r, delay));
-        await this.connect().catch((error: unknown) => this.log.warn({ err: error }, 'event stream listener: reconnect failed'));
-      }
-      this.pump(); // what was committed while it was down
-    } finally {
-      this.reconnecting = false;
-    }
+    // The process's shared LISTEN connection: after a loss, what was committed meanwhile is read
+    // from the table (the head is a cursor), so nothing is missed.
+    this.subscriptions_.push(
+      await this.notifications.subscribe('metal_events', () => this.pump(), { back: () => this.pump() }),
+      await this.notifications.subscribe('metal_cache', (table) => {
+        if (table === 'api_token' || table === 'api_grant') void this.recheckTokens();
+      }),
+    );
   }
 
   /** Reads and dispatches everything after the head; runs never overlap. */
@@ -505,8 +481,7 @@ export class EventHub {
     for (const s of [...this.subs]) await s.return();
     await this.reader.current;
     await this.rechecker.current;
-    const client = this.listener;
-    this.listener = null;
-    await client?.end().catch(() => undefined);
+    for (const sub of this.subscriptions_) sub.stop();
+    this.subscriptions_ = [];
   }
 }

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import type { Notifications } from '../db/listen';
 import { SerialTask } from './serial';
 
 const SEQUENCER_LOCK = 7243916083;
@@ -31,14 +32,20 @@ export class Sequencer {
   /** Rows numbered per statement: a bulk verb's 10,000 events are numbered in one or two passes. */
   private batch = 5000;
 
+  private subscription: { stop(): void } | null = null;
+
   constructor(
     private databaseUrl: string,
+    private notifications: Notifications,
     private log: Logger,
     private tickMs = 250,
   ) {}
 
   async start(): Promise<void> {
     await this.connect();
+    // Its wake-ups come through the process's shared LISTEN connection: its own connection does
+    // the numbering and listens to nothing (every listener is signalled at every notifying commit).
+    this.subscription = await this.notifications.subscribe('metal_event_pending', () => this.wakeSoon(), { back: () => this.wake() });
     // The tick is the fallback for a notification lost with a connection: it looks (one cheap
     // statement) before it passes, so an idle service does not run a pass four times a second.
     this.timer = setInterval(() => this.wake(true), this.tickMs);
@@ -53,7 +60,6 @@ export class Sequencer {
       if (this.client === client) this.client = null;
       client.end().catch(() => undefined);
     });
-    client.on('notification', () => this.wakeSoon());
     await client.connect();
     // Its "what is unnumbered" scan must be a plain index scan: those mark the index entries of
     // already-numbered rows dead as they pass them, where a bitmap scan would re-check every one of
@@ -62,7 +68,6 @@ export class Sequencer {
     // A pass is milliseconds: one that hangs (a lock, a lost client) must not hold the stream.
     await client.query("SET statement_timeout = '30s'");
     await client.query("SET idle_in_transaction_session_timeout = '10s'");
-    await client.query('LISTEN metal_event_pending');
     this.client = client;
   }
 
@@ -152,6 +157,7 @@ export class Sequencer {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.subscription?.stop();
     if (this.timer) clearInterval(this.timer);
     if (this.soon) clearTimeout(this.soon);
     await this.passes.current;

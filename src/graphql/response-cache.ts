@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import pg from 'pg';
 import type { Logger } from 'pino';
+import type { Notifications } from '../db/listen';
 import type { ExecutionResult } from 'graphql';
 import { createInMemoryCache, useResponseCache, type Cache } from '@graphql-yoga/plugin-response-cache';
 import type { Plugin } from 'graphql-yoga';
@@ -29,30 +29,22 @@ export class ResponseCache implements Cache {
   /** The types each pending request's document selects, by cache key (set when the key is built). */
   private selected = new Map<string, string[] | null>();
   private selectedByDocument = new Map<string, string[] | null>();
-  private listener: pg.Client | null = null;
   private listening = false;
-  private stopped = false;
+  private subscription: { stop(): void } | null = null;
   private readonly typesByTable = cacheDependencies(getSchema()).typesByTable;
 
-  constructor(private databaseUrl: string, private log: Logger, readonly ttlMs: number) {}
+  constructor(private notifications: Notifications, private log: Logger, readonly ttlMs: number) {}
 
+  /** Caches only while the process's LISTEN connection is up: a change it did not hear of would be served stale. */
   async start(): Promise<void> {
-    await this.connect();
-  }
-
-  private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: 'metal-cache-listener' });
-    client.on('notification', (message) => this.onTableChanged(message.payload ?? ''));
-    client.on('error', (error) => {
-      this.log.warn({ err: error }, 'cache listener lost its connection; caching is off until it is back');
-      this.goDeaf();
-      void client.end().catch(() => undefined);
-      if (!this.stopped) setTimeout(() => void this.connect().catch(() => this.goDeaf()), 1000).unref();
+    this.subscription = await this.notifications.subscribe('metal_cache', (table) => this.onTableChanged(table), {
+      lost: () => {
+        this.log.warn('the cache lost its LISTEN connection; caching is off until it is back');
+        this.goDeaf();
+      },
+      back: () => { this.listening = true; },
     });
-    await client.connect();
-    await client.query('LISTEN metal_cache');
-    this.listener = client;
-    this.listening = true;
+    this.listening = this.notifications.listening;
   }
 
   private goDeaf(): void {
@@ -140,8 +132,7 @@ export class ResponseCache implements Cache {
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
     this.listening = false;
-    await this.listener?.end().catch(() => undefined);
+    this.subscription?.stop();
   }
 }
