@@ -269,6 +269,11 @@ async function run(args: string[]): Promise<number> {
                 (SELECT round(sum(total_exec_time + total_plan_time)) FROM pg_stat_statements WHERE toplevel)::text AS "sumMs"
            FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 25`)
       : null;
+    const byCalls = pgStats
+      ? await sql.query<{ calls: number; exec: number; q: string }>(
+        `SELECT calls::int, round(total_exec_time)::int AS exec, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS q
+           FROM pg_stat_statements WHERE toplevel ORDER BY calls DESC LIMIT 30`)
+      : null;
 
     const figures = (await sql.query(`SELECT
         (SELECT count(*)::int FROM workflow_step s JOIN workflow_run w ON w.id = s.run_id JOIN node n ON n.id = w.node_id WHERE n.pool_id = $1 AND s.started_at IS NOT NULL) AS steps,
@@ -339,6 +344,8 @@ async function run(args: string[]): Promise<number> {
       const [first] = statements.rows;
       console.log(`\n== PostgreSQL statements (pg_stat_statements): ${first?.total ?? 0} sent (${(Number(first?.total ?? 0) / steps).toFixed(1)} per step), ${first?.all ?? 0} with the ones triggers and functions run; ${(Number(first?.sumMs ?? 0) / 1000).toFixed(1)} s of execution and planning in all; the top by time ==`);
       for (const r of statements.rows) console.log(`  ${String(r.calls).padStart(7)} calls ${String(r.exec).padStart(6)} ms exec ${String(r.plan).padStart(5)} ms plan  ${r.q}`);
+      console.log('== the most called, sent by a client ==');
+      for (const r of byCalls!.rows) console.log(`  ${String(r.calls).padStart(7)} calls (${(r.calls / steps).toFixed(2)} per step) ${String(r.exec).padStart(6)} ms  ${r.q}`);
     }
     const errors = api.outputKinds().filter(([k]) => k.startsWith('error') || k.startsWith('fatal') || k.startsWith('warn'));
     if (errors.length) console.log(`service warnings/errors: ${errors.slice(0, 8).map(([k, n]) => `${n}x ${k}`).join('; ')}`);
