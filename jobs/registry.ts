@@ -113,8 +113,22 @@ class BossDb {
     this.pool.on('error', (error) => log.warn({ err: error }, 'a queue connection failed'));
   }
 
-  executeSql(text: string, values?: unknown[]): Promise<pg.QueryResult> {
+  private closed = false;
+
+  /**
+   * After close, undefined, as pg-boss's own Db answers then (its typing says otherwise; its
+   * complete() reads `result && result.rows`): a handler that outlived stop()'s grace completes
+   * its job into a closed pool, and that must not be an unhandled rejection.
+   */
+  async executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }> {
+    if (this.closed) return undefined as unknown as { rows: unknown[] };
     return values?.length ? this.pool.query({ text, values, name: statementName(text) }) : this.pool.query(text, values);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.pool.end();
   }
 }
 
@@ -182,7 +196,7 @@ export class Queues {
   async stop(timeoutMs: number): Promise<void> {
     await this.boss.stop({ graceful: true, wait: true, timeout: timeoutMs, close: true });
     // pg-boss closes only a pool it made itself.
-    await this.db.pool.end();
+    await this.db.close();
   }
 }
 

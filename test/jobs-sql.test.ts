@@ -1,5 +1,6 @@
 import { startTestApp, type TestApp } from './helpers/app';
-import { insertJobsSql } from '../jobs/registry';
+import pino from 'pino';
+import { insertJobsSql, Queues } from '../jobs/registry';
 
 /**
  * The verbs queue their reconciler jobs with insertJobsSql inside their own statement instead of
@@ -56,5 +57,42 @@ describe('jobs queued with insertJobsSql', () => {
     };
     expect(await conflictOf('metal.reconcile')).toBeNull();
     expect(await conflictOf('events.prune')).toBe('NOTHING');
+  });
+});
+
+describe('the queues stopping while a handler still runs', () => {
+  let t: TestApp;
+  beforeAll(async () => { t = await startTestApp({ role: 'api' }); });
+  afterAll(() => t.stop());
+
+  it('a handler that outlives stop()\'s grace completes into the closed pool without an unhandled rejection', async () => {
+    const queues = new Queues(t.app.databaseUrl, pino({ level: 'silent' }), 1);
+    await queues.start();
+    let release!: () => void;
+    const running = new Promise<void>((resolve) => { release = resolve; });
+    let started = false;
+    let finished = false;
+    await queues.work('metal.reconcile', async () => {
+      started = true;
+      await running;
+      finished = true;
+    });
+    await queues.boss.send('metal.reconcile', { nodeId: 'node_slow', reason: 'test' });
+    for (let i = 0; i < 100 && !started; i += 1) await new Promise((r) => setTimeout(r, 50));
+    expect(started).toBe(true);
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown) => { rejections.push(reason); };
+    process.on('unhandledRejection', onRejection);
+    try {
+      await queues.stop(200);
+      release();
+      for (let i = 0; i < 20 && !finished; i += 1) await new Promise((r) => setTimeout(r, 50));
+      // pg-boss completes the job after the handler returns: give it the time to try.
+      await new Promise((r) => setTimeout(r, 300));
+    } finally {
+      process.off('unhandledRejection', onRejection);
+    }
+    expect(finished).toBe(true);
+    expect(rejections.map(String)).toEqual([]);
   });
 });
