@@ -107,13 +107,13 @@ export type Handler<K extends QueueName> = (jobs: PgBoss.Job<QueueData[K]>[]) =>
  * statements (its migrations): sent as it is.
  */
 class BossDb {
-  readonly pool: pg.Pool;
+  private readonly pool: pg.Pool;
+  private closed = false;
+
   constructor(databaseUrl: string, log: Logger) {
     this.pool = new pg.Pool({ connectionString: databaseUrl, max: 5, application_name: 'metal-queues' });
     this.pool.on('error', (error) => log.warn({ err: error }, 'a queue connection failed'));
   }
-
-  private closed = false;
 
   /**
    * After close, undefined, as pg-boss's own Db answers then (its typing says otherwise; its

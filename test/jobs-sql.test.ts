@@ -58,12 +58,6 @@ describe('jobs queued with insertJobsSql', () => {
     expect(await conflictOf('metal.reconcile')).toBeNull();
     expect(await conflictOf('events.prune')).toBe('NOTHING');
   });
-});
-
-describe('the queues stopping while a handler still runs', () => {
-  let t: TestApp;
-  beforeAll(async () => { t = await startTestApp({ role: 'api' }); });
-  afterAll(() => t.stop());
 
   it('a handler that outlives stop()\'s grace completes into the closed pool without an unhandled rejection', async () => {
     const queues = new Queues(t.app.databaseUrl, pino({ level: 'silent' }), 1);

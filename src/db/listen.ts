@@ -38,7 +38,7 @@ export class Notifications {
   private channels = new Set<string>();
   private stopped = false;
   private connecting: Promise<void> | null = null;
-  private up = false;
+  private reconnecting = false;
 
   constructor(private databaseUrl: string, private log: Logger) {}
 
@@ -73,7 +73,7 @@ export class Notifications {
 
   /** Whether LISTEN is in place now (a subscriber may not rely on notifications otherwise). */
   get listening(): boolean {
-    return this.up;
+    return this.client !== null;
   }
 
   async stop(): Promise<void> {
@@ -81,7 +81,6 @@ export class Notifications {
     await this.connecting?.catch(() => undefined);
     const client = this.client;
     this.client = null;
-    this.up = false;
     await client?.end().catch(() => undefined);
   }
 
@@ -108,20 +107,23 @@ export class Notifications {
     });
     c.on('error', (error) => this.onLost(c, error));
     c.on('end', () => this.onLost(c, null));
-    await c.connect();
-    for (const channel of this.channels) await c.query(`LISTEN ${channel}`);
+    try {
+      await c.connect();
+      for (const channel of this.channels) await c.query(`LISTEN ${channel}`);
+    } catch (error) {
+      await c.end().catch(() => undefined);
+      throw error;
+    }
     if (this.stopped) {
       await c.end().catch(() => undefined);
       return;
     }
     this.client = c;
-    this.up = true;
   }
 
   private onLost(c: pg.Client, error: Error | null): void {
     if (this.client !== c) return;
     this.client = null;
-    this.up = false;
     void c.end().catch(() => undefined);
     if (this.stopped) return;
     this.log.warn({ err: error ?? undefined }, 'the LISTEN connection was lost; polling until it is back');
@@ -129,25 +131,20 @@ export class Notifications {
     void this.reconnect();
   }
 
-  private reconnecting = false;
-
+  /** Reconnects with a growing delay (one loop at a time), then tells every subscriber it is back. */
   private async reconnect(): Promise<void> {
     if (this.reconnecting) return;
     this.reconnecting = true;
     try {
-      await this.retry();
+      for (let delay = 100; !this.stopped && !this.client; delay = Math.min(delay * 2, 5000)) {
+        await new Promise((resolve) => setTimeout(resolve, delay).unref());
+        if (this.stopped) return;
+        await this.ensure().catch((error: unknown) => this.log.warn({ err: error }, 'could not LISTEN again; retrying'));
+      }
+      if (this.stopped || !this.client) return;
+      for (const s of this.subscribers) s.back?.();
     } finally {
       this.reconnecting = false;
     }
-  }
-
-  private async retry(): Promise<void> {
-    for (let delay = 100; !this.stopped && !this.client; delay = Math.min(delay * 2, 5000)) {
-      await new Promise((resolve) => setTimeout(resolve, delay).unref());
-      if (this.stopped) return;
-      await this.ensure().catch((error: unknown) => this.log.warn({ err: error }, 'could not LISTEN again; retrying'));
-    }
-    if (this.stopped || !this.client) return;
-    for (const s of this.subscribers) s.back?.();
   }
 }

@@ -286,7 +286,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
  * interval: the reader also polls, and catches up from the table after a reconnect.
  */
 export class EventHub {
-  private subscriptions_: { stop(): void }[] = [];
+  private listening: { stop(): void }[] = [];
   private head = 0n;
   private subs = new Set<Subscription>();
   /** Subscribers that follow one node, by node: an event is offered only to its node's. */
@@ -332,7 +332,7 @@ export class EventHub {
   private async connect(): Promise<void> {
     // The process's shared LISTEN connection: after a loss, what was committed meanwhile is read
     // from the table (the head is a cursor), so nothing is missed.
-    this.subscriptions_.push(
+    this.listening.push(
       await this.notifications.subscribe('metal_events', () => this.pump(), { back: () => this.pump() }),
       await this.notifications.subscribe('metal_cache', (table) => {
         if (table === 'api_token' || table === 'api_grant') void this.recheckTokens();
@@ -481,7 +481,7 @@ export class EventHub {
     for (const s of [...this.subs]) await s.return();
     await this.reader.current;
     await this.rechecker.current;
-    for (const sub of this.subscriptions_) sub.stop();
-    this.subscriptions_ = [];
+    for (const sub of this.listening) sub.stop();
+    this.listening = [];
   }
 }
