@@ -5,6 +5,7 @@
  */
 import net from 'node:net';
 import { startRedfishSim, type RedfishSim, type SimMachine } from './sim/redfish/server';
+import { until } from './helpers/streams';
 
 type Json = Record<string, any>;
 interface Call { status: number; body: Json | null; headers: Headers; ms: number }
@@ -58,7 +59,7 @@ beforeAll(async () => {
     machines: [
       { id: 'plain', uuid: '11111111-2222-3333-4444-555555555555', macs: ['52:54:00:aa:00:01', '52:54:00:aa:00:02'], serial: 'SER-1' },
       { id: 'auth', password: 's3cret' },
-      { id: 'slow', applyDelayMs: 300 },
+      { id: 'slow', applyDelayMs: 1000 },
       { id: 'etag', requireEtag: true },
       { id: 'faults', applyDelayMs: 100 },
       { id: 'tele', mockup: 'public-telemetry' },
@@ -138,12 +139,11 @@ describe('Reset', () => {
     expect((await rf(m, sysPath)).body!.PowerState).toBe('Off');
     expect((await rf(m, await resetTarget(m), { method: 'POST', body: { ResetType: 'On' } })).status).toBe(204);
     expect((await rf(m, sysPath)).body!.PowerState).toBe('PoweringOn');
-    await sleep(400);
+    await until(() => m.state().powerState === 'On', 5000);
     expect((await rf(m, sysPath)).body!.PowerState).toBe('On');
     expect((await rf(m, await resetTarget(m), { method: 'POST', body: { ResetType: 'ForceOff' } })).status).toBe(204);
     expect((await rf(m, sysPath)).body!.PowerState).toBe('PoweringOff');
-    await sleep(400);
-    expect(m.state().powerState).toBe('Off');
+    await until(() => m.state().powerState === 'Off', 5000);
     expect(m.state().resetsApplied).toBe(2);
   });
 
@@ -230,9 +230,11 @@ describe('faults', () => {
 
   it('asyncTasks: Reset answers 202 with a task monitor that runs until the change applies', async () => {
     const m = M.faults!;
-    sim.setFault('faults', { asyncTasks: true });
     await rf(m, await resetTarget(m), { method: 'POST', body: { ResetType: 'ForceOff' } });
-    await sleep(150);
+    await until(() => m.state().powerState === 'Off');
+    // A second of apply delay: the task is still running when the monitor is first read, even on a
+    // loaded machine (100 ms was not, once, under the full suite).
+    sim.setFault('faults', { asyncTasks: true, applyDelayMs: 1000 });
     const r = await rf(m, await resetTarget(m), { method: 'POST', body: { ResetType: 'On' } });
     expect(r.status).toBe(202);
     const monitor = r.headers.get('location')!;
@@ -241,8 +243,10 @@ describe('faults', () => {
     expect(running.status).toBe(202);
     expect(running.body!.TaskState).toBe('Running');
     expect(m.state().powerState).toBe('PoweringOn');
-    await sleep(150);
-    expect((await rf(m, monitor)).status).toBe(204);
+    const deadline = Date.now() + 5000;
+    let st = running.status;
+    while (st === 202 && Date.now() < deadline) { await sleep(100); st = (await rf(m, monitor)).status; }
+    expect(st).toBe(204);
     expect((await rf(m, r.body!['@odata.id'])).body!.TaskState).toBe('Completed');
     expect(m.state().powerState).toBe('On');
   });

@@ -60,6 +60,8 @@ export interface Faults {
   notImplementedResetTypes?: string[];
   /** Reset answers 202 with a task monitor; the task completes when the change applies. */
   asyncTasks?: boolean;
+  /** Overrides the machine's applyDelayMs while set (a test that must see the change in flight). */
+  applyDelayMs?: number;
 }
 
 export type DestructiveKind = 'reset' | 'insertMedia' | 'ejectMedia' | 'bootOverride';
@@ -558,7 +560,8 @@ function reset(m: Machine, req: http.IncomingMessage, body: Doc, res: http.Serve
     m.tasks.set(taskId, { state: 'Running', resetType: type });
   }
   const finish = () => { apply(); if (taskId) m.tasks.get(taskId)!.state = 'Completed'; };
-  if (m.applyDelayMs > 0 || taskId) m.later(Math.max(m.applyDelayMs, 0), finish);
+  const delayMs = m.faults.applyDelayMs ?? m.applyDelayMs;
+  if (delayMs > 0 || taskId) m.later(Math.max(delayMs, 0), finish);
   else finish();
   if (taskId) {
     const monitor = `/redfish/v1/TaskService/TaskMonitors/${taskId}`;
