@@ -410,14 +410,22 @@ describe('read-back', () => {
 
   it('applyDelayMs: a change slower than the deadline is BMC_NOT_APPLIED; a deadline long enough waits for it', async () => {
     const m = M.slow!;
-    const e = await failure(drv('redfish').power(ep(m), 'on', { verifyDeadlineMs: 100 }));
-    expect(e.code).toBe('BMC_NOT_APPLIED');
-    expect(e.message).toMatch(/still powering-on/);
-    // Still powering on: nothing more is sent, the driver waits for it.
-    const on = await drv('redfish').power(ep(m), 'on', { verifyDeadlineMs: 2000 });
-    expect([on.value, m.state().powerState]).toEqual(['on', 'On']);
-    expect(resets('slow')).toEqual([['On', 204]]);
-    const off = await drv('redfish').power(ep(m), 'off', { verifyDeadlineMs: 2000 });
+    // Two seconds of apply delay against a 100 ms deadline: the change is still in flight when the
+    // driver gives up, even on a loaded machine (with the machine's own 300 ms, a stall of 200 ms
+    // between the Reset and the last read-back would let the driver see it applied).
+    sim.setFault('slow', { applyDelayMs: 2000 });
+    try {
+      const e = await failure(drv('redfish').power(ep(m), 'on', { verifyDeadlineMs: 100 }));
+      expect(e.code).toBe('BMC_NOT_APPLIED');
+      expect(e.message).toMatch(/still powering-on/);
+      // Still powering on: nothing more is sent, the driver waits for it.
+      const on = await drv('redfish').power(ep(m), 'on', { verifyDeadlineMs: 10_000 });
+      expect([on.value, m.state().powerState]).toEqual(['on', 'On']);
+      expect(resets('slow')).toEqual([['On', 204]]);
+    } finally {
+      sim.setFault('slow', {});
+    }
+    const off = await drv('redfish').power(ep(m), 'off', { verifyDeadlineMs: 10_000 });
     expect(off.value).toBe('off');
     expect(m.state().powerState).toBe('Off');
   });
