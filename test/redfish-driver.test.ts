@@ -432,8 +432,11 @@ describe('read-back', () => {
 
   it('202 with a task monitor: polled until it completes, then read back', async () => {
     const m = M.async!;
-    sim.setFault('async', { asyncTasks: true });
-    const on = await drv('redfish').power(ep(m), 'on');
+    // A second of apply delay: the task is still running at the driver's first poll of its monitor,
+    // even on a loaded machine (the machine's own 40 ms was gone by one stalled round trip). The
+    // deadline leaves the task that second and more.
+    sim.setFault('async', { asyncTasks: true, applyDelayMs: 1000 });
+    const on = await drv('redfish').power(ep(m), 'on', { verifyDeadlineMs: 10_000 });
     expect(on.value).toBe('on');
     const polls = sim.requests('async').filter((r) => r.path.startsWith('/redfish/v1/TaskService/TaskMonitors/'));
     expect(polls.map((r) => r.status)).toContain(202);
