@@ -262,8 +262,10 @@ async function run(args: string[]): Promise<number> {
     const wallMs = last.at - started;
     const after = await sampleCpu(children);
     const statements = pgStats
-      ? await sql.query<{ calls: number; exec: number; plan: number; q: string; total: string; all: string; sumMs: string }>(
+      ? await sql.query<{ calls: number; exec: number; plan: number; q: string; total: string; all: string; sumMs: string; jitMs: string; jitN: string }>(
         `SELECT calls::int, round(total_exec_time)::int AS exec, round(total_plan_time)::int AS plan,
+                (SELECT round(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time))::text FROM pg_stat_statements) AS "jitMs",
+                (SELECT count(*) FILTER (WHERE jit_functions > 0)::text FROM pg_stat_statements) AS "jitN",
                 left(regexp_replace(query, '\\s+', ' ', 'g'), 150) AS q,
                 (SELECT sum(calls) FROM pg_stat_statements WHERE toplevel)::text AS total, (SELECT sum(calls) FROM pg_stat_statements)::text AS "all",
                 (SELECT round(sum(total_exec_time + total_plan_time)) FROM pg_stat_statements WHERE toplevel)::text AS "sumMs"
@@ -342,7 +344,7 @@ async function run(args: string[]): Promise<number> {
       : `target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: not measured apart here (the one service process, API and agent included, used ${ms(workerCpu)} ms); --split runs the engine in a process of its own`);
     if (statements) {
       const [first] = statements.rows;
-      console.log(`\n== PostgreSQL statements (pg_stat_statements): ${first?.total ?? 0} sent (${(Number(first?.total ?? 0) / steps).toFixed(1)} per step), ${first?.all ?? 0} with the ones triggers and functions run; ${(Number(first?.sumMs ?? 0) / 1000).toFixed(1)} s of execution and planning in all; the top by time ==`);
+      console.log(`\n== PostgreSQL statements (pg_stat_statements): ${first?.total ?? 0} sent (${(Number(first?.total ?? 0) / steps).toFixed(1)} per step), ${first?.all ?? 0} with the ones triggers and functions run; ${(Number(first?.sumMs ?? 0) / 1000).toFixed(1)} s of execution and planning in all (JIT: ${first?.jitMs ?? 0} ms in ${first?.jitN ?? 0} statements); the top by time ==`);
       for (const r of statements.rows) console.log(`  ${String(r.calls).padStart(7)} calls ${String(r.exec).padStart(6)} ms exec ${String(r.plan).padStart(5)} ms plan  ${r.q}`);
       console.log('== the most called, sent by a client ==');
       for (const r of byCalls!.rows) console.log(`  ${String(r.calls).padStart(7)} calls (${(r.calls / steps).toFixed(2)} per step) ${String(r.exec).padStart(6)} ms  ${r.q}`);
