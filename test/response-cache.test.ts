@@ -5,7 +5,12 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 
 const PAGE = '{ nodes(first: 20) { edges { node { id name maintenance pool { id name } site { id name } } } } }';
 
-async function eventually<T>(read: () => Promise<T>, ok: (value: T) => boolean, ms = 3000): Promise<T> {
+/**
+ * Reads until `ok` or `ms` pass. What it waits for comes through a notification (a commit's, to the
+ * read cache), a round trip of milliseconds that can take seconds under the full suite's load; the
+ * default stays far below the suite's 60 s TTL, so only an invalidation explains a fresh answer.
+ */
+async function eventually<T>(read: () => Promise<T>, ok: (value: T) => boolean, ms = 10_000): Promise<T> {
   const started = Date.now();
   for (;;) {
     const value = await read();
@@ -46,7 +51,7 @@ describe('the GraphQL read cache', () => {
     await sql.query(`UPDATE node SET name = 'renamed-by-sql', maintenance = true WHERE id = $1`, [a.nodes[0]!.id]);
     await sql.query(`UPDATE pool SET name = 'pool-renamed' WHERE id = $1`, [a.pools[0]!.id]);
     await sql.end();
-    const result = await eventually(() => gql(t.url, tokenA, PAGE), (r) => JSON.stringify(r.data).includes('pool-renamed'), 2000);
+    const result = await eventually(() => gql(t.url, tokenA, PAGE), (r) => JSON.stringify(r.data).includes('pool-renamed'));
     const node = result.data!.nodes.edges.find((e: any) => e.node.id === a.nodes[0]!.id).node;
     expect(node).toMatchObject({ name: 'renamed-by-sql', maintenance: true, pool: { name: 'pool-renamed' } });
   });
