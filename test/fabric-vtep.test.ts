@@ -231,6 +231,7 @@ describe('GET /controlnode/fabric-config/vtep-pool and Query.fabricVtepPool (rea
     expect(configured.status).toBeLessThan(300);
     const ids = await makeComputeNodes(prisma(), 'vtep-api', 3);
     await allocateVteps(prisma(), ids);
+    const storedAt = Date.now();
     const answer = await rest(t.url, reader, 'GET', PATH);
     expect(answer.status).toBe(200);
     expect(answer.body).toEqual({
@@ -247,10 +248,14 @@ describe('GET /controlnode/fabric-config/vtep-pool and Query.fabricVtepPool (rea
     // metal_cache notification, which arrives after the commit (under the full suite's load, a GET
     // sent at once could still be answered from the cache).
     await releaseVtep(prisma(), ids[2]!);
+    // It is waited for up to 5 s from the read that stored the answer (50 polls, a second or two,
+    // was less than the notification can take there): half the read cache's 10 s TTL, so only the
+    // notification explains the fresh answer, never the entry's expiry.
     let released: unknown = null;
-    for (let i = 0; i < 50; i += 1) {
+    const deadline = storedAt + 5000;
+    for (;;) {
       released = (await rest(t.url, reader, 'GET', PATH)).body;
-      if ((released as { allocated?: number }).allocated === 2) break;
+      if ((released as { allocated?: number }).allocated === 2 || Date.now() > deadline) break;
       await new Promise((r) => setTimeout(r, 20));
     }
     expect(released).toMatchObject({ allocated: 2, remaining: 506, last_allocated_ip: '10.255.0.2' });
