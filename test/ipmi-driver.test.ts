@@ -210,9 +210,11 @@ describe('power, each action read back', () => {
 
   test('a power change the BMC applies later is polled until it shows', async () => {
     main.setPower('off');
-    main.setFaults({ powerDelayMs: 700 });
+    // Two seconds: the first status read (an ipmitool run after the one that sent the change) comes
+    // well before the change applies, even on a loaded machine; 700 ms left it about half a second.
+    main.setFaults({ powerDelayMs: 2000 });
     const before = recorder.calls().length;
-    expect((await driver.power(bmcOf(main), 'on')).value).toBe('on');
+    expect((await driver.power(bmcOf(main), 'on', { verifyDeadlineMs: 10_000 })).value).toBe('on');
     const statusReads = callsSince(before).filter((c) => commandOf(c) === 'power status').length;
     expect(statusReads).toBeGreaterThan(1);
     expect(main.destructiveCalls().filter((c) => c.param === 'power').at(-1)?.value).toBe('1');
