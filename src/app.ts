@@ -27,6 +27,7 @@ import type { DriverRegistry } from '../clients/bmc/registry';
 import { defaultDriverRegistry } from '../clients/bmc/defaults';
 import { startBuiltinAgent, startCommandSweeper } from './agent/builtin';
 import { BootHttp } from './modules/boot/routes';
+import { InventoryService } from './modules/provision/inventory';
 
 export interface App {
   config: Config;
@@ -144,7 +145,9 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       await hub.start();
       events = hub;
     }
-    const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, log };
+    const inventory = config.role === 'worker' ? null : new InventoryService(config, log);
+    if (inventory) cleanups.push(() => inventory.close());
+    const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, inventory, log };
     if (config.role !== 'api') {
       const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
       // Cleanups run in reverse: the run sweep stops before the queues and the pool close.

@@ -60,6 +60,14 @@ export interface Config {
   ramdiskInitrdUrl: string | undefined;
   /** Where the service finds the ramdisk it serves at /boot/ramdisk/ (vmlinuz, initrd.img); unset: DATA_DIR/ramdisk. */
   ramdiskDir: string | undefined;
+  /** NetBox (control-node inventory): its base URL, and its API token (NETBOX_TOKEN, or NETBOX_TOKEN_FILE). */
+  netboxUrl: string | undefined;
+  netboxToken: string | undefined;
+  netboxTokenFile: string | undefined;
+  /** One NetBox request's timeout (headers, and each gap in a body). */
+  netboxTimeoutMs: number;
+  /** How long a device's NetBox inventory is reused before NetBox is asked again. */
+  netboxCacheMs: number;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -86,6 +94,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   const stats = (env.PG_STAT_STATEMENTS ?? 'off').trim().toLowerCase();
   if (!['on', 'off'].includes(stats)) throw new Error(`PG_STAT_STATEMENTS must be on or off, got "${env.PG_STAT_STATEMENTS}"`);
+  const netboxUrl = env.NETBOX_URL?.trim() || undefined;
+  if (netboxUrl) {
+    let parsed: URL | null = null;
+    try {
+      parsed = new URL(netboxUrl);
+    } catch {
+      parsed = null;
+    }
+    if (!parsed || !['http:', 'https:'].includes(parsed.protocol) || parsed.username || parsed.password) {
+      throw new Error('NETBOX_URL must be an http(s) URL without credentials (the token goes in NETBOX_TOKEN or NETBOX_TOKEN_FILE)');
+    }
+  }
+  if (env.NETBOX_TOKEN && env.NETBOX_TOKEN_FILE) throw new Error('set NETBOX_TOKEN or NETBOX_TOKEN_FILE, not both');
   const builtin = (env.BUILTIN_AGENT ?? 'on').trim().toLowerCase();
   if (!['on', 'off', 'true', 'false', '1', '0'].includes(builtin)) throw new Error(`BUILTIN_AGENT must be on or off, got "${env.BUILTIN_AGENT}"`);
   return {
@@ -129,6 +150,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ramdiskKernelUrl: env.RAMDISK_KERNEL_URL || undefined,
     ramdiskInitrdUrl: env.RAMDISK_INITRD_URL || undefined,
     ramdiskDir: env.RAMDISK_DIR ? path.resolve(env.RAMDISK_DIR) : undefined,
+    netboxUrl,
+    netboxToken: env.NETBOX_TOKEN?.trim() || undefined,
+    netboxTokenFile: env.NETBOX_TOKEN_FILE ? path.resolve(env.NETBOX_TOKEN_FILE) : undefined,
+    netboxTimeoutMs: intEnv(env, 'NETBOX_TIMEOUT_MS', 10000, 100),
+    netboxCacheMs: intEnv(env, 'NETBOX_CACHE_MS', 15000),
   };
 }
 

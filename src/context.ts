@@ -8,6 +8,7 @@ import type { Queues } from '../jobs/registry';
 import { unauthenticated } from './errors';
 import type { SecretBroker } from '../clients/secrets/broker';
 import type { EventHub } from './events/hub';
+import type { InventoryService } from './modules/provision/inventory';
 
 /** Long-lived services every request can use. */
 export interface Services {
@@ -21,6 +22,8 @@ export interface Services {
   secrets: SecretBroker | null;
   /** The process's event stream (null in worker-only processes: they serve no subscriptions). */
   events: EventHub | null;
+  /** The control-node inventory from NetBox (NETBOX_URL); null in processes that serve no API. */
+  inventory: InventoryService | null;
   log: Logger;
 }
 

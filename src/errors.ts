@@ -15,6 +15,8 @@ export const ERROR_CODES = [
   'INTERNAL',
   // The fabric's VTEP pool changed: the switch's BGP listen range must be re-configured and acked first.
   'REQUIRES_SWITCH_RECONFIG_ACK',
+  // A service this one reads from (NetBox) is unreachable, timed out or answered with an error.
+  'UPSTREAM_UNAVAILABLE',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -32,6 +34,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   ABORTED: 409,
   INTERNAL: 500,
   REQUIRES_SWITCH_RECONFIG_ACK: 409,
+  UPSTREAM_UNAVAILABLE: 502,
 };
 
 export function isErrorCode(value: unknown): value is ErrorCode {

@@ -25,6 +25,7 @@ const DOCUMENTED_STATUS: Record<ErrorCode, number> = {
   UNVERIFIED_WIPE: 422,
   INTERNAL: 500,
   REQUIRES_SWITCH_RECONFIG_ACK: 409,
+  UPSTREAM_UNAVAILABLE: 502,
 };
 
 /** Lines that look like a JavaScript stack frame, or file paths of this checkout. */

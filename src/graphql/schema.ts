@@ -20,6 +20,7 @@ import '../modules/fabric/rollout-graphql';
 import '../modules/fabric/preflight-graphql';
 import '../modules/fabric/vtep-graphql';
 import '../modules/fabric/compute-graphql';
+import '../modules/provision/inventory-graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;

@@ -19,6 +19,7 @@ const CODE_MEANING: Record<ErrorCode, string> = {
   ABORTED: 'the stream or workflow was stopped',
   INTERNAL: 'a fault of the service: quote the requestId',
   REQUIRES_SWITCH_RECONFIG_ACK: 'the VTEP pool changed: paste details.snippets[] on the fabric switch, then re-POST with switch_acked, switch_snippet_hash and acked_by',
+  UPSTREAM_UNAVAILABLE: 'a service this one reads from (NetBox) is unreachable, timed out or answered with an error: the message names it; retry later',
 };
 
 /** Every route may answer these, whatever it does. */

@@ -1,4 +1,5 @@
 /** JSON Schemas of the REST views, shared by the route table, the validator and the OpenAPI document. */
+import { ERROR_CODES } from '../errors';
 export type JsonSchema = Record<string, unknown>;
 
 const nullable = (schema: JsonSchema): JsonSchema => ({ anyOf: [schema, { type: 'null' }] });
@@ -24,8 +25,7 @@ const view = (properties: Record<string, JsonSchema>, extra: JsonSchema = {}): J
   properties,
 });
 
-const ERROR_CODE_ENUM = ['INVALID_INPUT', 'UNAUTHENTICATED', 'PERMISSION_DENIED', 'NOT_FOUND', 'CONFLICT', 'INVALID_STATE',
-  'INVALID_CONFIG', 'UNSUPPORTED', 'UNVERIFIED_WIPE', 'ABORTED', 'INTERNAL', 'REQUIRES_SWITCH_RECONFIG_ACK'];
+const ERROR_CODE_ENUM: string[] = [...ERROR_CODES];
 
 const driverBindings = view({ power: str, management: str, virtualMedia: str });
 const grant = view({ permission: str, scopeType: { type: 'string', enum: ['platform', 'tenant', 'site', 'pool', 'node'] }, scopeId: nullable(str) });

@@ -1,0 +1,227 @@
+import fs from 'node:fs/promises';
+import { isIP } from 'node:net';
+import type { Logger } from 'pino';
+import { NetboxClient, NetboxError, type NetboxInventory } from '../../../clients/netbox/client';
+import { AppError, invalidInput, notFound } from '../../errors';
+import type { Config } from '../../config';
+
+/**
+ * The control-node inventory (seed: GET /controlnode/bmc/{bmc_ip}/disks and /gpus, "from NetBox
+ * for UI selection"): the NetBox device whose BMC has that address, its disks, NICs and GPUs.
+ *
+ * Where each comes from in NetBox:
+ * - NICs: the device's interfaces (the BMC's own interface is listed with mgmtOnly when NetBox
+ *   marks it so; a UI offers the others for the OS).
+ * - Disks and GPUs: inventory items and, since NetBox 4.3 gave module types profiles, modules.
+ *   An inventory item is a disk or a GPU by its role (name or slug: disk, drive, ssd, hdd, nvme,
+ *   storage; gpu, graphics, accelerator), or without a role by its name (nvme0n1, sda...). A
+ *   module is one by its type's profile ("Hard disk", "GPU"), or before profiles by its bay's name
+ *   or its type's model, the same words.
+ *
+ * Answers are kept for NETBOX_CACHE_MS per BMC address (and one lookup serves every request for
+ * that address while it runs); failures are not kept.
+ */
+
+export interface InventoryDisk {
+  name: string;
+  model: string | null;
+  serial: string | null;
+  manufacturer: string | null;
+  /** Gigabytes, from a module type's "size" attribute (NetBox 4.3+ profiles); null when NetBox does not say. */
+  sizeGb: number | null;
+  /** HDD, SSD, NVME... from the module type's "type" attribute, or null. */
+  type: string | null;
+  source: 'inventory-item' | 'module';
+  netboxId: number;
+}
+
+export interface InventoryNic {
+  name: string;
+  label: string | null;
+  macAddress: string | null;
+  type: string | null;
+  speedMbps: number | null;
+  mgmtOnly: boolean;
+  enabled: boolean;
+  netboxId: number;
+}
+
+export interface InventoryGpu {
+  name: string;
+  model: string | null;
+  serial: string | null;
+  manufacturer: string | null;
+  partId: string | null;
+  memoryGb: number | null;
+  source: 'inventory-item' | 'module';
+  netboxId: number;
+}
+
+export interface ControlNodeInventory {
+  bmcIp: string;
+  deviceId: number;
+  deviceName: string | null;
+  serialNumber: string;
+  /** The interface the BMC address is assigned to in NetBox. */
+  bmcInterface: string | null;
+  disks: InventoryDisk[];
+  nics: InventoryNic[];
+  gpus: InventoryGpu[];
+  /** When NetBox answered this (a cached answer keeps its time). */
+  fetchedAt: Date;
+}
+
+type Obj = Record<string, unknown>;
+
+const DISK_WORDS = /\b(disk|disks|drive|drives|ssd|hdd|nvme|storage|hard[ -]?disk)\b/i;
+const DISK_NAMES = /^(nvme\d+n\d+|sd[a-z]+|hd[a-z]+|vd[a-z]+|xvd[a-z]+)$/;
+const GPU_WORDS = /\b(gpu|gpus|graphics|accelerator|accelerators)\b/i;
+
+const text = (v: unknown): string | null => (typeof v === 'string' && v.trim() ? v.trim() : null);
+const nameOf = (v: unknown): string | null => (v && typeof v === 'object' ? text((v as Obj).name) ?? text((v as Obj).display) : null);
+const slugOf = (v: unknown): string | null => (v && typeof v === 'object' ? text((v as Obj).slug) : null);
+const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : typeof v === 'string' && v.trim() && Number.isFinite(Number(v)) ? Number(v) : null);
+
+type Kind = 'disk' | 'gpu' | null;
+
+function kindOfWords(...words: (string | null)[]): Kind {
+  const all = words.filter((w): w is string => Boolean(w));
+  if (all.some((w) => GPU_WORDS.test(w))) return 'gpu';
+  if (all.some((w) => DISK_WORDS.test(w) || DISK_NAMES.test(w))) return 'disk';
+  return null;
+}
+
+function itemKind(item: Obj): Kind {
+  const role = item.role;
+  if (role && typeof role === 'object') return kindOfWords(nameOf(role), slugOf(role));
+  return kindOfWords(text(item.name), text(item.label));
+}
+
+function moduleKind(m: Obj, type: Obj | undefined): Kind {
+  const profile = nameOf(type?.profile ?? (m.module_type as Obj | null)?.profile);
+  if (profile) return kindOfWords(profile);
+  return kindOfWords(nameOf(m.module_bay), text((m.module_type as Obj | null)?.model));
+}
+
+/** The module type's 4.3+ attributes (profile schema values), whichever object carries them. */
+function attributesOf(m: Obj, type: Obj | undefined): Obj {
+  const a = type?.attribute_data ?? type?.attributes ?? (m.module_type as Obj | null)?.attribute_data ?? (m.module_type as Obj | null)?.attributes;
+  return a && typeof a === 'object' && !Array.isArray(a) ? (a as Obj) : {};
+}
+
+export function shapeInventory(bmcIp: string, inv: NetboxInventory, fetchedAt: Date): ControlNodeInventory {
+  const disks: InventoryDisk[] = [];
+  const gpus: InventoryGpu[] = [];
+  for (const item of inv.inventoryItems) {
+    const kind = itemKind(item);
+    if (!kind) continue;
+    const name = text(item.name) ?? `item ${String(item.id)}`;
+    const base = { name, serial: text(item.serial), manufacturer: nameOf(item.manufacturer), source: 'inventory-item' as const, netboxId: Number(item.id) };
+    if (kind === 'disk') disks.push({ ...base, model: text(item.part_id), sizeGb: null, type: null });
+    else gpus.push({ ...base, model: text(item.part_id), partId: text(item.part_id), memoryGb: null });
+  }
+  for (const m of inv.modules) {
+    const typeRef = m.module_type as Obj | null;
+    const type = typeof typeRef?.id === 'number' ? inv.moduleTypes.get(typeRef.id) : undefined;
+    const kind = moduleKind(m, type);
+    if (!kind) continue;
+    const attrs = attributesOf(m, type);
+    const name = nameOf(m.module_bay) ?? `module ${String(m.id)}`;
+    const model = text(typeRef?.model) ?? text(type?.model);
+    const manufacturer = nameOf(typeRef?.manufacturer) ?? nameOf(type?.manufacturer);
+    const base = { name, model, serial: text(m.serial), manufacturer, source: 'module' as const, netboxId: Number(m.id) };
+    if (kind === 'disk') disks.push({ ...base, sizeGb: num(attrs.size), type: text(attrs.type) });
+    else gpus.push({ ...base, partId: text(typeRef?.part_number) ?? text(type?.part_number), memoryGb: num(attrs.memory) });
+  }
+  const nics: InventoryNic[] = inv.interfaces.map((i) => {
+    const primary = i.primary_mac_address as Obj | null | undefined;
+    const speedKbps = num(i.speed);
+    return {
+      name: text(i.name) ?? `interface ${String(i.id)}`,
+      label: text(i.label),
+      macAddress: text(primary?.mac_address) ?? text(i.mac_address),
+      type: i.type && typeof i.type === 'object' ? text((i.type as Obj).value) : text(i.type),
+      speedMbps: speedKbps === null ? null : Math.round(speedKbps / 1000),
+      mgmtOnly: i.mgmt_only === true,
+      enabled: i.enabled !== false,
+      netboxId: Number(i.id),
+    };
+  });
+  return {
+    bmcIp, deviceId: inv.device.id, deviceName: inv.device.name, serialNumber: inv.device.serial, bmcInterface: inv.device.bmcInterface,
+    disks, nics, gpus, fetchedAt,
+  };
+}
+
+export class InventoryService {
+  private readonly cache = new Map<string, { at: number; value: Promise<ControlNodeInventory> }>();
+  private client: NetboxClient | null = null;
+  private clientToken: string | null = null;
+
+  constructor(private readonly config: Pick<Config, 'netboxUrl' | 'netboxToken' | 'netboxTokenFile' | 'netboxTimeoutMs' | 'netboxCacheMs'>, private readonly log: Logger) {}
+
+  async close(): Promise<void> {
+    await this.client?.close();
+    this.client = null;
+  }
+
+  /** The inventory of the device whose BMC has this address (field: the input's name, for errors). */
+  async forBmc(bmcIp: string, field = 'bmcIp'): Promise<ControlNodeInventory> {
+    if (!isIP(bmcIp)) throw invalidInput(field, 'must be an IPv4 or IPv6 address (the BMC\'s, as NetBox records it)');
+    const key = bmcIp.toLowerCase();
+    const hit = this.cache.get(key);
+    if (hit && Date.now() - hit.at < this.config.netboxCacheMs) return hit.value;
+    const value = this.lookup(key);
+    this.cache.set(key, { at: Date.now(), value });
+    try {
+      return await value;
+    } catch (error) {
+      if (this.cache.get(key)?.value === value) this.cache.delete(key);
+      throw error;
+    } finally {
+      if (this.cache.size > 10_000) this.prune();
+    }
+  }
+
+  private prune(): void {
+    const now = Date.now();
+    for (const [k, v] of this.cache) if (now - v.at >= this.config.netboxCacheMs) this.cache.delete(k);
+  }
+
+  private async lookup(bmcIp: string): Promise<ControlNodeInventory> {
+    const client = await this.clientFor();
+    try {
+      const inv = await client.inventoryByBmcIp(bmcIp);
+      if (!inv) throw notFound('NetBox device with BMC address', bmcIp);
+      return shapeInventory(bmcIp, inv, new Date());
+    } catch (error) {
+      if (!(error instanceof NetboxError)) throw error;
+      this.log.warn({ netbox: client.where, kind: error.kind, status: error.status, bmcIp }, 'NetBox lookup failed');
+      if (error.kind === 'unauthorized') {
+        // A token file may have been rotated: the next lookup reads it again.
+        this.clientToken = null;
+        throw new AppError('INVALID_CONFIG', `${error.message}: check NETBOX_TOKEN / NETBOX_TOKEN_FILE`);
+      }
+      throw new AppError('UPSTREAM_UNAVAILABLE', error.message, { upstream: 'netbox' });
+    }
+  }
+
+  private async clientFor(): Promise<NetboxClient> {
+    const { netboxUrl, netboxToken, netboxTokenFile } = this.config;
+    if (!netboxUrl) {
+      throw new AppError('INVALID_CONFIG', 'NetBox is not configured: set NETBOX_URL and NETBOX_TOKEN (or NETBOX_TOKEN_FILE) for the control-node inventory');
+    }
+    let token = netboxToken ?? null;
+    if (!token && netboxTokenFile) {
+      if (this.client && this.clientToken) return this.client;
+      token = await fs.readFile(netboxTokenFile, 'utf8').then((t) => t.split('\n')[0]!.trim(), () => null);
+      if (!token) throw new AppError('INVALID_CONFIG', `NETBOX_TOKEN_FILE (${netboxTokenFile}) cannot be read or is empty`);
+    }
+    if (!token) throw new AppError('INVALID_CONFIG', 'NetBox has no token: set NETBOX_TOKEN or NETBOX_TOKEN_FILE');
+    if (this.client && this.clientToken === token) return this.client;
+    await this.client?.close();
+    this.client = new NetboxClient({ url: netboxUrl, token, timeoutMs: this.config.netboxTimeoutMs, deadlineMs: this.config.netboxTimeoutMs * 3 });
+    this.clientToken = token;
+    return this.client;
+  }
+}

@@ -1,0 +1,122 @@
+import type { Route } from '../../rest/routes';
+import { schemaTypes, type JsonSchema } from '../../rest/schemas';
+
+/**
+ * The seed's control-node inventory routes, GET /controlnode/bmc/{bmc_ip}/disks and /gpus
+ * ("Fetch disk and NIC information from NetBox database for UI selection", "Fetch GPU inventory
+ * information from NetBox for UI selection"), over the ControlNodeDisks / ControlNodeGpus
+ * operations (schema/operations/controlnode-inventory.graphql). The seed gives no response
+ * fields: these are snake_case like the rest of /controlnode, named as provision's request names
+ * the choices (device_id, selected_disks, selected_nic, selected_nic_mac).
+ */
+
+const { str, int, bool, nullable } = schemaTypes;
+const num: JsonSchema = { type: 'number' };
+const SOURCE: JsonSchema = { type: 'string', enum: ['inventory-item', 'module'], description: 'where in NetBox the entry is recorded' };
+const BMC_IP: Record<string, JsonSchema> = { bmc_ip: { ...str, description: 'BMC IP Address (IPv4 or IPv6)' } };
+const AUTH = 'Needs a platform-scoped grant (any permission).';
+const ERRORS = 'NOT_FOUND when NetBox has no device with that BMC address (an IP address in ipam whose assigned object is an interface of a device); INVALID_CONFIG when NETBOX_URL / NETBOX_TOKEN are not set or NetBox refuses the token; UPSTREAM_UNAVAILABLE (502) when NetBox is unreachable, too slow or failing.';
+
+const view = (properties: Record<string, JsonSchema>, title?: string): JsonSchema => ({ type: 'object', ...(title ? { title } : {}), required: Object.keys(properties), properties });
+
+const DEVICE = {
+  bmc_ip: str,
+  device_id: { ...int, description: 'NetBox Device ID (provision\'s device_id)' },
+  device_name: nullable(str),
+  serial_number: { ...str, description: 'the device\'s serial in NetBox; empty when none' },
+  fetched_at: { type: 'string', format: 'date-time', description: 'when NetBox answered (answers are reused for NETBOX_CACHE_MS)' },
+};
+
+const DISK = view({
+  name: { ...str, description: 'the inventory item\'s name (e.g. nvme0n1) or the module\'s bay: a value for provision\'s selected_disks' },
+  model: nullable(str), serial: nullable(str), manufacturer: nullable(str),
+  size_gb: { ...nullable(num), description: 'from the module type\'s size attribute (NetBox 4.3+); null when NetBox does not say' },
+  type: { ...nullable(str), description: 'HDD, SSD, NVME... (module type attribute)' },
+  source: SOURCE, netbox_id: int,
+});
+
+const NIC = view({
+  name: { ...str, description: 'e.g. enp65s0f0 (provision\'s selected_nic)' },
+  label: { ...nullable(str), description: 'NetBox\'s label (a legacy name such as eth0, where a site keeps it)' },
+  mac_address: { ...nullable(str), description: 'the primary MAC (provision\'s selected_nic_mac)' },
+  type: nullable(str), speed_mbps: nullable(int),
+  mgmt_only: { ...bool, description: 'management only (the BMC\'s own port, typically): not for the OS' },
+  enabled: bool, netbox_id: int,
+});
+
+const GPU = view({
+  name: str, model: nullable(str), serial: nullable(str), manufacturer: nullable(str), part_id: nullable(str),
+  memory_gb: nullable(num), source: SOURCE, netbox_id: int,
+});
+
+const DISKS_VIEW = view({ ...DEVICE, bmc_interface: { ...nullable(str), description: 'the interface NetBox assigns the BMC address to' }, disks: { type: 'array', items: DISK }, nics: { type: 'array', items: NIC } }, 'ControlNodeDisks');
+const GPUS_VIEW = view({ ...DEVICE, gpus: { type: 'array', items: GPU } }, 'ControlNodeGpus');
+
+type Row = Record<string, unknown>;
+const device = (i: Row) => ({ bmc_ip: i.bmcIp, device_id: i.deviceId, device_name: i.deviceName, serial_number: i.serialNumber, fetched_at: i.fetchedAt });
+
+/** The path's bmc_ip as the operation's variable; the resolver checks it (INVALID_INPUT names bmc_ip). */
+const restField = (field: string) => (field === 'bmcIp' ? 'bmc_ip' : null);
+
+const exampleDevice = { bmc_ip: '10.20.0.11', device_id: 1742, device_name: 'cn-r12-07', serial_number: 'J30X8K2', fetched_at: '2026-12-02T02:40:00.000Z' };
+
+export const provisionRoutes: Route[] = [
+  {
+    method: 'GET',
+    path: '/controlnode/bmc/{bmc_ip}/disks',
+    operation: 'ControlNodeDisks',
+    tag: 'controlnode',
+    summary: 'Get available disks and NICs for a BMC',
+    description: `Fetch disk and NIC information from NetBox database for UI selection: the device whose BMC has this address, its disks (inventory items and, since NetBox 4.3, modules whose type's profile is a disk) and its interfaces. ${ERRORS} ${AUTH}`,
+    params: BMC_IP,
+    variables: ({ params }) => ({ bmcIp: params.bmc_ip }),
+    restField,
+    respond: (data) => {
+      const i = data.controlNodeInventory as Row;
+      return {
+        ...device(i), bmc_interface: i.bmcInterface,
+        disks: (i.disks as Row[]).map((d) => ({ name: d.name, model: d.model, serial: d.serial, manufacturer: d.manufacturer, size_gb: d.sizeGb, type: d.type, source: wireSource(d.source), netbox_id: d.netboxId })),
+        nics: (i.nics as Row[]).map((n) => ({ name: n.name, label: n.label, mac_address: n.macAddress, type: n.type, speed_mbps: n.speedMbps, mgmt_only: n.mgmtOnly, enabled: n.enabled, netbox_id: n.netboxId })),
+      };
+    },
+    response: DISKS_VIEW,
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_CONFIG', 'UPSTREAM_UNAVAILABLE'],
+    example: {
+      params: { bmc_ip: '10.20.0.11' },
+      response: {
+        ...exampleDevice, bmc_interface: 'bmc',
+        disks: [{ name: 'nvme0n1', model: 'MZQL23T8HCLS', serial: 'S64HNE0T901234', manufacturer: 'Samsung', size_gb: 3840, type: 'NVME', source: 'module', netbox_id: 88 }],
+        nics: [{ name: 'enp65s0f0', label: 'eth0', mac_address: '3C:FD:FE:A1:B2:C3', type: '25gbase-x-sfp28', speed_mbps: 25000, mgmt_only: false, enabled: true, netbox_id: 9012 }],
+      },
+    },
+  },
+  {
+    method: 'GET',
+    path: '/controlnode/bmc/{bmc_ip}/gpus',
+    operation: 'ControlNodeGpus',
+    tag: 'controlnode',
+    summary: 'Get available GPUs for a BMC',
+    description: `Fetch GPU inventory information from NetBox for UI selection: the device whose BMC has this address, and its GPUs (inventory items with a GPU role and, since NetBox 4.3, modules whose type's profile is GPU). ${ERRORS} ${AUTH}`,
+    params: BMC_IP,
+    variables: ({ params }) => ({ bmcIp: params.bmc_ip }),
+    restField,
+    respond: (data) => {
+      const i = data.controlNodeInventory as Row;
+      return {
+        ...device(i),
+        gpus: (i.gpus as Row[]).map((g) => ({ name: g.name, model: g.model, serial: g.serial, manufacturer: g.manufacturer, part_id: g.partId, memory_gb: g.memoryGb, source: wireSource(g.source), netbox_id: g.netboxId })),
+      };
+    },
+    response: GPUS_VIEW,
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_CONFIG', 'UPSTREAM_UNAVAILABLE'],
+    example: {
+      params: { bmc_ip: '10.20.0.11' },
+      response: { ...exampleDevice, gpus: [{ name: 'GPU0', model: 'H100 SXM5 80GB', serial: '1654922001234', manufacturer: 'NVIDIA', part_id: '699-2G520-0200-000', memory_gb: 80, source: 'module', netbox_id: 91 }] },
+    },
+  },
+];
+
+/** GraphQL's enum value (INVENTORY_ITEM) as the wire's word (inventory-item). */
+function wireSource(v: unknown): string {
+  return v === 'MODULE' ? 'module' : 'inventory-item';
+}
