@@ -9,6 +9,7 @@ import { eventsBench } from './events';
 import { fabricBench } from './fabric';
 import { lifecycleBench } from './lifecycle';
 import { idleBench } from './idle';
+import { isoBench } from './iso';
 
 export interface Bench {
   /** One line for the list printed on an unknown name. */
@@ -26,6 +27,7 @@ const BENCHES: Record<string, Bench> = {
   fabric: fabricBench,
   lifecycle: lifecycleBench,
   idle: idleBench,
+  iso: isoBench,
 };
 
 function usage(): string {
