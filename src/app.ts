@@ -186,7 +186,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         events,
         tokens,
         rest,
-        boot: new BootHttp(database.sql, log, { publicUrl: config.publicUrl, ramdiskKernelUrl: config.ramdiskKernelUrl, ramdiskInitrdUrl: config.ramdiskInitrdUrl, ramdiskDir: config.ramdiskDir ?? path.join(config.dataDir, 'ramdisk') }),
+        boot: new BootHttp(database.sql, log, { publicUrl: config.publicUrl, ramdiskKernelUrl: config.ramdiskKernelUrl, ramdiskInitrdUrl: config.ramdiskInitrdUrl, ramdiskDir: config.ramdiskDir ?? path.join(config.dataDir, 'ramdisk'), isoDir: config.isoDir }),
         metrics,
         log,
         version: await packageVersion(),

@@ -68,6 +68,8 @@ export interface Config {
   netboxTimeoutMs: number;
   /** How long a device's NetBox inventory is reused before NetBox is asked again. */
   netboxCacheMs: number;
+  /** Where installer ISOs are built and served from (ISO_DIR; unset: DATA_DIR/iso); client paths stay inside it. */
+  isoDir: string;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -155,6 +157,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     netboxTokenFile: env.NETBOX_TOKEN_FILE ? path.resolve(env.NETBOX_TOKEN_FILE) : undefined,
     netboxTimeoutMs: intEnv(env, 'NETBOX_TIMEOUT_MS', 10000, 100),
     netboxCacheMs: intEnv(env, 'NETBOX_CACHE_MS', 15000),
+    isoDir: path.resolve(env.ISO_DIR || path.join(env.DATA_DIR ?? './.data', 'iso')),
   };
 }
 

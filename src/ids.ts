@@ -20,6 +20,7 @@ export const ID_PREFIX = {
   CommandBatch: 'bat',
   BootEntry: 'boot',
   BootToken: 'btk',
+  InstallerIso: 'iso',
 } as const;
 export type IdType = keyof typeof ID_PREFIX;
 

@@ -19,6 +19,7 @@ export const KIND: Record<IdType, string> = {
   CommandBatch: 'command batch',
   BootEntry: 'boot entry',
   BootToken: 'boot token',
+  InstallerIso: 'installer ISO',
 };
 
 /**

@@ -6,6 +6,8 @@ import type { Sql } from '../../db/sql';
 import { AppError, invalidInput } from '../../errors';
 import { checkJsonDepth, readBody } from '../../http/body';
 import { sendError, sendJson, serverTiming } from '../../http/respond';
+import { sendFile } from '../../http/file';
+import { ISO_URL_PREFIX, liveIso } from '../provision/iso-store';
 import { checkString } from '../../limits';
 import { normalizeMac } from '../metal/mac';
 import { bootSession, startBoot, storeReport, type BootSession, type ReportKind } from './entries';
@@ -26,6 +28,8 @@ export interface BootHttpOptions {
   ramdiskInitrdUrl?: string;
   /** RAMDISK_DIR: the folder whose vmlinuz and initrd.img are served at /boot/ramdisk/. */
   ramdiskDir?: string;
+  /** ISO_DIR: where the installer ISOs published at /boot/iso/<token>/<name>.iso lie. */
+  isoDir?: string;
 }
 
 /** The only files /boot/ramdisk/ serves: no path is ever built from the request. */
@@ -83,22 +87,25 @@ export class BootHttp {
   private readonly kernelUrl: string | null;
   private readonly initrdUrl: string | null;
   private readonly ramdiskDir: string | null;
+  private readonly isoDir: string | null;
 
   constructor(private sql: Sql, private log: Logger, opts: BootHttpOptions = {}) {
     this.publicUrl = opts.publicUrl ? checkUrlSetting('PUBLIC_URL', opts.publicUrl) : null;
     this.kernelUrl = opts.ramdiskKernelUrl ? checkUrlSetting('RAMDISK_KERNEL_URL', opts.ramdiskKernelUrl) : null;
     this.initrdUrl = opts.ramdiskInitrdUrl ? checkUrlSetting('RAMDISK_INITRD_URL', opts.ramdiskInitrdUrl) : null;
     this.ramdiskDir = opts.ramdiskDir ?? null;
+    this.isoDir = opts.isoDir ?? null;
   }
 
   owns(pathname: string): boolean {
-    return pathname === '/boot/ipxe' || pathname.startsWith('/boot/v1/') || pathname.startsWith('/boot/ramdisk/');
+    return pathname === '/boot/ipxe' || pathname.startsWith('/boot/v1/') || pathname.startsWith('/boot/ramdisk/') || pathname.startsWith(ISO_URL_PREFIX);
   }
 
   /** The metrics label of a boot path: its template, never the entry id. */
   static routeLabel(pathname: string): string | null {
     if (pathname === '/boot/ipxe') return pathname;
     if (pathname.startsWith('/boot/ramdisk/')) return '/boot/ramdisk/{file}';
+    if (pathname.startsWith(ISO_URL_PREFIX)) return '/boot/iso/{token}/{name}';
     const m = CALLBACK.exec(pathname);
     return m ? `/boot/v1/entries/{entryId}/${m[2] === 'instructions' || REPORT_PATHS[m[2]!] ? m[2] : 'other'}` : null;
   }
@@ -106,6 +113,7 @@ export class BootHttp {
   async serve(req: IncomingMessage, res: ServerResponse, url: URL, requestId: string): Promise<void> {
     if (url.pathname === '/boot/ipxe') return this.ipxe(req, res, url, requestId);
     if (url.pathname.startsWith('/boot/ramdisk/')) return this.ramdiskFile(req, res, url, requestId);
+    if (url.pathname.startsWith(ISO_URL_PREFIX)) return this.isoFile(req, res, url, requestId);
     const m = CALLBACK.exec(url.pathname);
     const action = m?.[2];
     const kind = action ? REPORT_PATHS[action] : undefined;
@@ -203,19 +211,24 @@ export class BootHttp {
     const file = path.join(this.ramdiskDir, name);
     const stat = await fs.promises.stat(file).catch(() => null);
     if (!stat?.isFile()) return sendError(res, 404, 'NOT_FOUND', `the ramdisk's ${name} is not installed (put it in RAMDISK_DIR)`, requestId);
-    res.writeHead(200, {
-      'content-type': 'application/octet-stream',
-      'content-length': String(stat.size),
-      'last-modified': stat.mtime.toUTCString(),
-      'cache-control': 'no-cache',
-    });
-    if (req.method === 'HEAD') return void res.end();
-    await new Promise<void>((resolve) => {
-      const stream = fs.createReadStream(file);
-      stream.on('error', () => { res.destroy(); resolve(); });
-      res.on('close', () => { stream.destroy(); resolve(); });
-      stream.pipe(res);
-    });
+    await sendFile(req, res, file, stat);
+  }
+
+  /**
+   * A published installer ISO, to the BMC that mounts it (no credentials: the URL's token is the
+   * secret). Unknown, revoked and expired tokens are one 404, which says nothing of which.
+   */
+  private async isoFile(req: IncomingMessage, res: ServerResponse, url: URL, requestId: string): Promise<void> {
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('allow', 'GET, HEAD');
+      return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use GET`, requestId);
+    }
+    const gone = () => sendError(res, 404, 'NOT_FOUND', 'no such ISO (its job ended, or the link is wrong)', requestId);
+    if (!this.isoDir) return gone();
+    const iso = await liveIso(this.sql, this.isoDir, url.pathname);
+    const stat = iso ? await fs.promises.stat(iso.file).catch(() => null) : null;
+    if (!iso || !stat?.isFile()) return gone();
+    await sendFile(req, res, iso.file, stat, { 'content-type': 'application/x-iso9660-image' });
   }
 
   private async ipxe(req: IncomingMessage, res: ServerResponse, url: URL, requestId: string): Promise<void> {
