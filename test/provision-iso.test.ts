@@ -221,6 +221,6 @@ describe('the ISO, built by xorriso from Debian\'s netboot installer', () => {
   });
 
   it('a base image that is not there is a clear error naming the packages', async () => {
-    await expect(findBaseImage(path.join(dir, 'nowhere'))).rejects.toThrow(/debian-installer-12-netboot-amd64 and isolinux, or set INSTALLER_BASE_DIR/);
+    await expect(findBaseImage(path.join(dir, 'nowhere'))).rejects.toThrow(/debian-installer-12-netboot-amd64 and isolinux, or give a base folder/);
   });
 });

@@ -8,6 +8,7 @@
  * is not built yet (issue 11): the 20 builds run through the same bounded concurrency in this
  * process, so the figure is xorriso's and the disk's, not a queue's.
  *
+ * Environment: INSTALLER_BASE_DIR, a base folder other than Debian's packages (see findBaseImage).
  * Options: --builds 10 (timed one at a time; the median and spread are printed), --jobs 20,
  *          --concurrency 2.
  */

@@ -28,7 +28,7 @@ export interface BaseImage {
 const DEBIAN_NETBOOT = '/usr/lib/debian-installer/images/12/amd64/text/debian-installer/amd64';
 const ISOLINUX_DIR = '/usr/lib/ISOLINUX';
 
-/** The base files, from INSTALLER_BASE_DIR (linux, initrd.gz, isolinux.bin, ldlinux.c32) or Debian's packages. */
+/** The base files, from a folder holding linux, initrd.gz, isolinux.bin and ldlinux.c32 (and isohdpfx.bin), or Debian's packages. */
 export async function findBaseImage(baseDir?: string): Promise<BaseImage> {
   const candidates: BaseImage = baseDir
     ? { kernel: path.join(baseDir, 'linux'), initrd: path.join(baseDir, 'initrd.gz'), isolinuxBin: path.join(baseDir, 'isolinux.bin'), ldlinux: path.join(baseDir, 'ldlinux.c32'), isohybridMbr: path.join(baseDir, 'isohdpfx.bin') }
@@ -38,7 +38,7 @@ export async function findBaseImage(baseDir?: string): Promise<BaseImage> {
     if (!(await fs.stat(candidates[key]).then((s) => s.isFile(), () => false))) missing.push(candidates[key]);
   }
   if (missing.length) {
-    throw new Error(`the installer's base image is incomplete (missing ${missing.join(', ')}): install the Debian packages debian-installer-12-netboot-amd64 and isolinux, or set INSTALLER_BASE_DIR`);
+    throw new Error(`the installer's base image is incomplete (missing ${missing.join(', ')}): install the Debian packages debian-installer-12-netboot-amd64 and isolinux, or give a base folder holding linux, initrd.gz, isolinux.bin and ldlinux.c32`);
   }
   const mbr = candidates.isohybridMbr && (await fs.stat(candidates.isohybridMbr).then((s) => s.isFile(), () => false)) ? candidates.isohybridMbr : null;
   return { ...candidates, isohybridMbr: mbr };
