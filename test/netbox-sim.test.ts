@@ -5,7 +5,7 @@
  * the token schemes and NetBox's refusals, and the faults.
  */
 import http from 'node:http';
-import net from 'node:net';
+import { canConnect } from './helpers/client';
 import { startNetboxSim, type NetboxDeviceFixture, type NetboxSim, type NetboxVersion } from './sim/netbox/server';
 
 type Json = Record<string, any>;
@@ -32,14 +32,6 @@ function get(url: string, init: { auth?: string | null; headers?: Record<string,
   });
 }
 
-function canConnect(url: string): Promise<boolean> {
-  const u = new URL(url);
-  return new Promise((resolve) => {
-    const s = net.connect(Number(u.port), u.hostname);
-    s.once('connect', () => { s.destroy(); resolve(true); });
-    s.once('error', () => resolve(false));
-  });
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

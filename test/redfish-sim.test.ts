@@ -3,7 +3,7 @@
  * will be tested against, so each behaviour a driver relies on, each fault and each vendor quirk is
  * pinned here.
  */
-import net from 'node:net';
+import { canConnect } from './helpers/client';
 import { startRedfishSim, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import { until } from './helpers/streams';
 
@@ -271,14 +271,6 @@ describe('faults', () => {
   });
 });
 
-function canConnect(url: string): Promise<boolean> {
-  const u = new URL(url);
-  return new Promise((resolve) => {
-    const s = net.connect(Number(u.port), u.hostname);
-    s.once('connect', () => { s.destroy(); resolve(true); });
-    s.once('error', () => resolve(false));
-  });
-}
 
 describe('virtual media at the targets the mockup declares', () => {
   it('public-telemetry: InsertMedia/EjectMedia at its non-standard VM.* targets, the guessed standard URL is 404', async () => {

@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { print, type DocumentNode } from 'graphql';
 import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
 
@@ -57,4 +58,14 @@ export async function rest(baseUrl: string, token: string | null, method: string
     // not JSON: keep the text
   }
   return { status: response.status, body: parsed, headers: response.headers };
+}
+
+/** Whether anything accepts a TCP connection at the URL's host and port (a server that says it stopped must not). */
+export function canConnect(url: string): Promise<boolean> {
+  const u = new URL(url);
+  return new Promise((resolve) => {
+    const s = net.connect(Number(u.port), u.hostname);
+    s.once('connect', () => { s.destroy(); resolve(true); });
+    s.once('error', () => resolve(false));
+  });
 }

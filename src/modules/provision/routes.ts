@@ -60,27 +60,29 @@ const restField = (field: string) => (field === 'bmcIp' ? 'bmc_ip' : null);
 
 const exampleDevice = { bmc_ip: '10.20.0.11', device_id: 1742, device_name: 'cn-r12-07', serial_number: 'J30X8K2', fetched_at: '2026-12-02T02:40:00.000Z' };
 
+/** What both inventory routes share: GET by the path's bmc_ip, over one operation, the same refusals. */
+function inventoryRoute(r: Pick<Route, 'path' | 'operation' | 'summary' | 'description' | 'response' | 'example'> & { respond: (inventory: Row) => unknown }): Route {
+  return {
+    method: 'GET', tag: 'controlnode', params: BMC_IP, restField,
+    variables: ({ params }) => ({ bmcIp: params.bmc_ip }),
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_CONFIG', 'UPSTREAM_UNAVAILABLE'],
+    ...r,
+    respond: (data) => r.respond(data.controlNodeInventory as Row),
+  };
+}
+
 export const provisionRoutes: Route[] = [
-  {
-    method: 'GET',
+  inventoryRoute({
     path: '/controlnode/bmc/{bmc_ip}/disks',
     operation: 'ControlNodeDisks',
-    tag: 'controlnode',
     summary: 'Get available disks and NICs for a BMC',
     description: `Fetch disk and NIC information from NetBox database for UI selection: the device whose BMC has this address, its disks (inventory items and, since NetBox 4.3, modules whose type's profile is a disk) and its interfaces. ${ERRORS} ${AUTH}`,
-    params: BMC_IP,
-    variables: ({ params }) => ({ bmcIp: params.bmc_ip }),
-    restField,
-    respond: (data) => {
-      const i = data.controlNodeInventory as Row;
-      return {
-        ...device(i), bmc_interface: i.bmcInterface,
-        disks: (i.disks as Row[]).map((d) => ({ name: d.name, model: d.model, serial: d.serial, manufacturer: d.manufacturer, size_gb: d.sizeGb, type: d.type, source: wireSource(d.source), netbox_id: d.netboxId })),
-        nics: (i.nics as Row[]).map((n) => ({ name: n.name, label: n.label, mac_address: n.macAddress, type: n.type, speed_mbps: n.speedMbps, mgmt_only: n.mgmtOnly, enabled: n.enabled, netbox_id: n.netboxId })),
-      };
-    },
+    respond: (i) => ({
+      ...device(i), bmc_interface: i.bmcInterface,
+      disks: (i.disks as Row[]).map((d) => ({ name: d.name, model: d.model, serial: d.serial, manufacturer: d.manufacturer, size_gb: d.sizeGb, type: d.type, source: wireSource(d.source), netbox_id: d.netboxId })),
+      nics: (i.nics as Row[]).map((n) => ({ name: n.name, label: n.label, mac_address: n.macAddress, type: n.type, speed_mbps: n.speedMbps, mgmt_only: n.mgmtOnly, enabled: n.enabled, netbox_id: n.netboxId })),
+    }),
     response: DISKS_VIEW,
-    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_CONFIG', 'UPSTREAM_UNAVAILABLE'],
     example: {
       params: { bmc_ip: '10.20.0.11' },
       response: {
@@ -89,31 +91,22 @@ export const provisionRoutes: Route[] = [
         nics: [{ name: 'enp65s0f0', label: 'eth0', mac_address: '3C:FD:FE:A1:B2:C3', type: '25gbase-x-sfp28', speed_mbps: 25000, mgmt_only: false, enabled: true, netbox_id: 9012 }],
       },
     },
-  },
-  {
-    method: 'GET',
+  }),
+  inventoryRoute({
     path: '/controlnode/bmc/{bmc_ip}/gpus',
     operation: 'ControlNodeGpus',
-    tag: 'controlnode',
     summary: 'Get available GPUs for a BMC',
     description: `Fetch GPU inventory information from NetBox for UI selection: the device whose BMC has this address, and its GPUs (inventory items with a GPU role and, since NetBox 4.3, modules whose type's profile is GPU). ${ERRORS} ${AUTH}`,
-    params: BMC_IP,
-    variables: ({ params }) => ({ bmcIp: params.bmc_ip }),
-    restField,
-    respond: (data) => {
-      const i = data.controlNodeInventory as Row;
-      return {
-        ...device(i),
-        gpus: (i.gpus as Row[]).map((g) => ({ name: g.name, model: g.model, serial: g.serial, manufacturer: g.manufacturer, part_id: g.partId, memory_gb: g.memoryGb, source: wireSource(g.source), netbox_id: g.netboxId })),
-      };
-    },
+    respond: (i) => ({
+      ...device(i),
+      gpus: (i.gpus as Row[]).map((g) => ({ name: g.name, model: g.model, serial: g.serial, manufacturer: g.manufacturer, part_id: g.partId, memory_gb: g.memoryGb, source: wireSource(g.source), netbox_id: g.netboxId })),
+    }),
     response: GPUS_VIEW,
-    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_CONFIG', 'UPSTREAM_UNAVAILABLE'],
     example: {
       params: { bmc_ip: '10.20.0.11' },
       response: { ...exampleDevice, gpus: [{ name: 'GPU0', model: 'H100 SXM5 80GB', serial: '1654922001234', manufacturer: 'NVIDIA', part_id: '699-2G520-0200-000', memory_gb: 80, source: 'module', netbox_id: 91 }] },
     },
-  },
+  }),
 ];
 
 /** GraphQL's enum value (INVENTORY_ITEM) as the wire's word (inventory-item). */
