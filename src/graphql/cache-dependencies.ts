@@ -77,6 +77,7 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   boot_entry: 'read only by the iPXE route and the ramdisk callbacks, never by GraphQL',
   boot_token: 'read only by the ramdisk callbacks (token check)',
   ramdisk_report: 'read only by the workflow engine',
+  installer_iso: 'read only by the ISO route BMCs fetch from (/boot/iso/), never by GraphQL',
   fabric_job: 'read only by never-cached fields (rollout jobs: see NEVER_CACHED_FIELDS) and the rollout worker',
   fabric_job_node: 'read only by never-cached fields (rollout jobs and post-deploy checklists) and the rollout worker',
   fabric_node_baseline: 'read only by the rollout worker (the MTU a teardown restores)',
