@@ -167,7 +167,7 @@ export function createHttpServer(deps: HttpDeps): http.Server {
     res.on('finish', () => {
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       deps.metrics.httpDuration.observe({ method, route: routeLabel(deps, method, url.pathname), status: String(res.statusCode) }, seconds);
-      deps.log.info({ requestId, method, path: url.pathname, status: res.statusCode, ms: Math.round(seconds * 1e4) / 10 }, 'request');
+      deps.log.info({ requestId, method, path: BootHttp.loggedPath(url.pathname), status: res.statusCode, ms: Math.round(seconds * 1e4) / 10 }, 'request');
     });
     try {
       switch (url.pathname) {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { startTestApp, type TestApp } from './helpers/app';
+import { capturingLogger, startTestApp, type TestApp } from './helpers/app';
 import { AppError } from '../src/errors';
 import { parseRange } from '../src/http/file';
 import { confinedPath, hashIsoToken, publishIso, revokeIsos } from '../src/modules/provision/iso-store';
@@ -36,9 +36,10 @@ describe('the ISO URL (a running service)', () => {
   let t: TestApp;
   let isoDir: string;
   let content: Buffer;
+  const lines: string[] = [];
   beforeAll(async () => {
     isoDir = await fs.mkdtemp(path.join(os.tmpdir(), 'metal-isodir-'));
-    t = await startTestApp({ isoDir });
+    t = await startTestApp({ isoDir }, { log: capturingLogger(lines) });
     content = randomBytes(300_000);
     await fs.writeFile(path.join(isoDir, 'job_a.iso'), content);
   });
@@ -101,6 +102,19 @@ describe('the ISO URL (a running service)', () => {
     for (const bad of ['/boot/iso/', `/boot/iso/${token}`, `/boot/iso/${token}/install.img`, `/boot/iso/${token}/../install.iso`, '/boot/iso/short/install.iso']) {
       expect((await fetch(`${t.url}${bad}`)).status).toBe(404);
     }
+  });
+
+  it('no log line carries an ISO URL\'s token (the only credential a BMC has): requests are logged by the route\'s template', async () => {
+    const iso = await publish();
+    const token = iso.urlPath.split('/')[3]!;
+    expect((await fetch(`${t.url}${iso.urlPath}`, { headers: { range: 'bytes=0-9' } })).status).toBe(206);
+    await revokeIsos(t.app.database.sql, { id: iso.id });
+    expect((await fetch(`${t.url}${iso.urlPath}`)).status).toBe(404);
+    await new Promise((r) => setTimeout(r, 50));
+    const logged = lines.filter((l) => l.includes('/boot/iso/'));
+    expect(logged.length).toBeGreaterThanOrEqual(2);
+    expect(logged.every((l) => l.includes('/boot/iso/{token}/{name}'))).toBe(true);
+    expect(lines.join('\n')).not.toContain(token);
   });
 
   it('a file removed from ISO_DIR is 404, not a crash', async () => {

@@ -101,11 +101,19 @@ export class BootHttp {
     return pathname === '/boot/ipxe' || pathname.startsWith('/boot/v1/') || pathname.startsWith('/boot/ramdisk/') || pathname.startsWith(ISO_URL_PREFIX);
   }
 
+  /**
+   * The path a request log line may carry: an installer ISO's path holds its URL token, the only
+   * credential a BMC has, so it is logged as its template; every other path as it is.
+   */
+  static loggedPath(pathname: string): string {
+    return pathname.startsWith(ISO_URL_PREFIX) ? '/boot/iso/{token}/{name}' : pathname;
+  }
+
   /** The metrics label of a boot path: its template, never the entry id. */
   static routeLabel(pathname: string): string | null {
     if (pathname === '/boot/ipxe') return pathname;
     if (pathname.startsWith('/boot/ramdisk/')) return '/boot/ramdisk/{file}';
-    if (pathname.startsWith(ISO_URL_PREFIX)) return '/boot/iso/{token}/{name}';
+    if (pathname.startsWith(ISO_URL_PREFIX)) return BootHttp.loggedPath(pathname);
     const m = CALLBACK.exec(pathname);
     return m ? `/boot/v1/entries/{entryId}/${m[2] === 'instructions' || REPORT_PATHS[m[2]!] ? m[2] : 'other'}` : null;
   }
