@@ -149,6 +149,10 @@ export class RestRouter {
     const url = req.url ?? '/';
     const found = this.router.find(req.method as never, url.split('?')[0]!);
     if (found) return this.router.lookup(req, res);
+    // find-my-way matches nothing when a parameter is not percent-encoded UTF-8 (%ED%A0%80, a lone
+    // surrogate; %FF): that is bad input naming the parameter, not a missing route.
+    const malformed = this.malformedParam(req.method ?? 'GET', url.split('?')[0]!);
+    if (malformed) return sendError(res, 400, 'INVALID_INPUT', `${malformed}: is not percent-encoded UTF-8`, requestId, { field: malformed });
     const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
     const allowed = METHODS.filter((method) => this.router.find(method, url.split('?')[0]!) !== null);
     if (allowed.length) {
@@ -156,6 +160,25 @@ export class RestRouter {
       return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use ${allowed.join(' or ')}`, requestId);
     }
     return sendError(res, 404, 'NOT_FOUND', `no route ${req.method} ${url.split('?')[0]}`, requestId);
+  }
+
+  /** `path.<name>` of the route parameter a malformed percent-encoding stands in, when a route matches with it. */
+  private malformedParam(method: string, pathname: string): string | null {
+    const MARK = '__malformed__';
+    let any = false;
+    const probe = pathname.split('/').map((segment) => {
+      try {
+        decodeURIComponent(segment);
+        return segment;
+      } catch {
+        any = true;
+        return MARK;
+      }
+    }).join('/');
+    if (!any) return null;
+    const found = this.router.find(method as never, probe);
+    const name = found && Object.entries(found.params).find(([, v]) => v === MARK)?.[0];
+    return name ? `path.${name}` : null;
   }
 
   private async handle(compiled: CompiledRoute, req: IncomingMessage, res: ServerResponse, params: Record<string, string>) {
