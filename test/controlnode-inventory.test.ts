@@ -293,11 +293,11 @@ describe('the REST routes and GraphQL query (a running service)', () => {
     expect(g.data!.controlNodeInventory.gpus).toHaveLength(gpus.body.gpus.length);
   });
 
-  it('refusals: 401 without a token (NetBox not asked), INVALID_INPUT naming bmc_ip, NOT_FOUND, 502 when NetBox fails, INVALID_CONFIG without NETBOX_URL', async () => {
+  it('refusals: 401 without a token (NetBox not asked), INVALID_INPUT naming path.bmc_ip, NOT_FOUND, 502 when NetBox fails, INVALID_CONFIG without NETBOX_URL', async () => {
     const before = nb.requests.length;
     expect((await rest(t.url, null, 'GET', '/controlnode/bmc/10.20.0.11/disks')).status).toBe(401);
     const bad = await rest(t.url, reader, 'GET', '/controlnode/bmc/not-an-ip/disks');
-    expect([bad.status, bad.body.error.code, bad.body.error.details?.field]).toEqual([400, 'INVALID_INPUT', 'bmc_ip']);
+    expect([bad.status, bad.body.error.code, bad.body.error.details?.field]).toEqual([400, 'INVALID_INPUT', 'path.bmc_ip']);
     expect(nb.requests.length).toBe(before);
     const missing = await rest(t.url, reader, 'GET', '/controlnode/bmc/10.9.9.9/gpus');
     expect([missing.status, missing.body.error.code]).toEqual([404, 'NOT_FOUND']);
@@ -316,6 +316,18 @@ describe('the REST routes and GraphQL query (a running service)', () => {
     expect(unconfigured.body.error.message).toMatch(/NETBOX_URL/);
     // No line the service logged carries NetBox's token.
     expect(lines.join('\n')).not.toContain(nb.v2Token.split('.')[1]!);
+  });
+
+  it('hostile bmc_ip values (NUL, a lone surrogate, invalid UTF-8, oversize, a path) are 4xx naming path.bmc_ip; NetBox is never asked', async () => {
+    const before = nb.requests.length;
+    for (const raw of ['%00', '10.20.0.11%00', '%ED%A0%80', '%FF', '1'.repeat(5000), '..%2F..%2Fetc%2Fpasswd', '10.20.0.11%0Ad-i']) {
+      const r = await rest(t.url, reader, 'GET', `/controlnode/bmc/${raw}/disks`);
+      expect([raw.slice(0, 20), r.status, r.body.error.code]).toEqual([raw.slice(0, 20), 400, 'INVALID_INPUT']);
+      expect(r.body.error.details?.field).toBe('path.bmc_ip');
+    }
+    const q = await gql(t.url, reader, ControlNodeGpusDocument, { bmcIp: '10.20.0.11\u0000' });
+    expect([codeOf(q), q.errors?.[0]?.extensions?.details]).toEqual(['INVALID_INPUT', { field: '$bmcIp' }]);
+    expect(nb.requests.length).toBe(before);
   });
 
   it('a tenant-scoped token is PERMISSION_DENIED before NetBox is asked', async () => {

@@ -55,15 +55,15 @@ const GPUS_VIEW = view({ ...DEVICE, gpus: { type: 'array', items: GPU } }, 'Cont
 type Row = Record<string, unknown>;
 const device = (i: Row) => ({ bmc_ip: i.bmcIp, device_id: i.deviceId, device_name: i.deviceName, serial_number: i.serialNumber, fetched_at: i.fetchedAt });
 
-/** The path's bmc_ip as the operation's variable; the resolver checks it (INVALID_INPUT names bmc_ip). */
-const restField = (field: string) => (field === 'bmcIp' ? 'bmc_ip' : null);
-
 const exampleDevice = { bmc_ip: '10.20.0.11', device_id: 1742, device_name: 'cn-r12-07', serial_number: 'J30X8K2', fetched_at: '2026-12-02T02:40:00.000Z' };
 
-/** What both inventory routes share: GET by the path's bmc_ip, over one operation, the same refusals. */
+/**
+ * What both inventory routes share: GET by the path's bmc_ip (the resolver checks it; the router names
+ * a refusal of it path.bmc_ip, as every route names its path parameters), the same refusals.
+ */
 function inventoryRoute(r: Pick<Route, 'path' | 'operation' | 'summary' | 'description' | 'response' | 'example'> & { respond: (inventory: Row) => unknown }): Route {
   return {
-    method: 'GET', tag: 'controlnode', params: BMC_IP, restField,
+    method: 'GET', tag: 'controlnode', params: BMC_IP,
     variables: ({ params }) => ({ bmcIp: params.bmc_ip }),
     refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_CONFIG', 'UPSTREAM_UNAVAILABLE'],
     ...r,
