@@ -6,7 +6,8 @@ import { gunzipSync } from 'node:zlib';
 import { AppError } from '../src/errors';
 import { sha512Crypt } from '../src/modules/provision/crypt';
 import { checkDisks, gpuKernelArgs, partitionPath, renderPreseed, type PreseedRequest } from '../src/modules/provision/preseed';
-import { buildInstallerIso, cpioNewc, extractFromIso, findBaseImage, readCpioNewc } from '../src/modules/provision/iso';
+import { buildInstallerIso, cpioNewc, findBaseImage } from '../src/modules/provision/iso';
+import { extractFromIso, readCpioNewc } from './helpers/iso';
 
 /**
  * Installer ISOs built for real (issue 11 item 3): the SHA-512 crypt against `openssl passwd -6`,

@@ -72,28 +72,8 @@ export function cpioNewc(files: InitrdFile[], mtime = Math.floor(Date.now() / 10
   return Buffer.concat(parts);
 }
 
-/** Reads a newc cpio back (tests, and a check of what an ISO carries). */
-export function readCpioNewc(buf: Buffer): { name: string; mode: number; data: Buffer }[] {
-  const out: { name: string; mode: number; data: Buffer }[] = [];
-  let off = 0;
-  const pad4 = (n: number) => (4 - (n % 4)) % 4;
-  while (off + 110 <= buf.length) {
-    if (buf.toString('ascii', off, off + 6) !== '070701') throw new Error(`not a newc cpio at ${off}`);
-    const field = (i: number) => parseInt(buf.toString('ascii', off + 6 + i * 8, off + 14 + i * 8), 16);
-    const mode = field(1);
-    const size = field(6);
-    const nameSize = field(11);
-    const name = buf.toString('utf8', off + 110, off + 110 + nameSize - 1);
-    off += 110 + nameSize + pad4(110 + nameSize);
-    const data = buf.subarray(off, off + size);
-    off += size + pad4(size);
-    if (name === 'TRAILER!!!') break;
-    out.push({ name, mode, data });
-  }
-  return out;
-}
-
-function run(cmd: string, args: string[], timeoutMs: number): Promise<{ stdout: string; stderr: string }> {
+/** Runs a command-line tool (xorriso), its last stderr lines in the error. */
+export function run(cmd: string, args: string[], timeoutMs: number): Promise<{ stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 }, (error, stdout, stderr) => {
       if (error) {
@@ -149,10 +129,4 @@ export async function buildInstallerIso(opts: { base: BaseImage; preseed: Presee
   } finally {
     await fs.rm(stage, { recursive: true, force: true });
   }
-}
-
-/** A file of an ISO, read back with xorriso (tests; the ISO check a job can make before it boots it). */
-export async function extractFromIso(iso: string, inside: string, to: string): Promise<Buffer> {
-  await run('xorriso', ['-osirrox', 'on', '-indev', iso, '-extract', inside, to], 60_000);
-  return fs.readFile(to);
 }

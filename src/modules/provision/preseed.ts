@@ -76,7 +76,8 @@ const PCI_ID = /^[0-9a-f]{4}:[0-9a-f]{4}$/i;
 const TOKEN = /^[A-Za-z0-9_-]{16,128}$/;
 const JOB_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
-const field = (r: PreseedRequest, name: keyof NonNullable<PreseedRequest['fields']>) => r.fields?.[name] ?? name;
+/** The request's name of a field (snake_case on REST), for errors. */
+const field = (r: Pick<PreseedRequest, 'fields'>, name: keyof NonNullable<PreseedRequest['fields']>) => r.fields?.[name] ?? name;
 
 /** A chosen disk as a device path: nvme0n1 -> /dev/nvme0n1; by-id paths stay. */
 export const devicePath = (disk: string) => (disk.startsWith('/dev/') ? disk : `/dev/${disk}`);
@@ -90,21 +91,20 @@ export function partitionPath(disk: string, n: number): string {
 
 /** Checks the disks against the pool type (the counts are ZFS's), naming the field. */
 export function checkDisks(r: Pick<PreseedRequest, 'disks' | 'poolType' | 'fields'>): { disks: string[]; poolType: PoolType } {
-  const f = (n: 'disks' | 'poolType') => r.fields?.[n] ?? n;
-  if (!(POOL_TYPES as readonly string[]).includes(r.poolType)) throw invalidInput(f('poolType'), `must be one of ${POOL_TYPES.join(', ')}`);
+  if (!(POOL_TYPES as readonly string[]).includes(r.poolType)) throw invalidInput(field(r, 'poolType'), `must be one of ${POOL_TYPES.join(', ')}`);
   const poolType = r.poolType as PoolType;
-  if (!Array.isArray(r.disks) || r.disks.length === 0) throw invalidInput(f('disks'), 'must name at least one disk');
-  if (r.disks.length > 64) throw invalidInput(f('disks'), 'may name at most 64 disks');
+  if (!Array.isArray(r.disks) || r.disks.length === 0) throw invalidInput(field(r, 'disks'), 'must name at least one disk');
+  if (r.disks.length > 64) throw invalidInput(field(r, 'disks'), 'may name at most 64 disks');
   const seen = new Set<string>();
   for (const [i, d] of r.disks.entries()) {
-    if (typeof d !== 'string' || !DISK.test(d)) throw invalidInput(`${f('disks')}[${i}]`, 'must be a disk name (nvme0n1, sda) or a /dev/disk/by-id path');
+    if (typeof d !== 'string' || !DISK.test(d)) throw invalidInput(`${field(r, 'disks')}[${i}]`, 'must be a disk name (nvme0n1, sda) or a /dev/disk/by-id path');
     const dev = devicePath(d);
-    if (seen.has(dev)) throw invalidInput(`${f('disks')}[${i}]`, `${d} is listed twice`);
+    if (seen.has(dev)) throw invalidInput(`${field(r, 'disks')}[${i}]`, `${d} is listed twice`);
     seen.add(dev);
   }
   const min = MIN_DISKS[poolType];
-  if (r.disks.length < min) throw invalidInput(f('poolType'), `${poolType} needs at least ${min} disks; ${r.disks.length} chosen`);
-  if (poolType === 'single' && r.disks.length !== 1) throw invalidInput(f('poolType'), `single takes exactly one disk; ${r.disks.length} chosen (stripe spans several)`);
+  if (r.disks.length < min) throw invalidInput(field(r, 'poolType'), `${poolType} needs at least ${min} disks; ${r.disks.length} chosen`);
+  if (poolType === 'single' && r.disks.length !== 1) throw invalidInput(field(r, 'poolType'), `single takes exactly one disk; ${r.disks.length} chosen (stripe spans several)`);
   return { disks: r.disks, poolType };
 }
 
