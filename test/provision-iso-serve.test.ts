@@ -5,7 +5,8 @@ import path from 'node:path';
 import { capturingLogger, startTestApp, type TestApp } from './helpers/app';
 import { AppError } from '../src/errors';
 import { parseRange } from '../src/http/file';
-import { confinedPath, hashIsoToken, publishIso, revokeIsos } from '../src/modules/provision/iso-store';
+import { confinedPath, publishIso, revokeIsos } from '../src/modules/provision/iso-store';
+import { hashToken } from '../src/auth/tokens';
 
 /**
  * Installer ISOs served to BMCs (issue 11 item 3): an unguessable per-job URL that stops working
@@ -86,7 +87,7 @@ describe('the ISO URL (a running service)', () => {
     expect(token).toMatch(/^[A-Za-z0-9_-]{43}$/);
     const stored = await t.app.database.sql.query('SELECT * FROM installer_iso WHERE id = $1', [iso.id]);
     expect(JSON.stringify(stored.rows[0])).not.toContain(token);
-    expect(stored.rows[0]!.token_hash).toBe(hashIsoToken(token));
+    expect(stored.rows[0]!.token_hash).toBe(hashToken(token));
     expect((await fetch(`${t.url}${iso.urlPath}`)).status).toBe(200);
     expect(await revokeIsos(t.app.database.sql, { id: iso.id })).toBe(1);
     const revoked = await fetch(`${t.url}${iso.urlPath}`);

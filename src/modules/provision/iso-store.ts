@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { Runner } from '../metal/node-store';
 import { invalidInput } from '../../errors';
 import { newId } from '../../ids';
+import { hashToken } from '../../auth/tokens';
 
 /**
  * The installer ISOs a control-node job publishes (issue 11 item 3): a file under ISO_DIR, served
@@ -17,8 +18,6 @@ export const ISO_URL_PREFIX = '/boot/iso/';
 const TOKEN = /^[A-Za-z0-9_-]{43}$/;
 /** What the file is called in the URL: iDRAC and XCC refuse an image whose name does not end in .iso. */
 const ISO_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.iso$/;
-
-export const hashIsoToken = (token: string) => createHash('sha256').update(token, 'utf8').digest('hex');
 
 /**
  * A path the client named (cache_dir, output_iso, pxe_path) inside the service's ISO directory, or
@@ -71,7 +70,7 @@ export async function publishIso(db: Runner, isoDir: string, opts: { file: strin
   const { rows } = await db.query(
     `INSERT INTO installer_iso (id, node_id, run_id, token_hash, file_name, bytes, sha256, expires_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8::int * interval '1 millisecond') RETURNING expires_at`,
-    [id, opts.nodeId ?? null, opts.runId ?? null, hashIsoToken(token), path.basename(file), stat.size, hash.digest('hex'), Math.round(opts.ttlMs)],
+    [id, opts.nodeId ?? null, opts.runId ?? null, hashToken(token), path.basename(file), stat.size, hash.digest('hex'), Math.round(opts.ttlMs)],
   );
   return { id, urlPath: `${ISO_URL_PREFIX}${token}/${opts.name}`, expiresAt: rows[0]!.expires_at as Date };
 }
@@ -92,7 +91,7 @@ export async function liveIso(db: Runner, isoDir: string, pathname: string): Pro
   if (rest.length !== 2 || !TOKEN.test(rest[0]!) || !ISO_NAME.test(rest[1]!)) return null;
   const { rows } = await db.query(
     'SELECT id, file_name FROM installer_iso WHERE token_hash = $1 AND revoked_at IS NULL AND expires_at > now()',
-    [hashIsoToken(rest[0]!)],
+    [hashToken(rest[0]!)],
   );
   const row = rows[0];
   if (!row) return null;
