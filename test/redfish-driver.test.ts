@@ -12,6 +12,7 @@ import { DriverRegistry } from '../clients/bmc/registry';
 import { RedfishTransport, bmcOrigin, redfishDrivers } from '../clients/bmc/redfish';
 import { startRedfishSim, type MachineOptions, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import type { FlavourName } from './sim/redfish/flavours';
+import type { BootEvent } from './sim/redfish/server';
 import { failure } from './helpers/bmc';
 
 const TUNING = { pollMs: 10, verifyDeadlineMs: 800, taskPollMaxMs: 30 };
@@ -61,10 +62,15 @@ const machines: MachineOptions[] = [
   { id: 'redirect' },
   { id: 'other' },
   { id: 'pool' },
+  // Booting the virtual CD: rackmount1 has two CD slots (a CIMC blade refuses the first); every
+  // one of these BMCs refuses a PATCH without If-Match.
+  ...FLAVOURS.map((f): MachineOptions => ({ id: `vb-${f}`, flavour: f, requireEtag: true })),
+  { id: 'vb-idrac-generic', flavour: 'idrac' },
 ];
+const boots: (BootEvent & { id: string })[] = [];
 
 beforeAll(async () => {
-  sim = await startRedfishSim({ machines });
+  sim = await startRedfishSim({ machines, onBoot: (machine, boot) => { boots.push({ id: machine.id, ...boot }); } });
   for (const m of sim.machines) M[m.id] = m;
   transport = new RedfishTransport(TRANSPORT);
   drivers = new Map(redfishDrivers({ transport, ...TUNING }).map((d) => [d.name, d]));
@@ -139,7 +145,9 @@ describe.each(FLAVOURS)('flavour %s', (flavour) => {
 
   it('insert and eject virtual media, with the flavour quirks', async () => {
     const m = M[id]!;
-    const cd = () => m.state().virtualMedia.find((v) => v.id === 'CD1')!;
+    // XCC's CD slots are its EXT ones, mounted by PATCH (no InsertMedia action).
+    const slotId = flavour === 'xcc' ? 'EXT1' : 'CD1';
+    const cd = () => m.state().virtualMedia.find((v) => v.id === slotId)!;
     const ins = () => kinds(id, 'insertMedia');
     const ej = () => kinds(id, 'ejectMedia');
     // Nothing inserted: an eject is not sent (iLO would answer 400).
@@ -157,7 +165,8 @@ describe.each(FLAVOURS)('flavour %s', (flavour) => {
     expect(ins()).toHaveLength(1);
     // Another image: ejected first (iDRAC "already connected", Supermicro "Image set").
     const other = await d().insertMedia(ep(m), 'http://images.example/b.iso');
-    expect(other.notes.join(' ')).toMatch(/^ejected CD1 first/);
+    expect(other.notes.join(' ')).toMatch(new RegExp(`^ejected ${slotId} first`));
+    if (flavour === 'xcc') expect(other.notes.join(' ')).toContain('xcc: EXT1 has no InsertMedia action; mounted by a PATCH of the slot');
     expect(cd().image).toBe('http://images.example/b.iso');
     expect(ins().map((c) => c.status)).toEqual([204, 204]);
     expect(ej().map((c) => c.status)).toEqual([204]);
@@ -551,4 +560,55 @@ describe('TLS', () => {
     }
     expect(tlsSim.requests('tls')).toHaveLength(n);
   });
+});
+
+describe.each(FLAVOURS)('booting the virtual CD on %s: insert, boot once from it, power on, eject', (flavour) => {
+  const id = `vb-${flavour}`;
+  const image = 'http://images.example/install.iso';
+
+  it('the machine boots the inserted image, set the vendor\'s way, each PATCH with If-Match once the BMC asks for it', async () => {
+    const m = M[id]!;
+    const d = drv(DRIVER_OF[flavour]);
+    const slotId = flavour === 'xcc' ? 'EXT1' : flavour === 'cimc' ? 'CD2' : 'CD1';
+    const inserted = await d.insertMedia(ep(m), image);
+    if (flavour === 'cimc') expect(inserted.notes).toContain('InsertMedia answered 405 on CD1; mounted on CD2 instead');
+    if (flavour === 'xcc') expect(inserted.notes.join(' ')).toMatch(/answered 428 to the image of EXT1; sent it again with If-Match/);
+    expect(m.state().virtualMedia.find((v) => v.id === slotId)).toMatchObject({ image, inserted: true });
+    const boot = await d.setBootDevice(ep(m), 'cd', { persistent: false });
+    const notes = boot.notes.join(' ');
+    if (flavour === 'idrac') {
+      expect(notes).toContain("idrac: set Dell's first boot device VCD-DVD once (a Cd override would boot the physical drive)");
+      expect(m.state().dell).toEqual({ firstBootDevice: 'VCD-DVD', bootOnce: 'Enabled' });
+      expect(m.state().boot.target).toBe('None');
+    } else if (flavour === 'ilo' || flavour === 'ilo4') {
+      expect(notes).toContain(`ilo: set CD1 to boot on the next server reset (Oem.${flavour === 'ilo' ? 'Hpe' : 'Hp'}.BootOnNextServerReset)`);
+      expect(m.state().virtualMedia.find((v) => v.id === 'CD1')!.bootOnNextServerReset).toBe(true);
+      expect(m.state().boot.target).toBe('None');
+    } else {
+      expect(m.state().boot).toMatchObject({ target: 'Cd', enabled: 'Once' });
+    }
+    // Set again: nothing more is sent.
+    const patches = sim.counts(id).calls.filter((c) => c.kind === 'bootOverride').length;
+    await d.setBootDevice(ep(m), 'cd', { persistent: false });
+    expect(sim.counts(id).calls.filter((c) => c.kind === 'bootOverride')).toHaveLength(patches);
+    await d.power(ep(m), 'on');
+    expect(boots.filter((b) => b.id === id).at(-1)).toMatchObject({ target: 'Cd', image });
+    await d.ejectMedia(ep(m));
+    expect(m.state().virtualMedia.every((v) => !v.inserted && v.image === null)).toBe(true);
+    // Every change was accepted once it carried If-Match (428 first, where the BMC asked for it).
+    const statuses = sim.counts(id).calls.filter((c) => c.kind !== 'reset').map((c) => c.status);
+    expect(statuses.every((st) => st === 204 || st === 428 || (flavour === 'cimc' && st === 405))).toBe(true);
+    await d.power(ep(m), 'off');
+  });
+
+  if (flavour === 'idrac') {
+    it('the generic driver\'s Cd override on an iDRAC boots the physical drive, not the image: why the flavour uses VCD-DVD', async () => {
+      const m = M['vb-idrac-generic']!;
+      const d = drv('redfish');
+      await d.insertMedia(ep(m), image);
+      await d.setBootDevice(ep(m), 'cd', { persistent: false });
+      await d.power(ep(m), 'on');
+      expect(boots.filter((b) => b.id === m.id).at(-1)).toMatchObject({ target: 'Cd', image: null });
+    });
+  }
 });

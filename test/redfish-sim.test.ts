@@ -4,7 +4,7 @@
  * pinned here.
  */
 import { canConnect } from './helpers/client';
-import { startRedfishSim, type RedfishSim, type SimMachine } from './sim/redfish/server';
+import { startRedfishSim, type BootEvent, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import { until } from './helpers/streams';
 
 type Json = Record<string, any>;
@@ -53,6 +53,8 @@ async function mediaTargets(m: SimMachine): Promise<{ vm: string; insert: string
 
 let sim: RedfishSim;
 const M: Record<string, SimMachine> = {};
+const boots: (BootEvent & { id: string })[] = [];
+const bootsOf = (id: string) => boots.filter((b) => b.id === id);
 
 beforeAll(async () => {
   sim = await startRedfishSim({
@@ -70,7 +72,11 @@ beforeAll(async () => {
       { id: 'xcc', flavour: 'xcc' },
       { id: 'cimc', flavour: 'cimc' },
       { id: 'counted' },
+      { id: 'idrac-boot', flavour: 'idrac' },
+      { id: 'ilo-boot', flavour: 'ilo' },
+      { id: 'ilo4-boot', flavour: 'ilo4' },
     ],
+    onBoot: (machine, boot) => { boots.push({ id: machine.id, ...boot }); },
   });
   for (const m of sim.machines) M[m.id] = m;
 });
@@ -340,16 +346,89 @@ describe('vendor flavours', () => {
     expect(m.state().boot.enabled).toBe('Continuous');
   });
 
-  it('cimc (plain): eject of nothing succeeds, insert over an inserted image replaces it', async () => {
+  it('cimc: with two CD slots, InsertMedia on the first answers 405; the second takes an image, and an insert over it replaces it', async () => {
     const m = M.cimc!;
-    const t = await mediaTargets(m);
-    expect((await rf(m, t.eject, { method: 'POST', body: {} })).status).toBe(204);
-    expect((await rf(m, t.insert, { method: 'POST', body: { Image: 'http://x/a.iso', Inserted: true } })).status).toBe(204);
-    expect((await rf(m, t.insert, { method: 'POST', body: { Image: 'http://x/b.iso' } })).status).toBe(204);
-    expect((await rf(m, t.vm)).body!.Image).toBe('http://x/b.iso');
+    const first = await mediaTargets(m);
+    expect((await rf(m, first.insert, { method: 'POST', body: { Image: 'http://x/a.iso', Inserted: true } })).status).toBe(405);
+    expect((await rf(m, first.vm)).body!.Image).toBeNull();
+    const cd2 = first.vm.replace(/CD1$/, 'CD2');
+    const t = (await rf(m, cd2)).body!.Actions;
+    expect((await rf(m, t['#VirtualMedia.EjectMedia'].target, { method: 'POST', body: {} })).status).toBe(204);
+    expect((await rf(m, t['#VirtualMedia.InsertMedia'].target, { method: 'POST', body: { Image: 'http://x/a.iso', Inserted: true } })).status).toBe(204);
+    expect((await rf(m, t['#VirtualMedia.InsertMedia'].target, { method: 'POST', body: { Image: 'http://x/b.iso' } })).status).toBe(204);
+    expect((await rf(m, cd2)).body!.Image).toBe('http://x/b.iso');
     // Machines of one mockup share its read-only resources but never each other's state.
-    expect((await rf(M.plain!, t.vm)).body!.Image).toBeNull();
+    expect((await rf(M.plain!, cd2)).body!.Image).toBeNull();
     expect(M.plain!.state().virtualMedia.every((v) => !v.inserted)).toBe(true);
+  });
+
+  it('idrac: a Cd override boots the physical drive; the DellAttributes first boot device VCD-DVD boots the virtual CD, once', async () => {
+    const m = M['idrac-boot']!;
+    const sysPath = await systemOf(m);
+    const reset = await resetTarget(m);
+    const mgr = await rf(m, (await rf(m, sysPath)).body!.Links.ManagedBy[0]['@odata.id']);
+    const attrs = mgr.body!.Links.Oem.Dell.DellAttributes[0]['@odata.id'] as string;
+    expect((await rf(m, attrs)).body!.Attributes).toMatchObject({ 'ServerBoot.1.FirstBootDevice': 'Normal', 'VirtualMedia.1.BootOnce': 'Disabled' });
+    const t = await mediaTargets(m);
+    expect((await rf(m, t.insert, { method: 'POST', body: { Image: 'http://x/install.iso' } })).status).toBe(204);
+    expect((await rf(m, sysPath, { method: 'PATCH', body: { Boot: { BootSourceOverrideTarget: 'Cd', BootSourceOverrideEnabled: 'Once' } } })).status).toBe(204);
+    expect((await rf(m, reset, { method: 'POST', body: { ResetType: 'On' } })).status).toBe(204);
+    expect(bootsOf(m.id).at(-1)).toMatchObject({ target: 'Cd', image: null });
+    expect((await rf(m, reset, { method: 'POST', body: { ResetType: 'ForceOff' } })).status).toBe(204);
+    // Unknown attributes and values are refused, naming them; nothing changes.
+    const bad = await rf(m, attrs, { method: 'PATCH', body: { Attributes: { 'ServerBoot.1.FirstBootDevice': 'Cd' } } });
+    expect(bad.status).toBe(400);
+    expect(bad.body!.error['@Message.ExtendedInfo'][0].Message).toContain('ServerBoot.1.FirstBootDevice');
+    expect((await rf(m, attrs, { method: 'PATCH', body: { Attributes: { 'Nope.1.X': 'Y' } } })).status).toBe(400);
+    expect((await rf(m, attrs, { method: 'PATCH', body: { Attributes: { 'ServerBoot.1.FirstBootDevice': 'VCD-DVD', 'VirtualMedia.1.BootOnce': 'Enabled' } } })).status).toBe(204);
+    expect(m.state().dell).toEqual({ firstBootDevice: 'VCD-DVD', bootOnce: 'Enabled' });
+    expect((await rf(m, reset, { method: 'POST', body: { ResetType: 'On' } })).status).toBe(204);
+    expect(bootsOf(m.id).at(-1)).toMatchObject({ target: 'Cd', image: 'http://x/install.iso' });
+    // Once: the next boot is the machine's own again.
+    expect(m.state().dell).toEqual({ firstBootDevice: 'Normal', bootOnce: 'Disabled' });
+    expect((await rf(m, reset, { method: 'POST', body: { ResetType: 'ForceRestart' } })).status).toBe(204);
+    expect(bootsOf(m.id).at(-1)).toMatchObject({ target: 'Hdd', image: null });
+  });
+
+  it('ilo: BootOnNextServerReset on an inserted slot boots it at the next reset, then clears; refused with no media; iLO 4 under Oem.Hp', async () => {
+    for (const [id, vendor] of [['ilo-boot', 'Hpe'], ['ilo4-boot', 'Hp']] as const) {
+      const m = M[id]!;
+      const reset = await resetTarget(m);
+      const t = await mediaTargets(m);
+      expect((await rf(m, t.vm)).body!.Oem).toEqual({ [vendor]: { BootOnNextServerReset: false } });
+      const empty = await rf(m, t.vm, { method: 'PATCH', body: { Oem: { [vendor]: { BootOnNextServerReset: true } } } });
+      expect(empty.status).toBe(400);
+      expect(empty.body!.error['@Message.ExtendedInfo'][0].Message).toMatch(/no media is inserted/);
+      expect((await rf(m, t.insert, { method: 'POST', body: { Image: 'http://x/install.iso' } })).status).toBe(204);
+      expect((await rf(m, t.vm, { method: 'PATCH', body: { Oem: { Other: { BootOnNextServerReset: true } } } })).status).toBe(400);
+      expect((await rf(m, t.vm, { method: 'PATCH', body: { Oem: { [vendor]: { BootOnNextServerReset: true } } } })).status).toBe(204);
+      expect(m.state().virtualMedia.find((v) => v.id === 'CD1')!.bootOnNextServerReset).toBe(true);
+      expect((await rf(m, reset, { method: 'POST', body: { ResetType: 'On' } })).status).toBe(204);
+      expect(bootsOf(m.id).at(-1)).toMatchObject({ target: 'Cd', image: 'http://x/install.iso' });
+      expect(m.state().virtualMedia.find((v) => v.id === 'CD1')!.bootOnNextServerReset).toBe(false);
+      expect((await rf(m, reset, { method: 'POST', body: { ResetType: 'ForceRestart' } })).status).toBe(204);
+      expect(bootsOf(m.id).at(-1)).toMatchObject({ target: 'Hdd', image: null });
+    }
+  });
+
+  it('xcc: the CD slots are EXT1 and EXT2 with no actions; a PATCH of the slot mounts an image and one with Image null clears it', async () => {
+    const m = M.xcc!;
+    const sys = await rf(m, await systemOf(m));
+    const list = await rf(m, sys.body!.VirtualMedia['@odata.id']);
+    const ids = list.body!.Members.map((x: Json) => (x['@odata.id'] as string).split('/').pop());
+    expect(ids).toEqual(['Floppy1', 'EXT1', 'EXT2']);
+    const ext1 = list.body!.Members[1]['@odata.id'] as string;
+    const slot = (await rf(m, ext1)).body!;
+    expect(slot.Id).toBe('EXT1');
+    expect(slot.Actions).toBeUndefined();
+    expect((await rf(m, `${ext1}/Actions/VirtualMedia.InsertMedia`, { method: 'POST', body: { Image: 'http://x/a.iso' } })).status).toBe(404);
+    expect((await rf(m, ext1, { method: 'PATCH', body: { Image: 'http://x/a.iso', Inserted: true, WriteProtected: true, Bogus: 1 } })).status).toBe(400);
+    expect((await rf(m, ext1, { method: 'PATCH', body: { Image: 'http://x/a.iso', Inserted: true, WriteProtected: true } })).status).toBe(204);
+    expect((await rf(m, ext1)).body!).toMatchObject({ Image: 'http://x/a.iso', Inserted: true, ConnectedVia: 'URI' });
+    expect((await rf(m, ext1, { method: 'PATCH', body: { Image: null, Inserted: false } })).status).toBe(204);
+    expect((await rf(m, ext1)).body!).toMatchObject({ Image: null, Inserted: false });
+    expect(sim.counts(m.id).calls.filter((c) => c.kind === 'insertMedia' || c.kind === 'ejectMedia').map((c) => [c.kind, c.status]))
+      .toEqual([['insertMedia', 400], ['insertMedia', 204], ['ejectMedia', 204]]);
   });
 });
 

@@ -38,6 +38,18 @@ export interface RedfishFlavour {
   continuousAllowed(device: BootDevice): boolean;
   /** An EjectMedia error answer that only means "nothing was inserted" (the slot is re-read to be sure). */
   ejectOfEmptyError(res: Response): boolean;
+  /**
+   * How a boot from the virtual CD is set: DMTF's Boot override to Cd (`override`); Dell's own
+   * first-boot device VCD-DVD in the manager's DellAttributes (`dell-vcd`: iDRAC's Cd override
+   * boots the physical drive); HPE's BootOnNextServerReset on the inserted slot (`hpe-next-reset`).
+   */
+  virtualCdBoot: 'override' | 'dell-vcd' | 'hpe-next-reset';
+  /**
+   * A slot with no InsertMedia/EjectMedia actions is mounted and unmounted by a PATCH of the slot
+   * itself (Lenovo XCC's EXT slots); slots whose Id starts with this prefix are preferred. Null:
+   * such a slot is unsupported.
+   */
+  patchMountSlots: string | null;
 }
 
 /** Which slot state makes DMTF's InsertMedia unsafe: an image inserted or a connection up. */
@@ -54,6 +66,8 @@ export const redfishGeneric: RedfishFlavour = {
   occupied: genericOccupied,
   continuousAllowed: () => true,
   ejectOfEmptyError: () => false,
+  virtualCdBoot: 'override',
+  patchMountSlots: null,
 };
 
 export interface DriverTuning {
@@ -383,7 +397,16 @@ export class RedfishDriver implements BmcDriver {
     const x = this.ctx(bmc, opts);
     const target = Object.hasOwn(BOOT_TARGET, device) ? BOOT_TARGET[device] : undefined;
     if (!target) throw new BmcError('BMC_UNSUPPORTED', `boot device "${String(device)}" is not one of ${Object.keys(BOOT_TARGET).join(', ')}`);
-    let sys = await this.system(x);
+    const sys = await this.system(x);
+    // The virtual CD the vendor's own way (a persistent boot from it on iLO is DMTF's override).
+    if (device === 'cd' && this.flavour.virtualCdBoot === 'dell-vcd') {
+      await this.dellVirtualCdBoot(x, sys, mode.persistent);
+      return this.result(x, undefined);
+    }
+    if (device === 'cd' && this.flavour.virtualCdBoot === 'hpe-next-reset' && !mode.persistent) {
+      await this.hpeVirtualCdBoot(x, sys);
+      return this.result(x, undefined);
+    }
     const boot = (sys.doc.Boot ?? null) as Doc | null;
     if (!boot) throw x.c.error('BMC_UNSUPPORTED', `the system at ${x.c.origin} has no Boot settings`);
     const allowed = boot['BootSourceOverrideTarget@Redfish.AllowableValues'];
@@ -405,29 +428,87 @@ export class RedfishDriver implements BmcDriver {
       x.notes.push(`the boot override was already ${target} ${enabled}: nothing sent`);
       return this.result(x, undefined);
     }
-    const send = (etag: string | null) => x.c.request('PATCH', sys.path, {
-      repeatable: true, what: 'the boot override', body: { Boot: patch },
-      headers: { ...(etag ? { 'If-Match': etag } : {}), ...this.keyed(x, 'boot') },
-    });
-    const etagOf = (d: Doc) => (typeof d['@odata.etag'] === 'string' ? d['@odata.etag'] : null);
-    let res = await send(x.c.etagRequired ? etagOf(sys.doc) : null);
-    if (res.status === 428 || res.status === 412) {
-      // The BMC wants the resource's current ETag (428) or ours was stale (412): fetch it and try once more.
-      if (res.status === 428) x.c.markEtagRequired();
-      sys = await this.system(x);
-      const etag = etagOf(sys.doc);
-      if (!etag) throw x.c.statusError(res, 'PATCH the boot override (the BMC wants If-Match but shows no @odata.etag)', false);
-      x.notes.push(`the BMC answered ${res.status} to the boot override; sent it again with If-Match ${etag}`);
-      res = await send(etag);
-    }
-    if (res.status === 412 || res.status === 428) throw x.c.error('BMC_BUSY', `the boot override was refused twice for a changed ETag (HTTP ${res.status}): something else is changing the system`, true);
-    if (res.status >= 300) throw x.c.statusError(res, 'PATCH the boot override', true);
-    if (res.status === 202) await this.awaitTask(x, res, 'the boot override');
+    await this.patch(x, sys.path, { Boot: patch }, 'the boot override', sys.doc, 'boot');
     await this.until(x, async () => {
       const b = ((await x.c.get(sys.path, 'the system')).Boot ?? {}) as Doc;
       return Object.entries(patch).every(([k, v]) => b[k] === v) ? true : `the boot override reads ${String(b.BootSourceOverrideTarget)} ${String(b.BootSourceOverrideEnabled)}`;
     }, `the BMC accepted the boot override ${target} ${enabled}`);
     return this.result(x, undefined);
+  }
+
+  /** A resource as GET gives it, its ETag header folded into @odata.etag when the body has none. */
+  private async read(x: Ctx, path: string, what: string): Promise<Doc> {
+    const res = await x.c.request('GET', path, { repeatable: true, what });
+    if (res.status !== 200 || !res.body) throw x.c.statusError(res, `GET ${what}`, true);
+    if (res.headers.etag && !res.body['@odata.etag']) res.body['@odata.etag'] = res.headers.etag;
+    return res.body;
+  }
+
+  /**
+   * PATCHes a resource: with If-Match once the BMC is known to want it (several refuse a PATCH
+   * without one); a 428 (If-Match required) or 412 (our ETag was stale) reads the resource's
+   * current @odata.etag and sends once more. A 202 is followed to its task's end.
+   */
+  private async patch(x: Ctx, path: string, body: Doc, what: string, current: Doc | null, keyPart: string): Promise<void> {
+    const etagOf = (d: Doc | null) => (d && typeof d['@odata.etag'] === 'string' ? d['@odata.etag'] : null);
+    const send = (etag: string | null) => x.c.request('PATCH', path, {
+      repeatable: true, what, body, headers: { ...(etag ? { 'If-Match': etag } : {}), ...this.keyed(x, keyPart) },
+    });
+    let res = await send(x.c.etagRequired ? etagOf(current) : null);
+    if (res.status === 428 || res.status === 412) {
+      if (res.status === 428) x.c.markEtagRequired();
+      const etag = etagOf(await this.read(x, path, what));
+      if (!etag) throw x.c.statusError(res, `PATCH ${what} (the BMC wants If-Match but shows no @odata.etag)`, false);
+      x.notes.push(`the BMC answered ${res.status} to ${what}; sent it again with If-Match ${etag}`);
+      res = await send(etag);
+    }
+    if (res.status === 412 || res.status === 428) throw x.c.error('BMC_BUSY', `${what} was refused twice for a changed ETag (HTTP ${res.status}): something else is changing it`, true);
+    if (res.status >= 300) throw x.c.statusError(res, `PATCH ${what}`, true);
+    if (res.status === 202) await this.awaitTask(x, res, what);
+  }
+
+  /**
+   * iDRAC: a Cd boot override boots the machine's physical drive, so a boot from the virtual CD is
+   * Dell's first-boot device VCD-DVD, set in the manager's DellAttributes (Links.Oem.Dell), once
+   * (VirtualMedia.1.BootOnce) or for every boot.
+   */
+  private async dellVirtualCdBoot(x: Ctx, sys: System, persistent: boolean): Promise<void> {
+    let attrsPath: string | null = null;
+    for (const m of await this.managers(x, sys)) {
+      const oem = ((((await x.c.get(m, 'the manager')).Links ?? {}) as Doc).Oem ?? {}) as Doc;
+      const dell = (oem.Dell ?? {}) as Doc;
+      const listed = Array.isArray(dell.DellAttributes) ? (dell.DellAttributes as unknown[]).map(link) : [link(dell.DellAttributes)];
+      attrsPath = listed.find((p): p is string => p !== null) ?? null;
+      if (attrsPath) break;
+    }
+    if (!attrsPath) throw x.c.error('BMC_UNSUPPORTED', `the iDRAC at ${x.c.origin} links no DellAttributes from its manager: the virtual CD (VCD-DVD) cannot be set as the boot device`);
+    const want = { 'ServerBoot.1.FirstBootDevice': 'VCD-DVD', 'VirtualMedia.1.BootOnce': persistent ? 'Disabled' : 'Enabled' };
+    const current = await this.read(x, attrsPath, 'the iDRAC attributes');
+    const has = (d: Doc) => Object.entries(want).every(([k, v]) => ((d.Attributes ?? {}) as Doc)[k] === v);
+    if (has(current)) {
+      x.notes.push(`the iDRAC's first boot device was already VCD-DVD${persistent ? '' : ' once'}: nothing sent`);
+      return;
+    }
+    await this.patch(x, attrsPath, { Attributes: want }, 'the iDRAC first boot device (VCD-DVD)', current, 'boot');
+    await this.until(x, async () => (has(await this.read(x, attrsPath!, 'the iDRAC attributes')) ? true : 'the attributes do not show FirstBootDevice VCD-DVD'), 'the iDRAC accepted FirstBootDevice VCD-DVD');
+    x.notes.push(`idrac: set Dell's first boot device VCD-DVD${persistent ? '' : ' once'} (a Cd override would boot the physical drive)`);
+  }
+
+  /** HPE iLO: a boot from the virtual CD is BootOnNextServerReset on the slot that holds the image (Oem.Hpe, Oem.Hp on iLO 4). */
+  private async hpeVirtualCdBoot(x: Ctx, sys: System): Promise<void> {
+    const slot = (await this.cdSlots(x, sys)).find((s) => s.doc.Inserted === true && s.doc.Image);
+    if (!slot) throw x.c.error('BMC_ERROR', 'no virtual media is inserted: insert the image before setting the boot from it');
+    const oem = (slot.doc.Oem ?? {}) as Doc;
+    const vendor = 'Hpe' in oem || !('Hp' in oem) ? 'Hpe' : 'Hp';
+    const name = lastSegment(slot.path);
+    const flag = (d: Doc) => (((d.Oem ?? {}) as Doc)[vendor] as Doc | undefined)?.BootOnNextServerReset === true;
+    if (flag(slot.doc)) {
+      x.notes.push(`${name} was already set to boot on the next server reset: nothing sent`);
+      return;
+    }
+    await this.patch(x, slot.path, { Oem: { [vendor]: { BootOnNextServerReset: true } } }, `BootOnNextServerReset on ${name}`, slot.doc, `boot:${name}`);
+    await this.until(x, async () => (flag(await this.read(x, slot.path, `virtual media ${name}`)) ? true : `${name} does not show BootOnNextServerReset`), `the BMC accepted BootOnNextServerReset on ${name}`);
+    x.notes.push(`ilo: set ${name} to boot on the next server reset (Oem.${vendor}.BootOnNextServerReset)`);
   }
 
   /** Polls check() until it is true; its last string says what was seen when the deadline passes. */
@@ -443,18 +524,21 @@ export class RedfishDriver implements BmcDriver {
 
   // ---- virtual media ----
 
+  /** The managers of the system (Links.ManagedBy), else every manager the service root lists. */
+  private async managers(x: Ctx, sys: System): Promise<string[]> {
+    const managers = (((sys.doc.Links ?? {}) as Doc).ManagedBy as unknown[] | undefined ?? []).map(link).filter((m): m is string => m !== null);
+    if (managers.length) return managers;
+    const all = link((await x.c.root()).root.Managers);
+    return all ? memberLinks(await x.c.get(all, 'the Managers collection')) : [];
+  }
+
   /** The CD/DVD slots: the system's own VirtualMedia when it links one (iDRAC 6.00.02+, rackmount), else its managers'. */
   private async cdSlots(x: Ctx, sys: System): Promise<{ path: string; doc: Doc }[]> {
     const collections: string[] = [];
     const own = link(sys.doc.VirtualMedia);
     if (own) collections.push(own);
     else {
-      let managers = (((sys.doc.Links ?? {}) as Doc).ManagedBy as unknown[] | undefined ?? []).map(link).filter((m): m is string => m !== null);
-      if (!managers.length) {
-        const all = link((await x.c.root()).root.Managers);
-        if (all) managers = memberLinks(await x.c.get(all, 'the Managers collection'));
-      }
-      for (const m of managers) {
+      for (const m of await this.managers(x, sys)) {
         const vm = link((await x.c.get(m, 'the manager')).VirtualMedia);
         if (vm) collections.push(vm);
       }
@@ -484,42 +568,74 @@ export class RedfishDriver implements BmcDriver {
     try { url = new URL(imageUrl); } catch { throw new BmcError('BMC_ERROR', 'imageUrl is not an absolute URL'); }
     if (!['http:', 'https:', 'nfs:', 'cifs:', 'smb:'].includes(url.protocol)) throw new BmcError('BMC_UNSUPPORTED', `imageUrl scheme ${url.protocol} is not one a BMC mounts (http, https, nfs, cifs)`);
     const sys = await this.system(x);
-    const slots = await this.cdSlots(x, sys);
+    let slots = await this.cdSlots(x, sys);
     if (slots.some((s) => s.doc.Image === imageUrl && s.doc.Inserted === true)) {
       x.notes.push('the image was already inserted: nothing sent');
       return this.result(x, undefined);
     }
-    const slot = slots[0]!;
-    const busy = this.flavour.occupied(slot.doc);
-    if (busy) {
-      await this.ejectSlot(x, slot);
-      x.notes.push(`ejected ${lastSegment(slot.path)} first: ${busy}, and the BMC refuses InsertMedia over it`);
+    const prefix = this.flavour.patchMountSlots;
+    if (prefix !== null) slots = [...slots.filter((s) => lastSegment(s.path).startsWith(prefix)), ...slots.filter((s) => !lastSegment(s.path).startsWith(prefix))];
+    // A slot that answers 405 cannot take an image (Cisco CIMC blades: another slot can): the next one is tried.
+    const refused: string[] = [];
+    for (const slot of slots) {
+      const name = lastSegment(slot.path);
+      const busy = this.flavour.occupied(slot.doc);
+      if (busy) {
+        await this.ejectSlot(x, slot);
+        x.notes.push(`ejected ${name} first: ${busy}, and the BMC refuses InsertMedia over it`);
+      }
+      if (!(await this.mountSlot(x, slot, imageUrl))) {
+        refused.push(name);
+        continue;
+      }
+      if (refused.length) x.notes.push(`InsertMedia answered 405 on ${refused.join(', ')}; mounted on ${name} instead`);
+      await this.until(x, async () => {
+        const d = await x.c.get(slot.path, `virtual media ${name}`);
+        return d.Image === imageUrl && d.Inserted !== false ? true : `${name} shows ${d.Image ? 'another image' : 'no image'} (Inserted ${String(d.Inserted)})`;
+      }, `the BMC accepted the image on ${name}`);
+      return this.result(x, undefined);
     }
-    const target = this.action(x, slot, 'InsertMedia');
-    const res = await x.c.request('POST', target, { repeatable: true, what: `InsertMedia on ${lastSegment(slot.path)}`, body: this.flavour.insertBody(imageUrl), headers: this.keyed(x, 'insert') });
-    if (res.status >= 300) throw x.c.statusError(res, `InsertMedia on ${lastSegment(slot.path)}`, true);
+    throw x.c.error('BMC_UNSUPPORTED', `every CD/DVD slot refused InsertMedia with HTTP 405 (${refused.join(', ')})`);
+  }
+
+  /**
+   * Sends the image to one slot: its InsertMedia action, or (patchMountSlots, a slot with no such
+   * action) a PATCH of the slot. False when the action answered 405.
+   */
+  private async mountSlot(x: Ctx, slot: { path: string; doc: Doc }, imageUrl: string): Promise<boolean> {
+    const name = lastSegment(slot.path);
+    const target = (((slot.doc.Actions ?? {}) as Doc)['#VirtualMedia.InsertMedia'] as Doc | undefined)?.target;
+    if (typeof target !== 'string') {
+      if (this.flavour.patchMountSlots === null) throw x.c.error('BMC_UNSUPPORTED', `virtual media ${name} offers no #VirtualMedia.InsertMedia action`);
+      await this.patch(x, slot.path, { Image: imageUrl, Inserted: true, WriteProtected: true }, `the image of ${name}`, slot.doc, 'insert');
+      x.notes.push(`${this.name}: ${name} has no InsertMedia action; mounted by a PATCH of the slot`);
+      return true;
+    }
+    const res = await x.c.request('POST', target, { repeatable: true, what: `InsertMedia on ${name}`, body: this.flavour.insertBody(imageUrl), headers: this.keyed(x, 'insert') });
+    if (res.status === 405) return false;
+    if (res.status >= 300) throw x.c.statusError(res, `InsertMedia on ${name}`, true);
     if (res.status === 202) await this.awaitTask(x, res, 'InsertMedia');
-    await this.until(x, async () => {
-      const d = await x.c.get(slot.path, `virtual media ${lastSegment(slot.path)}`);
-      return d.Image === imageUrl && d.Inserted !== false ? true : `the slot shows ${String(d.Image ?? 'no image')} (Inserted ${String(d.Inserted)})`;
-    }, 'the BMC accepted InsertMedia');
-    return this.result(x, undefined);
+    return true;
   }
 
   private async ejectSlot(x: Ctx, slot: { path: string; doc: Doc }): Promise<void> {
-    const target = this.action(x, slot, 'EjectMedia');
     const name = lastSegment(slot.path);
-    const res = await x.c.request('POST', target, { repeatable: true, what: `EjectMedia on ${name}`, body: {}, headers: this.keyed(x, `eject:${name}`) });
-    if (res.status >= 300) {
-      const now = await x.c.get(slot.path, `virtual media ${name}`);
-      // An eject of an empty slot is an error on some BMCs (iLO); empty is what we wanted.
-      if (this.flavour.ejectOfEmptyError(res) && !this.flavour.occupied(now)) {
-        x.notes.push(`EjectMedia on ${name} said nothing was inserted (HTTP ${res.status}): treated as ejected`);
-        return;
+    const target = (((slot.doc.Actions ?? {}) as Doc)['#VirtualMedia.EjectMedia'] as Doc | undefined)?.target;
+    if (typeof target !== 'string' && this.flavour.patchMountSlots !== null) {
+      await this.patch(x, slot.path, { Image: null, Inserted: false }, `the image of ${name} (eject)`, slot.doc, `eject:${name}`);
+    } else {
+      const res = await x.c.request('POST', this.action(x, slot, 'EjectMedia'), { repeatable: true, what: `EjectMedia on ${name}`, body: {}, headers: this.keyed(x, `eject:${name}`) });
+      if (res.status >= 300) {
+        const now = await x.c.get(slot.path, `virtual media ${name}`);
+        // An eject of an empty slot is an error on some BMCs (iLO); empty is what we wanted.
+        if (this.flavour.ejectOfEmptyError(res) && !this.flavour.occupied(now)) {
+          x.notes.push(`EjectMedia on ${name} said nothing was inserted (HTTP ${res.status}): treated as ejected`);
+          return;
+        }
+        throw x.c.statusError(res, `EjectMedia on ${name}`, true);
       }
-      throw x.c.statusError(res, `EjectMedia on ${name}`, true);
+      if (res.status === 202) await this.awaitTask(x, res, 'EjectMedia');
     }
-    if (res.status === 202) await this.awaitTask(x, res, 'EjectMedia');
     await this.until(x, async () => {
       const d = await x.c.get(slot.path, `virtual media ${name}`);
       const still = this.flavour.occupied(d);

@@ -3,7 +3,10 @@
  * System: the driver takes the system's own VirtualMedia link when it has one, else the
  * manager's, so both firmware lines work by following links. iDRAC refuses InsertMedia while an
  * image is "already connected" (IDRAC.2.8.VRM0012, HTTP 500), so a slot that is inserted or still
- * connected is ejected first. iDRAC lists Nmi among its ResetTypes.
+ * connected is ejected first. A one-time boot to `Cd` boots the machine's physical drive, not the
+ * virtual one: the boot from the virtual CD is Dell's own first-boot device VCD-DVD
+ * (ServerBoot.1.FirstBootDevice, with VirtualMedia.1.BootOnce for once) in the manager's
+ * DellAttributes. iDRAC lists Nmi among its ResetTypes.
  */
 import { genericOccupied, redfishGeneric, type RedfishFlavour } from './driver';
 
@@ -12,4 +15,5 @@ export const idrac: RedfishFlavour = {
   name: 'idrac',
   capabilities: { ...redfishGeneric.capabilities, nmi: true },
   occupied: genericOccupied,
+  virtualCdBoot: 'dell-vcd',
 };

@@ -21,16 +21,28 @@ export interface Flavour {
    * the simulator notes it in state.continuousDiskOverrides so a test shows the driver used Once.
    */
   recordsContinuousDiskOverride?: boolean;
+  /**
+   * iDRAC: the manager links DellAttributes (Links.Oem.Dell.DellAttributes) holding
+   * ServerBoot.1.FirstBootDevice and VirtualMedia.1.BootOnce; VCD-DVD there boots the virtual CD.
+   * A Cd boot override boots the machine's physical drive, which is empty (the boot finds no image).
+   */
+  dellFirstBootDevice?: boolean;
+  /** HPE iLO: each slot has Oem.<vendor>.BootOnNextServerReset; set on an inserted slot, the next boot is from it (then it clears). */
+  bootOnNextServerReset?: 'Hpe' | 'Hp';
+  /** Lenovo XCC: the CD slots are EXT1, EXT2, ... with no InsertMedia/EjectMedia actions; a PATCH of the slot mounts or clears an image. */
+  patchMountSlots?: boolean;
+  /** Cisco CIMC blade: with more than one CD slot, InsertMedia on the first answers 405 (another slot takes the image). */
+  firstCdSlotRefuses405?: boolean;
 }
 
 export type FlavourName = 'plain' | 'idrac' | 'supermicro' | 'ilo' | 'ilo4' | 'xcc' | 'cimc';
 
-export const idrac: Flavour = { name: 'idrac', virtualMediaOnSystem: true, refuseInsertWhileConnected: true };
+export const idrac: Flavour = { name: 'idrac', virtualMediaOnSystem: true, refuseInsertWhileConnected: true, dellFirstBootDevice: true };
 export const supermicro: Flavour = { name: 'supermicro', noBootSourceOverrideMode: true, refuseInsertWhileImageSet: true };
-export const ilo: Flavour = { name: 'ilo', ejectFailsWhenEmpty: true };
-export const ilo4: Flavour = { name: 'ilo4', ejectFailsWhenEmpty: true, insertAcceptsOnlyImage: true };
-export const xcc: Flavour = { name: 'xcc', recordsContinuousDiskOverride: true };
-export const cimc: Flavour = { name: 'cimc' };
+export const ilo: Flavour = { name: 'ilo', ejectFailsWhenEmpty: true, bootOnNextServerReset: 'Hpe' };
+export const ilo4: Flavour = { name: 'ilo4', ejectFailsWhenEmpty: true, insertAcceptsOnlyImage: true, bootOnNextServerReset: 'Hp' };
+export const xcc: Flavour = { name: 'xcc', recordsContinuousDiskOverride: true, patchMountSlots: true };
+export const cimc: Flavour = { name: 'cimc', firstCdSlotRefuses405: true };
 export const plain: Flavour = { name: 'plain' };
 
 export const FLAVOURS: Record<FlavourName, Flavour> = { plain, idrac, supermicro, ilo, ilo4, xcc, cimc };

@@ -98,7 +98,9 @@ export interface RequestRecord {
 export interface MachineState {
   powerState: RedfishPowerState;
   boot: { target: string; enabled: string; mode: string | null };
-  virtualMedia: { id: string; path: string; image: string | null; inserted: boolean; connectedVia: string }[];
+  virtualMedia: { id: string; path: string; image: string | null; inserted: boolean; connectedVia: string; bootOnNextServerReset?: boolean }[];
+  /** iDRAC flavour: the DellAttributes that choose a boot from the virtual CD. */
+  dell?: { firstBootDevice: string; bootOnce: string };
   uuid: string;
   macs: string[];
   serial: string;
@@ -127,7 +129,10 @@ export interface BootEvent {
   target: string;
   /** The override that was in force; a Once override is consumed by this boot, as on a real BMC. */
   enabled: string;
-  /** The inserted virtual media image, if any. */
+  /**
+   * The image the machine boots: the inserted virtual media image for a boot from the virtual CD,
+   * else null (an iDRAC's Cd override boots its physical drive, which is empty).
+   */
   image: string | null;
 }
 
@@ -186,6 +191,10 @@ class Machine {
   /** Action target path -> the VirtualMedia resource path it acts on. */
   readonly insertTargets = new Map<string, string>();
   readonly ejectTargets = new Map<string, string>();
+  /** Every virtual media slot, in collection order. */
+  readonly slots: string[] = [];
+  /** iDRAC flavour: the DellAttributes resource the manager links. */
+  dellAttributesPath: string | null = null;
   readonly applyDelayMs: number;
   readonly requireEtag: boolean;
   faults: Faults = {};
@@ -219,6 +228,7 @@ class Machine {
     if (!systems[0]) throw new Error('mockup has no ComputerSystem');
     this.systemPath = systems[0];
     if (this.flavour.virtualMediaOnSystem) docs = moveVirtualMediaToSystem(docs, this.systemPath);
+    if (this.flavour.patchMountSlots) docs = renameCdSlots(docs, 'EXT');
     this.docs = docs;
     const own = (p: string): Doc => { const d = structuredClone(docs.get(p)!); docs.set(p, d); return d; };
     own(this.systemPath);
@@ -256,17 +266,49 @@ class Machine {
       const nic = own(p);
       if (macs[i]) { nic.MACAddress = macs[i]; nic.PermanentMACAddress = macs[i]; }
     });
-    // Virtual media: empty at start; action targets as the mockup declares them, else the standard ones.
+    // Virtual media: empty at start; action targets as the mockup declares them, else the standard
+    // ones (none at all where the flavour mounts by PATCH).
     for (const [p, shared] of [...docs]) {
       if (!String(shared['@odata.type'] ?? '').startsWith('#VirtualMedia.') || String(shared['@odata.type']).includes('Collection')) continue;
       const d = own(p);
       d.Image = null; d.ImageName = null; d.Inserted = false; d.ConnectedVia = 'NotConnected';
+      this.slots.push(p);
+      if (this.flavour.bootOnNextServerReset) d.Oem = { [this.flavour.bootOnNextServerReset]: { BootOnNextServerReset: false } };
+      if (this.flavour.patchMountSlots && isCdSlot(d)) {
+        delete d.Actions;
+        continue;
+      }
       const actions = (d.Actions ??= {}) as Doc;
       const ins = (actions['#VirtualMedia.InsertMedia'] ??= { target: `${p}/Actions/VirtualMedia.InsertMedia` }) as Doc;
       const ej = (actions['#VirtualMedia.EjectMedia'] ??= { target: `${p}/Actions/VirtualMedia.EjectMedia` }) as Doc;
       this.insertTargets.set(normalize(ins.target as string), p);
       this.ejectTargets.set(normalize(ej.target as string), p);
     }
+    if (this.flavour.dellFirstBootDevice) {
+      const managedBy = (((sys.Links ?? {}) as Doc).ManagedBy ?? []) as Doc[];
+      const manager = (managedBy[0]?.['@odata.id'] as string | undefined) ?? members(docs.get('/redfish/v1/Managers'))[0];
+      if (!manager || !docs.has(manager)) throw new Error('mockup system has no manager for the DellAttributes');
+      const m = own(manager);
+      this.dellAttributesPath = `${manager}/Oem/Dell/DellAttributes/iDRAC.Embedded.1`;
+      m.Links = { ...((m.Links ?? {}) as Doc), Oem: { Dell: { DellAttributes: [{ '@odata.id': this.dellAttributesPath }] } } };
+      docs.set(this.dellAttributesPath, {
+        '@odata.type': '#DellAttributes.v1_0_0.DellAttributes', '@odata.id': this.dellAttributesPath, Id: 'iDRAC.Embedded.1', Name: 'iDRAC Attributes',
+        Attributes: { 'ServerBoot.1.FirstBootDevice': 'Normal', 'VirtualMedia.1.BootOnce': 'Disabled', 'VirtualMedia.1.Attached': 'AutoAttach' },
+      });
+    }
+  }
+
+  dellAttributes(): Doc | null {
+    return this.dellAttributesPath ? (this.docs.get(this.dellAttributesPath)!.Attributes as Doc) : null;
+  }
+
+  /** The first slot holding an inserted image, and that image. */
+  insertedSlot(): { path: string; doc: Doc } | null {
+    for (const p of this.slots) {
+      const d = this.docs.get(p)!;
+      if (isCdSlot(d) && d.Inserted === true && typeof d.Image === 'string') return { path: p, doc: d };
+    }
+    return null;
   }
 
   system(): Doc { return this.docs.get(this.systemPath)!; }
@@ -286,9 +328,25 @@ class Machine {
   booted(): void {
     const boot = this.system().Boot as Doc;
     const enabled = String(boot.BootSourceOverrideEnabled ?? 'Disabled');
-    const target = enabled === 'Once' || enabled === 'Continuous' ? String(boot.BootSourceOverrideTarget ?? 'None') : 'Hdd';
-    const image = this.state().virtualMedia.find((v) => v.inserted)?.image ?? null;
+    let target = enabled === 'Once' || enabled === 'Continuous' ? String(boot.BootSourceOverrideTarget ?? 'None') : 'Hdd';
+    const inserted = this.insertedSlot();
+    let image = target === 'Cd' && !this.flavour.dellFirstBootDevice ? ((inserted?.doc.Image as string | undefined) ?? null) : null;
     if (enabled === 'Once') { boot.BootSourceOverrideEnabled = 'Disabled'; this.etagVersion++; }
+    // The vendors' own ways to boot the virtual CD come before the override, as their firmware does.
+    const dell = this.dellAttributes();
+    const hpe = this.flavour.bootOnNextServerReset;
+    const hpeFlag = hpe && inserted ? ((inserted.doc.Oem as Doc)[hpe] as Doc) : null;
+    if (dell && dell['ServerBoot.1.FirstBootDevice'] === 'VCD-DVD' && inserted) {
+      target = 'Cd';
+      image = inserted.doc.Image as string;
+      if (dell['VirtualMedia.1.BootOnce'] === 'Enabled') { dell['VirtualMedia.1.BootOnce'] = 'Disabled'; dell['ServerBoot.1.FirstBootDevice'] = 'Normal'; }
+      this.etagVersion++;
+    } else if (hpeFlag?.BootOnNextServerReset === true) {
+      target = 'Cd';
+      image = inserted!.doc.Image as string;
+      hpeFlag.BootOnNextServerReset = false;
+      this.etagVersion++;
+    }
     this.onBoot?.({ target, enabled, image });
   }
 
@@ -296,15 +354,18 @@ class Machine {
     const sys = this.system();
     const boot = sys.Boot as Doc;
     const vms: MachineState['virtualMedia'] = [];
-    for (const p of this.insertTargets.values()) {
+    for (const p of this.slots) {
       const d = this.docs.get(p)!;
-      vms.push({ id: d.Id as string, path: p, image: (d.Image as string | null) ?? null, inserted: d.Inserted === true, connectedVia: d.ConnectedVia as string });
+      const hpe = this.flavour.bootOnNextServerReset ? ((d.Oem as Doc)[this.flavour.bootOnNextServerReset] as Doc).BootOnNextServerReset === true : undefined;
+      vms.push({ id: d.Id as string, path: p, image: (d.Image as string | null) ?? null, inserted: d.Inserted === true, connectedVia: d.ConnectedVia as string, ...(hpe === undefined ? {} : { bootOnNextServerReset: hpe }) });
     }
+    const dell = this.dellAttributes();
     const nics = members(this.docs.get(`${this.systemPath}/EthernetInterfaces`)).map((p) => this.docs.get(p)?.MACAddress as string).filter(Boolean);
     return {
       powerState: sys.PowerState as RedfishPowerState,
       boot: { target: boot.BootSourceOverrideTarget as string, enabled: boot.BootSourceOverrideEnabled as string, mode: (boot.BootSourceOverrideMode as string | undefined) ?? null },
-      virtualMedia: vms, uuid: sys.UUID as string, macs: nics, serial: sys.SerialNumber as string,
+      virtualMedia: vms, ...(dell ? { dell: { firstBootDevice: dell['ServerBoot.1.FirstBootDevice'] as string, bootOnce: dell['VirtualMedia.1.BootOnce'] as string } } : {}),
+      uuid: sys.UUID as string, macs: nics, serial: sys.SerialNumber as string,
       resetsApplied: this.resetsApplied, nmis: this.nmis, continuousDiskOverrides: this.continuousDiskOverrides, sessions: this.sessions.size, connections: this.connections,
     };
   }
@@ -342,6 +403,43 @@ function moveVirtualMediaToSystem(docs: Map<string, Doc>, systemPath: string): M
   for (const m of managers) delete out.get(m)?.VirtualMedia;
   out.get(systemPath)!.VirtualMedia = { '@odata.id': to };
   return out;
+}
+
+const isCdSlot = (d: Doc): boolean => Array.isArray(d.MediaTypes) && (d.MediaTypes as unknown[]).some((t) => t === 'CD' || t === 'DVD');
+
+/** Lenovo XCC: the CD/DVD slots are EXT1, EXT2, ... (paths, Ids and every link to them rewritten). */
+function renameCdSlots(docs: Map<string, Doc>, prefix: string): Map<string, Doc> {
+  const renames: [string, string][] = [];
+  for (const [coll, doc] of docs) {
+    if (!String(doc['@odata.type'] ?? '').startsWith('#VirtualMediaCollection.')) continue;
+    let n = 0;
+    for (const p of members(doc)) {
+      const d = docs.get(p);
+      if (d && isCdSlot(d)) renames.push([p, `${coll}/${prefix}${++n}`]);
+    }
+  }
+  const out = new Map<string, Doc>();
+  for (const [k, v] of docs) {
+    let text = JSON.stringify(v);
+    for (const [from, to] of renames) text = text.split(`"${from}"`).join(`"${to}"`).split(`"${from}/`).join(`"${to}/`);
+    const doc = JSON.parse(text) as Doc;
+    const hit = renames.find(([from]) => k === from || k.startsWith(`${from}/`));
+    const nk = hit ? hit[1] + k.slice(hit[0].length) : k;
+    if (hit && nk === hit[1]) {
+      doc.Id = nk.split('/').pop();
+      doc.Name = `External virtual media ${String(doc.Id)}`;
+    }
+    out.set(nk, doc);
+  }
+  return out;
+}
+
+/** The If-Match rules of every PATCH: 428 without one when the BMC requires it, 412 when it is stale. */
+function precondition(m: Machine, req: http.IncomingMessage): [number, Doc] | null {
+  const ifMatch = req.headers['if-match'];
+  if (m.requireEtag && !ifMatch) return [428, redfishError(428, 'Base.1.8.PreconditionRequired', 'A precondition header or annotation is required to change the resource: If-Match.')];
+  if (ifMatch && ifMatch !== m.etag() && ifMatch !== '*') return [412, redfishError(412, 'Base.1.8.PreconditionFailed', 'The ETag supplied did not match the ETag required to change this resource.')];
+  return null;
 }
 
 function send(res: http.ServerResponse, status: number, body?: unknown, headers: Record<string, string> = {}): void {
@@ -438,6 +536,8 @@ async function handle(m: Machine, req: http.IncomingMessage, res: http.ServerRes
   }
   if (method === 'PATCH' && path === m.systemPath) return patchSystem(m, req, parsed, res);
   if (method === 'POST' && path === m.resetTarget) return reset(m, req, parsed, res);
+  if (method === 'PATCH' && path === m.dellAttributesPath) return patchDellAttributes(m, req, parsed, res);
+  if (method === 'PATCH' && m.slots.includes(path) && (m.flavour.patchMountSlots || m.flavour.bootOnNextServerReset)) return patchSlot(m, req, path, parsed, res);
   if (method === 'POST' && m.insertTargets.has(path)) return insertMedia(m, req, m.insertTargets.get(path)!, parsed, res);
   if (method === 'POST' && m.ejectTargets.has(path)) return ejectMedia(m, req, m.ejectTargets.get(path)!, res);
   if (m.docs.has(path)) return send(res, 405, redfishError(405, 'Base.1.8.OperationNotAllowed', `${method} is not allowed on ${path}.`), { Allow: 'GET' });
@@ -449,7 +549,8 @@ function destructiveKind(m: Machine, req: http.IncomingMessage): DestructiveKind
   if (req.method === 'POST' && path === m.resetTarget) return 'reset';
   if (req.method === 'POST' && m.insertTargets.has(path)) return 'insertMedia';
   if (req.method === 'POST' && m.ejectTargets.has(path)) return 'ejectMedia';
-  if (req.method === 'PATCH' && path === m.systemPath) return 'bootOverride';
+  if (req.method === 'PATCH' && (path === m.systemPath || path === m.dellAttributesPath)) return 'bootOverride';
+  if (req.method === 'PATCH' && m.slots.includes(path) && (m.flavour.patchMountSlots || m.flavour.bootOnNextServerReset)) return m.flavour.patchMountSlots ? 'insertMedia' : 'bootOverride';
   return null;
 }
 
@@ -489,7 +590,7 @@ function get(m: Machine, path: string, res: http.ServerResponse): void {
   }
   const doc = m.docs.get(path);
   if (!doc) return send(res, 404, redfishError(404, 'Base.1.8.ResourceMissingAtURI', `The resource at the URI ${path} was not found.`, [path]));
-  if (path === m.systemPath) return send(res, 200, { ...doc, '@odata.etag': m.etag() }, { ETag: m.etag() });
+  if (path === m.systemPath || path === m.dellAttributesPath || m.slots.includes(path)) return send(res, 200, { ...doc, '@odata.etag': m.etag() }, { ETag: m.etag() });
   send(res, 200, doc);
 }
 
@@ -497,9 +598,8 @@ function patchSystem(m: Machine, req: http.IncomingMessage, body: Doc, res: http
   const call: DestructiveCall = { kind: 'bootOverride', detail: JSON.stringify(body.Boot ?? body), idempotencyKey: idempotencyKey(req), status: 0, at: Date.now() };
   m.calls.push(call);
   const done = (status: number, b?: unknown, h?: Record<string, string>) => { call.status = status; send(res, status, b, h); };
-  const ifMatch = req.headers['if-match'];
-  if (m.requireEtag && !ifMatch) return done(428, redfishError(428, 'Base.1.8.PreconditionRequired', 'A precondition header or annotation is required to change the resource: If-Match.'));
-  if (ifMatch && ifMatch !== m.etag() && ifMatch !== '*') return done(412, redfishError(412, 'Base.1.8.PreconditionFailed', 'The ETag supplied did not match the ETag required to change this resource.'));
+  const refused = precondition(m, req);
+  if (refused) return done(...refused);
   const keys = Object.keys(body);
   if (keys.some((k) => k !== 'Boot') || typeof body.Boot !== 'object' || body.Boot === null) {
     return done(400, redfishError(400, 'Base.1.8.PropertyNotWritable', `Only Boot is writable here; got ${keys.join(', ')}.`, keys));
@@ -570,11 +670,83 @@ function reset(m: Machine, req: http.IncomingMessage, body: Doc, res: http.Serve
   done(204);
 }
 
+/** iDRAC: the DellAttributes that choose the first boot device (VCD-DVD: the virtual CD) and whether once. */
+function patchDellAttributes(m: Machine, req: http.IncomingMessage, body: Doc, res: http.ServerResponse): void {
+  const call: DestructiveCall = { kind: 'bootOverride', detail: JSON.stringify(body), idempotencyKey: idempotencyKey(req), status: 0, at: Date.now() };
+  m.calls.push(call);
+  const done = (status: number, b?: unknown, h?: Record<string, string>) => { call.status = status; send(res, status, b, h); };
+  const refused = precondition(m, req);
+  if (refused) return done(...refused);
+  const attrs = body.Attributes;
+  if (Object.keys(body).some((k) => k !== 'Attributes') || typeof attrs !== 'object' || attrs === null || Array.isArray(attrs)) {
+    return done(400, redfishError(400, 'Base.1.8.PropertyNotWritable', 'Only Attributes is writable here.', Object.keys(body)));
+  }
+  const allowed: Record<string, string[]> = {
+    'ServerBoot.1.FirstBootDevice': ['Normal', 'PXE', 'HDD', 'BIOS', 'VCD-DVD', 'VFDD', 'F10', 'F11'],
+    'VirtualMedia.1.BootOnce': ['Enabled', 'Disabled'],
+    'VirtualMedia.1.Attached': ['Attached', 'Detached', 'AutoAttach'],
+  };
+  for (const [k, v] of Object.entries(attrs as Doc)) {
+    if (!allowed[k]) return done(400, redfishError(400, 'Base.1.8.PropertyUnknown', `The property ${k} is not in the list of valid properties for the resource.`, [k]));
+    if (!allowed[k].includes(v as string)) return done(400, redfishError(400, 'Base.1.8.PropertyValueNotInList', `The value ${String(v)} for the property ${k} is not in the list of acceptable values.`, [String(v), k]));
+  }
+  if (m.faults.lies) return done(204);
+  Object.assign(m.dellAttributes()!, attrs);
+  m.etagVersion++;
+  done(204, undefined, { ETag: m.etag() });
+}
+
+/**
+ * A PATCH of a virtual media slot: Lenovo XCC mounts or clears an image this way (its slots have
+ * no actions); HPE iLO sets Oem.<Hpe|Hp>.BootOnNextServerReset on an inserted slot.
+ */
+function patchSlot(m: Machine, req: http.IncomingMessage, vmPath: string, body: Doc, res: http.ServerResponse): void {
+  const vm = m.docs.get(vmPath)!;
+  const mount = Boolean(m.flavour.patchMountSlots) && isCdSlot(vm);
+  const image = typeof body.Image === 'string' && body.Image ? body.Image : null;
+  const call: DestructiveCall = { kind: mount ? (image ? 'insertMedia' : 'ejectMedia') : 'bootOverride', detail: mount ? String(image) : JSON.stringify(body), idempotencyKey: idempotencyKey(req), status: 0, at: Date.now() };
+  m.calls.push(call);
+  const done = (status: number, b?: unknown, h?: Record<string, string>) => { call.status = status; send(res, status, b, h); };
+  const refused = precondition(m, req);
+  if (refused) return done(...refused);
+  const keys = Object.keys(body);
+  if (mount) {
+    const bad = keys.find((k) => !['Image', 'Inserted', 'WriteProtected', 'TransferProtocolType'].includes(k));
+    if (bad) return done(400, redfishError(400, 'Base.1.8.PropertyUnknown', `The property ${bad} is not in the list of valid properties for the resource.`, [bad]));
+    if (body.Image !== null && !image) return done(400, redfishError(400, 'Base.1.8.PropertyValueTypeError', 'The value for the property Image is of a different type than the property can accept.', [String(body.Image), 'Image']));
+    if (m.faults.lies) return done(204);
+    if (image) {
+      vm.Image = image; vm.ImageName = image.split('/').pop() ?? image;
+      vm.Inserted = body.Inserted !== false; vm.WriteProtected = body.WriteProtected ?? true;
+      vm.ConnectedVia = vm.Inserted ? 'URI' : 'NotConnected';
+    } else {
+      vm.Image = null; vm.ImageName = null; vm.Inserted = false; vm.ConnectedVia = 'NotConnected';
+    }
+    m.etagVersion++;
+    return done(204, undefined, { ETag: m.etag() });
+  }
+  const vendor = m.flavour.bootOnNextServerReset;
+  const flag = vendor ? ((body.Oem as Doc | undefined)?.[vendor] as Doc | undefined) : undefined;
+  if (!vendor || keys.some((k) => k !== 'Oem') || !flag || Object.keys(body.Oem as Doc).some((k) => k !== vendor)
+      || Object.keys(flag).some((k) => k !== 'BootOnNextServerReset') || typeof flag.BootOnNextServerReset !== 'boolean') {
+    return done(400, redfishError(400, 'Base.1.8.PropertyNotWritable', `Only Oem.${vendor ?? '(none)'}.BootOnNextServerReset is writable here.`, keys));
+  }
+  if (flag.BootOnNextServerReset && vm.Inserted !== true) return done(400, redfishError(400, 'iLO.2.15.UnableToModifyDuringNoMedia', 'BootOnNextServerReset cannot be set: no media is inserted.'));
+  if (m.faults.lies) return done(204);
+  ((vm.Oem as Doc)[vendor] as Doc).BootOnNextServerReset = flag.BootOnNextServerReset;
+  m.etagVersion++;
+  done(204, undefined, { ETag: m.etag() });
+}
+
 function insertMedia(m: Machine, req: http.IncomingMessage, vmPath: string, body: Doc, res: http.ServerResponse): void {
   const call: DestructiveCall = { kind: 'insertMedia', detail: String(body.Image), idempotencyKey: idempotencyKey(req), status: 0, at: Date.now() };
   m.calls.push(call);
   const done = (status: number, b?: unknown) => { call.status = status; send(res, status, b); };
   const vm = m.docs.get(vmPath)!;
+  const cdSlots = m.slots.filter((p) => isCdSlot(m.docs.get(p)!));
+  if (m.flavour.firstCdSlotRefuses405 && cdSlots.length > 1 && vmPath === cdSlots[0]) {
+    return done(405, redfishError(405, 'Base.1.8.OperationNotAllowed', `InsertMedia is not allowed on ${vmPath}: this slot is reserved for the KVM console.`));
+  }
   if (typeof body.Image !== 'string' || !body.Image) return done(400, redfishError(400, 'Base.1.8.ActionParameterMissing', 'The action VirtualMedia.InsertMedia requires the parameter Image to be present in the request body.', ['VirtualMedia.InsertMedia', 'Image']));
   if (m.flavour.insertAcceptsOnlyImage) {
     const extra = Object.keys(body).filter((k) => k !== 'Image');
