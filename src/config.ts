@@ -70,6 +70,18 @@ export interface Config {
   netboxCacheMs: number;
   /** Where installer ISOs are built and served from (ISO_DIR; unset: DATA_DIR/iso); client paths stay inside it. */
   isoDir: string;
+  /**
+   * The pool (and so tenant and site) the control-node API records machines in that metal does not
+   * know yet: register's control node, provision's new BMC addresses (CONTROLNODE_POOL_ID).
+   */
+  controlnodePoolId: string | undefined;
+  /**
+   * How the BMCs the control-node API records are trusted over TLS (their nodes' driverOptions):
+   * the CA certificate in CONTROLNODE_BMC_CA_FILE (PEM), or CONTROLNODE_BMC_INSECURE=true (no
+   * verification, said so in each node's driverOptions); neither: the system's CAs.
+   */
+  controlnodeBmcCaFile: string | undefined;
+  controlnodeBmcInsecure: boolean;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -109,6 +121,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     }
   }
   if (env.NETBOX_TOKEN && env.NETBOX_TOKEN_FILE) throw new Error('set NETBOX_TOKEN or NETBOX_TOKEN_FILE, not both');
+  const bmcInsecure = (env.CONTROLNODE_BMC_INSECURE ?? 'false').trim().toLowerCase();
+  if (!['true', 'false', '1', '0', 'on', 'off', ''].includes(bmcInsecure)) throw new Error(`CONTROLNODE_BMC_INSECURE must be true or false, got "${env.CONTROLNODE_BMC_INSECURE}"`);
+  const controlnodeBmcInsecure = ['true', '1', 'on'].includes(bmcInsecure);
+  if (controlnodeBmcInsecure && env.CONTROLNODE_BMC_CA_FILE) throw new Error('set CONTROLNODE_BMC_CA_FILE or CONTROLNODE_BMC_INSECURE=true, not both');
   const builtin = (env.BUILTIN_AGENT ?? 'on').trim().toLowerCase();
   if (!['on', 'off', 'true', 'false', '1', '0'].includes(builtin)) throw new Error(`BUILTIN_AGENT must be on or off, got "${env.BUILTIN_AGENT}"`);
   return {
@@ -158,6 +174,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     netboxTimeoutMs: intEnv(env, 'NETBOX_TIMEOUT_MS', 10000, 100),
     netboxCacheMs: intEnv(env, 'NETBOX_CACHE_MS', 15000),
     isoDir: path.resolve(env.ISO_DIR || path.join(env.DATA_DIR ?? './.data', 'iso')),
+    controlnodePoolId: env.CONTROLNODE_POOL_ID?.trim() || undefined,
+    controlnodeBmcCaFile: env.CONTROLNODE_BMC_CA_FILE ? path.resolve(env.CONTROLNODE_BMC_CA_FILE) : undefined,
+    controlnodeBmcInsecure,
   };
 }
 

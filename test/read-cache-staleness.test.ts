@@ -73,6 +73,16 @@ const VTEP_POOL_24 = `INSERT INTO fabric_config (id, "as", expected_nodes, expec
 
 const PROBES: Probe[] = [
   {
+    table: 'bmc_info', name: 'a node\'s control-node record (MetalNode.bmcInfo), after register records one and after it changes',
+    query: 'query ($id: ID!) { node(id: $id) { id ... on MetalNode { bmcInfo { isControlNode serialNumber osHostname osPasswordSet } } } }',
+    prepare: async (w) => ({ id: w.nodeId }),
+    change: async (w, v) => {
+      await w.sql.query(`INSERT INTO bmc_info (node_id, tenant_id, is_control_node, serial_number, os_hostname) VALUES ($1, $2, true, 'PROBE-1', 'probe-01')
+                         ON CONFLICT (node_id) DO UPDATE SET os_hostname = 'probe-01'`, [v.id, w.tree.tenant.id]);
+    },
+    shows: (d) => d.node.bmcInfo?.isControlNode === true && d.node.bmcInfo.serialNumber === 'PROBE-1' && d.node.bmcInfo.osHostname === 'probe-01' && d.node.bmcInfo.osPasswordSet === false,
+  },
+  {
     table: 'fabric_config', name: 'fabricConfig after an update',
     query: '{ fabricConfig { as bfdEnabled routerIdCidr } }',
     token: (w) => w.t.adminToken,

@@ -1,6 +1,6 @@
 import DataLoader from 'dataloader';
 import type { Context } from '../context';
-import type { HardwareProfile, Pool, Site } from '../generated/prisma/client';
+import type { BmcInfo, HardwareProfile, Pool, Site } from '../generated/prisma/client';
 
 /**
  * Per-request loaders of rows by id, for relation fields whose parent did not bring the related row
@@ -27,6 +27,11 @@ export const poolById = (ctx: Context, id: string) => loaderFor<Pool>(ctx, 'pool
 export const siteById = (ctx: Context, id: string) => loaderFor<Site>(ctx, 'site', (ids) => ctx.prisma.site.findMany({ where: { id: { in: ids } } })).load(id);
 export const hardwareProfileById = (ctx: Context, id: string) =>
   loaderFor<HardwareProfile>(ctx, 'hardwareProfile', (ids) => ctx.prisma.hardwareProfile.findMany({ where: { id: { in: ids } } })).load(id);
+
+/** A node's control-node record (bmc_info), by node id: null for a node the control-node API never recorded. */
+export const bmcInfoOfNode = (ctx: Context, nodeId: string) =>
+  loaderFor<BmcInfo & { id: string }>(ctx, 'bmcInfo', async (ids) =>
+    (await ctx.prisma.bmcInfo.findMany({ where: { nodeId: { in: ids } } })).map((row) => ({ ...row, id: row.nodeId }))).load(nodeId);
 
 /**
  * A relation of a row: the related row when the parent was read with it (a join), else loaded by

@@ -21,6 +21,7 @@ import '../modules/fabric/preflight-graphql';
 import '../modules/fabric/vtep-graphql';
 import '../modules/fabric/compute-graphql';
 import '../modules/provision/inventory-graphql';
+import '../modules/provision/register-graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;

@@ -117,6 +117,8 @@ const NODE_READS: Record<string, readonly string[]> = {
   hardwareProfile: ['hardwareProfileId'],
   lastError: ['lastErrorCode', 'lastErrorMessage'],
   bmc: ['bmcAddress', 'bmcDriver', 'bmcDriverOptions', 'bmcCredentialsRef'],
+  // Loaded by the node's id (always read).
+  bmcInfo: [],
 };
 const POOL_READS: Record<string, readonly string[]> = { __typename: [], site: ['siteId'] };
 const PLAIN_READS: Record<string, readonly string[]> = { __typename: [] };

@@ -150,6 +150,13 @@ const CHANGE_CASTS = {
   addresses: 'text[]',
   pxeCycledAt: 'timestamptz',
   role: 'text',
+  // The control-node API's register: a control node's BMC as it now is (a BMC re-addressed, new
+  // credentials, the vendor's flavour) and its name. Never while a run is active (register refuses).
+  name: 'text',
+  bmcAddress: 'text',
+  bmcDriver: 'text',
+  bmcCredentialsRef: 'text',
+  driverBindings: 'jsonb',
 } as const;
 
 export type NodeChange = Partial<{
@@ -167,6 +174,11 @@ export type NodeChange = Partial<{
   addresses: string[];
   pxeCycledAt: Date | null;
   role: string | null;
+  name: string | null;
+  bmcAddress: string;
+  bmcDriver: string;
+  bmcCredentialsRef: string;
+  driverBindings: Record<string, unknown>;
 }>;
 
 /** `col = $n::type, ...` for a change, its parameters numbered from `first`. */

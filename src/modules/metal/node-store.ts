@@ -215,7 +215,8 @@ export interface NewNode {
   bmcAddress: string;
   bmcDriver: string;
   bmcDriverOptions: Record<string, unknown>;
-  bmcCredentialsRef: string;
+  /** Null only for a control node registered without BMC credentials (its adoption then fails at verify-bmc, saying why). */
+  bmcCredentialsRef: string | null;
   addresses: string[];
   macs: string[];
   productUuid: string | null;

@@ -149,7 +149,8 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
 
 /** A run's params as the verbs write them (runs.md); the store adds requestId. */
 export interface RunParams extends Record<string, unknown> {
-  verb: Verb;
+  /** The metal verb that started the run, or the control-node API's register (a control node's adoption). */
+  verb: Verb | 'register';
   reason?: string;
   wipe?: WipeMode;
   profileId?: string;

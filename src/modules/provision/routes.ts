@@ -71,6 +71,69 @@ function inventoryRoute(r: Pick<Route, 'path' | 'operation' | 'summary' | 'descr
   };
 }
 
+const toSnake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+const toCamel = (name: string) => name.replace(/_([a-z])/g, (_m, c: string) => c.toUpperCase());
+
+/** `input.atlasDeviceId` (the GraphQL input's name) as the body's `body.atlas_device_id`. */
+export function controlnodeRestField(field: string): string | null {
+  const match = /^\$?input\.([A-Za-z0-9]+)(.*)$/.exec(field);
+  return match ? `body.${toSnake(match[1]!)}${match[2]}` : null;
+}
+
+const REGISTER_BODY: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['bmc_ip'],
+  properties: {
+    atlas_device_id: { ...int, description: 'NetBox Device ID' },
+    atlas_location_id: { ...int, description: 'NetBox Location ID' },
+    atlas_rack_id: { ...int, description: 'NetBox Rack ID' },
+    atlas_site_id: { ...int, description: 'Optional Atlas/NetBox IDs (populated from NetBox sync result during bootstrap)' },
+    bmc_ip: { ...str, description: 'Required field - BMC IP is the primary key (the node\'s key when no serial_number is given)' },
+    bmc_password: { ...str, description: 'BMC password (kept in the secret broker, never returned)' },
+    bmc_username: { ...str, description: 'Optional BMC credentials (with bmc_password)' },
+    fqdn: { ...str, description: 'Fully qualified domain name' },
+    os_hostname: { ...str, description: 'Hostname (e.g., mgmt-01)' },
+    os_ip: { ...str, description: 'Optional OS info' },
+    os_password: { ...str, description: 'SSH password (kept in the secret broker; the seed hex-encoded it in its table)' },
+    os_username: { ...str, description: 'SSH username (default: root)' },
+    primary_mac: { ...str, description: 'Primary NIC MAC address' },
+    serial_number: { ...str, description: 'Used as UUID: the control node\'s identity' },
+    vendor: { ...str, description: 'Optional hardware info: dell, hp, lenovo, cisco or supermicro pick that Redfish flavour' },
+  },
+};
+
+const REGISTER_VIEW = view({
+  created: { ...bool, description: 'true if new record, false if updated existing' },
+  hostname: str,
+  message: str,
+  node_ip: { ...str, description: 'the OS address registered (empty when none)' },
+  success: bool,
+  node_id: { ...str, description: 'the metal node (GraphQL MetalNode id) the control node is' },
+}, 'ControlNodeRegistered');
+
+const registerRoute: Route = {
+  method: 'POST',
+  path: '/controlnode/register',
+  operation: 'ControlNodeRegister',
+  tag: 'controlnode',
+  summary: 'Register the control node (1st node) in bmc_infos',
+  description: 'Registers the management/control node with is_control_node=true: a metal node by its BMC, with its serial, vendor, OS facts and NetBox ids (GraphQL: registerControlNode, MetalNode.bmcInfo). A machine not known yet (by serial_number, else by bmc_ip) is created in CONTROLNODE_POOL_ID\'s pool in adopting: its workflow verifies the BMC with the given credentials and reads it out of band, and touches neither power nor boot (the control node is running). A known one keeps its state and gets its facts updated; its BMC too, unless a workflow is running (CONFLICT). Passwords go to the secret broker and no response returns them. Authorization: compute:nodes:provision on that pool. INVALID_CONFIG when CONTROLNODE_POOL_ID is not set. Publishes node.registered.',
+  body: REGISTER_BODY,
+  variables: ({ body }) => ({ input: Object.fromEntries(Object.entries(body ?? {}).map(([k, v]) => [toCamel(k), v])) }),
+  respond: (data) => {
+    const r = data.registerControlNode as Row;
+    return { created: r.created, hostname: r.hostname, message: r.message, node_ip: r.nodeIp, success: true, node_id: (r.node as Row).id };
+  },
+  response: REGISTER_VIEW,
+  refusals: ['PERMISSION_DENIED', 'INVALID_CONFIG', 'CONFLICT'],
+  restField: controlnodeRestField,
+  example: {
+    body: { bmc_ip: '10.20.0.5', bmc_username: 'admin', bmc_password: 'calvin', serial_number: 'J30X8K1', vendor: 'dell', os_hostname: 'mgmt-01', os_ip: '10.30.0.5', fqdn: 'mgmt-01.dc1.example', primary_mac: '3C:FD:FE:00:10:01', atlas_device_id: 1741 },
+    response: { created: true, hostname: 'mgmt-01', message: 'control node nd_01KB3Q9XK7F2M4N6P8R0T2V4X6 registered: adopting (its BMC is verified and read out of band; its OS is left as it is)', node_ip: '10.30.0.5', success: true, node_id: 'nd_01KB3Q9XK7F2M4N6P8R0T2V4X6' },
+  },
+};
+
 export const provisionRoutes: Route[] = [
   inventoryRoute({
     path: '/controlnode/bmc/{bmc_ip}/disks',
@@ -107,6 +170,7 @@ export const provisionRoutes: Route[] = [
       response: { ...exampleDevice, gpus: [{ name: 'GPU0', model: 'H100 SXM5 80GB', serial: '1654922001234', manufacturer: 'NVIDIA', part_id: '699-2G520-0200-000', memory_gb: 80, source: 'module', netbox_id: 91 }] },
     },
   }),
+  registerRoute,
 ];
 
 /** GraphQL's enum value (INVENTORY_ITEM) as the wire's word (inventory-item). */

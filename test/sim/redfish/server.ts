@@ -31,6 +31,11 @@ export interface MachineOptions {
   noSessions?: boolean;
   /** The Reset's ResetType@Redfish.AllowableValues instead of the mockup's (e.g. one that lists PowerCycle). */
   resetTypes?: string[];
+  /**
+   * Where the BMC listens; default 127.0.0.1 on a free port. A BMC known only by its IP (the
+   * control-node API's bmc_ip) is reached on 443: e.g. { host: '127.77.0.5', port: 443 } (root only).
+   */
+  listen?: { host: string; port: number };
 }
 
 export interface Faults {
@@ -204,6 +209,7 @@ class Machine {
   readonly calls: DestructiveCall[] = [];
   readonly requests: RequestRecord[] = [];
   readonly noSessions: boolean;
+  readonly listenAt: { host: string; port: number } | undefined;
   connections = 0;
   readonly timers = new Set<NodeJS.Timeout>();
   resetsApplied = 0;
@@ -223,6 +229,7 @@ class Machine {
     this.applyDelayMs = o.applyDelayMs ?? 0;
     this.requireEtag = o.requireEtag ?? false;
     this.noSessions = o.noSessions ?? false;
+    this.listenAt = o.listen;
     let docs = loadMockup(o.mockup ?? 'public-rackmount1');
     const systems = members(docs.get('/redfish/v1/Systems'));
     if (!systems[0]) throw new Error('mockup has no ComputerSystem');
@@ -781,10 +788,13 @@ function ejectMedia(m: Machine, req: http.IncomingMessage, vmPath: string, res: 
   done(204);
 }
 
-function listen(server: http.Server | https.Server, scheme: 'http' | 'https' = 'http'): Promise<string> {
+function listen(server: http.Server | https.Server, scheme: 'http' | 'https' = 'http', at: { host: string; port: number } = { host: '127.0.0.1', port: 0 }): Promise<string> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve(`${scheme}://127.0.0.1:${(server.address() as AddressInfo).port}`));
+    server.listen(at.port, at.host, () => {
+      const port = (server.address() as AddressInfo).port;
+      resolve(`${scheme}://${at.host}${(scheme === 'https' && port === 443) || (scheme === 'http' && port === 80) ? '' : `:${port}`}`);
+    });
   });
 }
 
@@ -806,7 +816,7 @@ export async function startRedfishSim(opts: RedfishSimOptions = {}): Promise<Red
       m.server = opts.tls ? https.createServer({ key: opts.tls.key, cert: opts.tls.cert }, onRequest) : http.createServer(onRequest);
       m.server.on(opts.tls ? 'secureConnection' : 'connection', () => { m.connections++; });
       servers.push(m.server);
-      m.url = await listen(m.server, opts.tls ? 'https' : 'http');
+      m.url = await listen(m.server, opts.tls ? 'https' : 'http', m.listenAt);
     }
     const admin = http.createServer((req, res) => {
       void (async () => {
