@@ -61,7 +61,7 @@ afterAll(async () => {
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
 
-const register = (body: unknown, as = token) => rest(t.url, as, 'POST', '/controlnode/register', body);
+const register = (body: unknown, as: string | null = token) => rest(t.url, as, 'POST', '/controlnode/register', body);
 const count = async (sql: string) => Number((await t.app.services.sql.query(sql)).rows[0]!.n);
 const secrets = () => count('SELECT count(*)::int AS n FROM secret');
 const nodes = () => count('SELECT count(*)::int AS n FROM node');
