@@ -36,6 +36,12 @@ export interface QueueData {
   'fabric.rollout': { jobId: string };
   /** fabric.rollout's dead letters: a job whose retries ran out (a worker kept dying) is failed here, never left running. */
   'fabric.rollout.lost': { jobId: string };
+  /**
+   * "Build the installer ISO of control-node job R" (a metal-install run): queued by its Building
+   * ISO step; the worker records the outcome as the run's iso report and wakes it. Bounded by the
+   * number of loops a worker runs (CONTROLNODE_ISO_CONCURRENCY).
+   */
+  'provision.iso': { runId: string };
 }
 export type QueueName = keyof QueueData;
 
@@ -49,6 +55,8 @@ export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
   'fabric.rollout.lost': { name: 'fabric.rollout.lost', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
   // A crashed worker's job expires after an hour and is retried from its rows; twice at most.
   'fabric.rollout': { name: 'fabric.rollout', policy: 'standard', retryLimit: 2, retryDelay: 5, expireInSeconds: 60 * 60, deadLetter: 'fabric.rollout.lost' },
+  // A build takes a second; one that outlives 10 minutes had its worker die: built again (idempotent).
+  'provision.iso': { name: 'provision.iso', policy: 'standard', retryLimit: 3, retryBackoff: true, expireInSeconds: 10 * 60 },
 };
 
 /** Something that runs SQL, e.g. an open transaction: jobs sent through it commit or roll back with it. */

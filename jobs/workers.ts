@@ -4,6 +4,7 @@ import type { Sql } from '../src/db/sql';
 import { pruneEvents } from '../src/events/retention';
 import { releaseBatch } from '../src/modules/metal/bulk';
 import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
+import { buildRunIso, type IsoBuildDeps } from './iso-build';
 import { advanceRun, reconcileNode, sweepRuns } from './engine';
 import { ADVANCE_QUEUED_CHANNEL } from './registry';
 import type { Notifications } from '../src/db/listen';
@@ -47,6 +48,8 @@ export async function startWorkers(queues: Queues, log: Logger,
     notifications?: Notifications;
     /** config.workflowEngine (WORKFLOW_ENGINE) and config.workflowLeaseMs (WORKFLOW_LEASE_MS). */
     workflow?: { engine: boolean; leaseMs?: number };
+    /** The ISO-build queue (control-node jobs): its loops, each one build at a time. */
+    iso?: Omit<IsoBuildDeps, 'sql' | 'log'> & { concurrency: number };
   }): Promise<{ stop(): Promise<void> }> {
   await queues.boss.schedule('events.prune', PRUNE_CRON, {}, { tz: 'UTC' });
   await queues.work('events.prune', async () => {
@@ -101,6 +104,15 @@ export async function startWorkers(queues: Queues, log: Logger,
     }, { batchSize: ADVANCE_BATCH, pollSeconds: RECONCILE_POLL_SECONDS });
   } else {
     log.warn('WORKFLOW_ENGINE=off: this worker advances no workflow run');
+  }
+  const iso = deps.iso;
+  if (iso) {
+    const { concurrency, ...rest } = iso;
+    for (let i = 0; i < concurrency; i += 1) {
+      await queues.work('provision.iso', async (jobs) => {
+        for (const job of jobs) await buildRunIso({ ...rest, sql: deps.sql, log }, job.data.runId);
+      });
+    }
   }
   const fabric = deps.fabric;
   if (fabric) {

@@ -27,6 +27,7 @@ import type { DriverRegistry } from '../clients/bmc/registry';
 import { defaultDriverRegistry } from '../clients/bmc/defaults';
 import { startBuiltinAgent, startCommandSweeper } from './agent/builtin';
 import { BootHttp } from './modules/boot/routes';
+import { InstallerHttp } from './modules/provision/callback-routes';
 import { InventoryService } from './modules/provision/inventory';
 
 export interface App {
@@ -149,7 +150,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     if (inventory) cleanups.push(() => inventory.close());
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, inventory, log };
     if (config.role !== 'api') {
-      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, iso: { secrets, isoDir: config.isoDir, publicUrl: () => config.publicUrl, baseDir: config.installerBaseDir, concurrency: config.controlnodeIsoConcurrency }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
       // Cleanups run in reverse: the run sweep stops before the queues and the pool close.
       cleanups.push(async () => workers.stop());
       // Site agents' claims lapse and commands expire whether or not any agent is alive.
@@ -187,6 +188,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         tokens,
         rest,
         boot: new BootHttp(database.sql, log, { publicUrl: config.publicUrl, ramdiskKernelUrl: config.ramdiskKernelUrl, ramdiskInitrdUrl: config.ramdiskInitrdUrl, ramdiskDir: config.ramdiskDir ?? path.join(config.dataDir, 'ramdisk'), isoDir: config.isoDir }),
+        installer: new InstallerHttp(database.sql, secrets, log),
         metrics,
         log,
         version: await packageVersion(),

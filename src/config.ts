@@ -82,6 +82,12 @@ export interface Config {
    */
   controlnodeBmcCaFile: string | undefined;
   controlnodeBmcInsecure: boolean;
+  /** The installer's base files (linux, initrd.gz, isolinux.bin, ldlinux.c32): INSTALLER_BASE_DIR, else Debian's packages. */
+  installerBaseDir: string | undefined;
+  /** Installer ISOs built at once per worker process (CONTROLNODE_ISO_CONCURRENCY). */
+  controlnodeIsoConcurrency: number;
+  /** A control-node job with no installer step report for this long fails as stuck (CONTROLNODE_INSTALL_STUCK_S). */
+  controlnodeInstallStuckS: number;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -177,6 +183,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     controlnodePoolId: env.CONTROLNODE_POOL_ID?.trim() || undefined,
     controlnodeBmcCaFile: env.CONTROLNODE_BMC_CA_FILE ? path.resolve(env.CONTROLNODE_BMC_CA_FILE) : undefined,
     controlnodeBmcInsecure,
+    installerBaseDir: env.INSTALLER_BASE_DIR ? path.resolve(env.INSTALLER_BASE_DIR) : undefined,
+    controlnodeIsoConcurrency: intEnv(env, 'CONTROLNODE_ISO_CONCURRENCY', 2, 1),
+    controlnodeInstallStuckS: intEnv(env, 'CONTROLNODE_INSTALL_STUCK_S', 1800, 10),
   };
 }
 

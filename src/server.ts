@@ -15,6 +15,7 @@ import { serveEventStream } from './events/sse';
 import { bearerToken, type TokenStore } from './auth/tokens';
 import { unauthenticated } from './errors';
 import { BootHttp } from './modules/boot/routes';
+import { InstallerHttp } from './modules/provision/callback-routes';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -25,6 +26,8 @@ export interface HttpDeps {
   rest: RestRouter;
   /** iPXE scripts and ramdisk callbacks (src/modules/boot): machines, not API tokens. */
   boot?: BootHttp | null;
+  /** The control-node installer's callbacks (src/modules/provision): a job's callback token, not API tokens. */
+  installer?: InstallerHttp | null;
   metrics: Metrics;
   log: Logger;
   version: string;
@@ -35,7 +38,7 @@ export interface HttpDeps {
 function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
   if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/api/events'].includes(pathname)) return pathname;
   for (const assets of [docsAssets, graphiqlAssets]) if (assets.owns(pathname)) return assets.prefix;
-  const boot = BootHttp.routeLabel(pathname);
+  const boot = BootHttp.routeLabel(pathname) ?? InstallerHttp.routeLabel(pathname);
   if (boot) return boot;
   for (const r of deps.rest.routes) {
     if (r.method !== method) continue;
@@ -204,6 +207,7 @@ export function createHttpServer(deps: HttpDeps): http.Server {
       if (graphiqlAssets.owns(url.pathname)) return await graphiqlAssets.serve(req, res, url);
       // Before the REST surface: a machine has a boot token at most, never an API token.
       if (deps.boot?.owns(url.pathname)) return await deps.boot.serve(req, res, url, requestId);
+      if (deps.installer?.owns(url.pathname)) return await deps.installer.serve(req, res, url, requestId);
       if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res, await authenticateRest(deps.tokens, req));
       return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);
     } catch (error) {

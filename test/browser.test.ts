@@ -4,6 +4,7 @@ import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page, type Request } from 'playwright-core';
 import { routes } from '../src/rest/routes';
 import { bootOpenApiPaths } from '../src/modules/boot/openapi';
+import { installerOpenApiPaths } from '../src/modules/provision/callback-openapi';
 import { startTestApp, type TestApp } from './helpers/app';
 import { makeTenantTree } from './helpers/fixtures';
 
@@ -217,7 +218,7 @@ describe('browser pages with no network but loopback (headless Chromium)', () =>
     it('renders every route of /openapi.json, from this service alone', async () => {
       const response = await page.goto(`${t.url}/docs`);
       expect(response?.status()).toBe(200);
-      const boot = Object.entries(bootOpenApiPaths()).flatMap(([path, item]) => Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`));
+      const boot = Object.entries({ ...bootOpenApiPaths(), ...installerOpenApiPaths() }).flatMap(([path, item]) => Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`));
       const expected = [...routes.map((r) => `${r.method} ${r.path}`), 'GET /api/events', ...boot].sort();
       await page.waitForFunction((n) => document.querySelectorAll('.opblock').length >= n, expected.length, { timeout: 60_000 });
       const shown = await page.locator('.opblock').evaluateAll((blocks) =>

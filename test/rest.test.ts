@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { DocumentNode } from 'graphql';
 import { routes } from '../src/rest/routes';
 import { bootOpenApiPaths } from '../src/modules/boot/openapi';
+import { installerOpenApiPaths } from '../src/modules/provision/callback-openapi';
 import {
   HardwareProfilesDocument,
   MetalNodeDocument,
@@ -139,7 +140,7 @@ describe('REST compatibility plumbing', () => {
       expect(defectVerdicts[i]).toEqual({ valid: false, message: expect.any(String) });
     });
 
-    it.each(routes.map((r) => [r.method, r.path, r.operation]))('lists %s %s as operation %s', (method, path, operation) => {
+    it.each(routes.map((r) => [r.method, r.path, r.operationId ?? r.operation]))('lists %s %s as operation %s', (method, path, operation) => {
       const entry = doc.paths[path]?.[method.toLowerCase()];
       expect(entry).toBeDefined();
       expect(entry.operationId).toBe(operation);
@@ -159,7 +160,7 @@ describe('REST compatibility plumbing', () => {
 
     it('lists nothing beyond the route table, the event stream and the ramdisk callbacks, and has unique operationIds', () => {
       const operations = Object.values(doc.paths as Record<string, Record<string, any>>).flatMap((item) => Object.values(item));
-      expect(operations).toHaveLength(routes.length + 1 + Object.values(bootOpenApiPaths()).flatMap((item) => Object.keys(item)).length);
+      expect(operations).toHaveLength(routes.length + 1 + Object.values({ ...bootOpenApiPaths(), ...installerOpenApiPaths() }).flatMap((item) => Object.keys(item)).length);
       const ids = operations.map((o) => o.operationId);
       expect(new Set(ids).size).toBe(ids.length);
     });

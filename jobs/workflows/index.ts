@@ -8,10 +8,12 @@ import { retireWorkflow } from './retire';
 import { rescueWorkflow, unrescueWorkflow } from './rescue';
 import { deployWorkflow } from './deploy';
 import { adoptWorkflow } from './adopt';
+import { installWorkflow } from './install';
 
 /** Every workflow the engine runs, by run kind (states.ts WORKFLOW_KINDS); a kind without one fails its run UNSUPPORTED. */
 export const WORKFLOWS: Readonly<Partial<Record<WorkflowKind, WorkflowDef>>> = {
   'metal-adopt': adoptWorkflow,
+  'metal-install': installWorkflow,
   'metal-enroll': enrollWorkflow,
   'metal-inspect': inspectWorkflow,
   'metal-commission': commissionWorkflow,

@@ -22,6 +22,7 @@ import '../modules/fabric/vtep-graphql';
 import '../modules/fabric/compute-graphql';
 import '../modules/provision/inventory-graphql';
 import '../modules/provision/register-graphql';
+import '../modules/provision/provision-graphql';
 import '../events/graphql';
 
 let schema: GraphQLSchema | undefined;

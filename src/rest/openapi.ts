@@ -4,6 +4,7 @@ import { EXAMPLE_IDS as ID } from './examples';
 import { HTTP_STATUS, type ErrorCode } from '../errors';
 import { MAX_BODY_BYTES } from '../http/body';
 import { BOOT_SECURITY_SCHEME, bootOpenApiPaths } from '../modules/boot/openapi';
+import { INSTALLER_SECURITY_SCHEME, installerOpenApiPaths } from '../modules/provision/callback-openapi';
 
 /** What each code means, for the response descriptions (README: code and HTTP). */
 const CODE_MEANING: Record<ErrorCode, string> = {
@@ -141,7 +142,7 @@ export function openApiDocument(routes: Route[], version: string): Record<string
     ];
     const success = route.successStatus ?? 200;
     (paths[route.path] ??= {})[route.method.toLowerCase()] = {
-      operationId: route.operation,
+      operationId: route.operationId ?? route.operation,
       summary: route.summary,
       ...(route.description ? { description: route.description } : {}),
       tags: [route.tag],
@@ -157,6 +158,8 @@ export function openApiDocument(routes: Route[], version: string): Record<string
   paths['/api/events'] = { get: eventStreamOperation() };
   // The ramdisk callbacks: authenticated by a per-boot token instead (each operation says so).
   Object.assign(paths, bootOpenApiPaths());
+  // The installer's callbacks: authenticated by the job's callback token.
+  Object.assign(paths, installerOpenApiPaths());
   return {
     openapi: '3.1.0',
     info: {
@@ -178,7 +181,7 @@ export function openApiDocument(routes: Route[], version: string): Record<string
     paths,
     components: {
       schemas: components,
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API token (see README: admin token)' }, bootToken: BOOT_SECURITY_SCHEME },
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API token (see README: admin token)' }, bootToken: BOOT_SECURITY_SCHEME, installerToken: INSTALLER_SECURITY_SCHEME },
     },
   };
 }

@@ -25,6 +25,8 @@ export interface Route {
   /** OpenAPI style: /api/compute/metal/nodes/{id} */
   path: string;
   operation: string;
+  /** The OpenAPI operationId when several routes run one operation (the provision/<vendor> routes); default the operation's name. */
+  operationId?: string;
   summary: string;
   description?: string;
   tag: string;

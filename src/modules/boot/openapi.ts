@@ -42,7 +42,7 @@ const DESCRIPTIONS: Record<ReportKind, string> = {
   wipe: 'One record per disk wiped: a release reaches ready only with an attested record for every disk of the inventory.',
 };
 
-function error(status: number, code: string, message: string, description: string, details?: Record<string, unknown>) {
+export function callbackError(status: number, code: string, message: string, description: string, details?: Record<string, unknown>) {
   return [String(status), {
     description,
     content: {
@@ -62,9 +62,9 @@ const entryParam = {
   example: EXAMPLE_ENTRY,
 };
 
-const unauthenticated = error(401, 'UNAUTHENTICATED', 'a valid boot token for this boot entry is required',
+const unauthenticated = callbackError(401, 'UNAUTHENTICATED', 'a valid boot token for this boot entry is required',
   'UNAUTHENTICATED: no boot token, or one that is unknown, expired, revoked (a newer fetch of the script, the run ended, the node was retired) or of another boot entry; nothing was changed');
-const internal = error(500, 'INTERNAL', 'internal error', 'INTERNAL: a fault of the service: quote the requestId');
+const internal = callbackError(500, 'INTERNAL', 'internal error', 'INTERNAL: a fault of the service: quote the requestId');
 
 export function bootOpenApiPaths(): Record<string, Record<string, unknown>> {
   const paths: Record<string, Record<string, unknown>> = {};
@@ -97,7 +97,7 @@ export function bootOpenApiPaths(): Record<string, Record<string, unknown>> {
             },
           },
         }],
-        error(400, 'INVALID_INPUT', 'query.verbose: is not a known field', 'INVALID_INPUT: a query parameter or a body (this route takes neither)', { field: 'query.verbose' }),
+        callbackError(400, 'INVALID_INPUT', 'query.verbose: is not a known field', 'INVALID_INPUT: a query parameter or a body (this route takes neither)', { field: 'query.verbose' }),
         unauthenticated,
         internal,
       ]),
@@ -128,13 +128,13 @@ export function bootOpenApiPaths(): Record<string, Record<string, unknown>> {
               },
             },
           }],
-          error(400, 'INVALID_INPUT', required.length ? `body.${required[0]}: is required` : 'body.colour: is not a known field',
+          callbackError(400, 'INVALID_INPUT', required.length ? `body.${required[0]}: is required` : 'body.colour: is not a known field',
             'INVALID_INPUT: malformed JSON, a wrong type, an unknown field, a NUL or lone surrogate, nesting past 32 levels; the message names the field first', { field: required.length ? `body.${required[0]}` : 'body.colour' }),
           unauthenticated,
           // Heartbeats and steps are taken from every boot; the other kinds only from some purposes.
-          ...(kind === 'heartbeat' || kind === 'step' ? [] : [error(409, 'INVALID_STATE', `a rescue boot takes no ${kind} report`,
+          ...(kind === 'heartbeat' || kind === 'step' ? [] : [callbackError(409, 'INVALID_STATE', `a rescue boot takes no ${kind} report`,
             'INVALID_STATE: this boot\'s purpose takes no report of this kind (instructions.reports lists those it takes)', { purpose: 'rescue', reports: ['heartbeat', 'step'] })]),
-          error(413, 'INVALID_INPUT', `body: larger than ${MAX_BODY_BYTES} bytes`, `INVALID_INPUT: the body is over ${MAX_BODY_BYTES} bytes`, { field: 'body', limit: MAX_BODY_BYTES }),
+          callbackError(413, 'INVALID_INPUT', `body: larger than ${MAX_BODY_BYTES} bytes`, `INVALID_INPUT: the body is over ${MAX_BODY_BYTES} bytes`, { field: 'body', limit: MAX_BODY_BYTES }),
           internal,
         ]),
       },

@@ -226,6 +226,8 @@ export const WORKFLOW_KINDS = {
   'metal-inspect': { state: 'inspecting', onSuccess: 'commissioning' },
   'metal-commission': { state: 'commissioning', onSuccess: 'ready' },
   'metal-deploy': { state: 'deploying', onSuccess: 'deployed' },
+  // The control-node API's provision: a deploy whose installer is a per-job ISO booted over virtual media.
+  'metal-install': { state: 'deploying', onSuccess: 'deployed' },
   'metal-release': { state: 'releasing', onSuccess: 'ready' },
   'metal-rescue': { state: 'rescue', onSuccess: null },
   'metal-unrescue': { state: 'rescue', onSuccess: 'deployed' },
@@ -281,6 +283,9 @@ export const WAITS: Partial<Record<WorkflowKind, { for: string; deadlineSeconds:
   // DCGM's long diagnostic (level 3) runs for well over an hour on an 8-GPU machine.
   'metal-commission': { for: 'the ramdisk to report DCGM diagnostics and the quick wipe', deadlineSeconds: 4 * 3600 },
   'metal-deploy': { for: "the deploy profile's installer to report its steps", deadlineSeconds: 2 * 3600 },
+  // The ISO's installer reports steps as it goes; its Installing OS step fails as stuck sooner
+  // (CONTROLNODE_INSTALL_STUCK_S after the last report).
+  'metal-install': { for: 'the installer on the ISO to report its steps, its completion and the first boot', deadlineSeconds: 4 * 3600 },
   // A secure erase of large spinning disks takes hours.
   'metal-release': { for: 'the ramdisk to report an attested wipe of every disk', deadlineSeconds: 12 * 3600 },
   'metal-rescue': { for: 'the rescue ramdisk to come up and call back', deadlineSeconds: 30 * 60 },

@@ -57,7 +57,7 @@ export interface PublishedIso {
 }
 
 /** Records a built ISO (a file directly under ISO_DIR) and answers its URL; the token is not kept. */
-export async function publishIso(db: Runner, isoDir: string, opts: { file: string; name: string; nodeId?: string | null; runId?: string | null; ttlMs: number }): Promise<PublishedIso> {
+export async function publishIso(db: Runner, isoDir: string, opts: { file: string; name: string; nodeId?: string | null; runId?: string | null; ttlMs: number; callbackToken?: string | null }): Promise<PublishedIso> {
   if (!ISO_NAME.test(opts.name)) throw new Error(`an ISO's name must end in .iso and be URL-safe: ${opts.name}`);
   const root = path.resolve(isoDir);
   const file = path.resolve(opts.file);
@@ -68,9 +68,10 @@ export async function publishIso(db: Runner, isoDir: string, opts: { file: strin
   const token = randomBytes(32).toString('base64url');
   const id = newId('InstallerIso');
   const { rows } = await db.query(
-    `INSERT INTO installer_iso (id, node_id, run_id, token_hash, file_name, bytes, sha256, expires_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8::int * interval '1 millisecond') RETURNING expires_at`,
-    [id, opts.nodeId ?? null, opts.runId ?? null, hashToken(token), path.basename(file), stat.size, hash.digest('hex'), Math.round(opts.ttlMs)],
+    `INSERT INTO installer_iso (id, node_id, run_id, token_hash, file_name, bytes, sha256, expires_at, callback_token_hash)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8::int * interval '1 millisecond', $9) RETURNING expires_at`,
+    [id, opts.nodeId ?? null, opts.runId ?? null, hashToken(token), path.basename(file), stat.size, hash.digest('hex'), Math.round(opts.ttlMs),
+      opts.callbackToken ? hashToken(opts.callbackToken) : null],
   );
   return { id, urlPath: `${ISO_URL_PREFIX}${token}/${opts.name}`, expiresAt: rows[0]!.expires_at as Date };
 }

@@ -305,7 +305,7 @@ function callbackFiles(api: string, jobId: string, token: string, bmcIp: string)
     { path: 'metal/job.env', mode: 0o644, content: env },
     {
       path: 'metal/report', mode: 0o755,
-      content: `#!/bin/sh\n# Reports an installer step to the metal control plane: report <step> <percent>\n. /metal/job.env\n${post('$METAL_API/job/$METAL_JOB/step', '{\\"step\\":\\"$1\\",\\"percent\\":$2}')}\n`,
+      content: `#!/bin/sh\n# Reports an installer step to the metal control plane: report <step> <percent> [active|done|failed]\n. /metal/job.env\n${post('$METAL_API/job/$METAL_JOB/step', '{\\"step\\":\\"$1\\",\\"percent\\":$2,\\"state\\":\\"${3:-active}\\"}')}\n`,
     },
     {
       path: 'metal/complete', mode: 0o755,

@@ -1,5 +1,6 @@
 import type { Route } from '../../rest/routes';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
+import { PROVISION_VENDORS } from './provision';
 
 /**
  * The seed's control-node inventory routes, GET /controlnode/bmc/{bmc_ip}/disks and /gpus
@@ -134,6 +135,86 @@ const registerRoute: Route = {
   },
 };
 
+
+/** The body's names as the seed writes them (bmc_IP, not bmc_ip) and their GraphQL input names. */
+const PROVISION_FIELDS: Record<string, string> = {
+  arch: 'arch', bmc_IP: 'bmcIp', branch: 'branch', cache_dir: 'cacheDir', controlnode_host: 'controlnodeHost', controlnode_port: 'controlnodePort',
+  debian_version: 'debianVersion', device_id: 'deviceId', gpu_passthrough: 'gpuPassthrough', hostname: 'hostname',
+  kubernetes_cluster_name: 'kubernetesClusterName', kubernetes_cluster_type: 'kubernetesClusterType', location: 'location', mac_address: 'macAddress',
+  network_role: 'networkRole', os_password: 'osPassword', os_username: 'osUsername', output_iso: 'outputIso', pool_type: 'poolType', prefix_id: 'prefixId',
+  pxe_path: 'pxePath', pxe_server: 'pxeServer', rack_number: 'rackNumber', root_pass: 'rootPass', selected_disks: 'selectedDisks', selected_nic: 'selectedNic',
+  selected_nic_legacy: 'selectedNicLegacy', selected_nic_mac: 'selectedNicMac', sys_iuri: 'sysIuri', vendor: 'vendor', vm_slot: 'vmSlot', zone: 'zone',
+};
+const PROVISION_REST = Object.fromEntries(Object.entries(PROVISION_FIELDS).map(([rest, input]) => [input, rest]));
+
+/** `input.selectedDisks[1]` -> `body.selected_disks[1]`; the vendor argument is the path's. */
+export function provisionRestField(field: string): string | null {
+  if (field === 'vendor' || field === '$vendor') return 'path.vendor';
+  const match = /^\$?input\.([A-Za-z0-9]+)(.*)$/.exec(field);
+  return match ? `body.${PROVISION_REST[match[1]!] ?? match[1]}${match[2]}` : null;
+}
+
+const PROVISION_BODY: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['bmc_IP'],
+  properties: {
+    arch: str, bmc_IP: { ...str, description: 'the BMC address of the node to install (required)' }, branch: str,
+    cache_dir: { ...str, description: 'must lie inside ISO_DIR' }, controlnode_host: { ...str, description: 'where the installer reports (else PUBLIC_URL)' }, controlnode_port: str,
+    debian_version: str, device_id: { ...int, description: 'NetBox Device ID for tracking' },
+    gpu_passthrough: { description: 'GPU passthrough config for IOMMU/vfio-pci: true, or { iommu: intel|amd, pci_ids: ["10de:2330"] }' },
+    hostname: { ...str, description: 'the installed system\'s host name (required)' }, kubernetes_cluster_name: str, kubernetes_cluster_type: str, location: str,
+    mac_address: str, network_role: { ...str, description: 'IPAM fields for static IP allocation' },
+    os_password: { ...str, description: 'OS password, kept in the secret broker (the ISO holds its SHA-512 crypt hash only); absent: a random one (the seed\'s adminadmin default is not kept)' },
+    os_username: { ...str, description: 'OS credentials for provisioned system (default debian; root\'s login is disabled)' },
+    output_iso: { ...str, description: 'must lie inside ISO_DIR' }, pool_type: { type: 'string', enum: ['mirror', 'raidz1', 'raidz2', 'stripe', 'single'] },
+    prefix_id: { ...int, description: 'Prefix ID from VLAN query response' }, pxe_path: { ...str, description: 'must lie inside ISO_DIR' }, pxe_server: str,
+    rack_number: str, root_pass: { ...str, description: 'not used: root\'s login is disabled' }, selected_disks: { type: 'array', items: str },
+    selected_nic: { ...str, description: 'e.g., "enp0s3" - DHCP enabled on this interface' }, selected_nic_legacy: { ...str, description: 'Legacy kernel name for the NIC (e.g., "eth0")' },
+    selected_nic_mac: { ...str, description: 'MAC address of the selected NIC' }, sys_iuri: str, vendor: { ...str, description: 'cisco, dell, hp, lenovo or supermicro (required on plain provision)' },
+    vm_slot: str, zone: str,
+  },
+};
+
+const PROVISION_VIEW = view({
+  success: bool,
+  job_id: { ...str, description: 'the job (GET /controlnode/job/{id}; GraphQL workflowProgress(runId))' },
+  node_id: str,
+  status: { ...str, description: 'the node\'s provision state: deploying' },
+  message: str,
+}, 'ControlNodeProvisionStarted');
+
+const PROVISION_DESCRIPTION = (vendor: string | null) => `Build custom Debian ISO with preseed and provision via ${vendor ? `${vendor}'s ` : ''}Redfish: a metal deploy (legal from ready; INVALID_STATE otherwise) of the node whose BMC has the address bmc_IP (NOT_FOUND when none), whose installer is a per-job ISO booted over the BMC's virtual media${vendor ? '' : ' with the flavour of vendor'}. The job is the node's metal-install workflow run: Building ISO, Mounting ISO, Setting a one-time boot from the virtual CD, Booting the installer, Installing OS (failed as stuck after CONTROLNODE_INSTALL_STUCK_S without a step report), Waiting for the first boot, Ejecting the ISO; then deployed. Every field is checked before anything is written. Authorization: compute:nodes:provision on the node.`;
+
+const provisionExample = { body: { bmc_IP: '10.20.0.11', vendor: 'dell', hostname: 'cn-r12-07', os_username: 'ops', os_password: 'correct-horse-battery', selected_disks: ['nvme0n1', 'nvme1n1'], pool_type: 'mirror', selected_nic_mac: '3C:FD:FE:A1:B2:C3' }, response: { success: true, job_id: 'wr_01KB3Q9XK7F2M4N6P8R0T2V4X7', node_id: 'nd_01KB3Q9XK7F2M4N6P8R0T2V4X6', status: 'deploying', message: 'provisioning node nd_01KB3Q9XK7F2M4N6P8R0T2V4X6 (job wr_01KB3Q9XK7F2M4N6P8R0T2V4X7): Building ISO' } };
+
+function provisionRoute(vendor: (typeof PROVISION_VENDORS)[number] | null): Route {
+  const label: Record<string, string> = { cisco: 'Cisco CIMC', dell: 'Dell iDRAC', hp: 'HPE iLO', lenovo: 'Lenovo XCC', supermicro: 'Supermicro' };
+  return {
+    method: 'POST',
+    path: vendor ? `/controlnode/provision/${vendor}` : '/controlnode/provision',
+    operation: 'ControlNodeProvision',
+    operationId: vendor ? `ControlNodeProvision${vendor[0]!.toUpperCase()}${vendor.slice(1)}` : 'ControlNodeProvision',
+    tag: 'controlnode',
+    summary: vendor ? `Provision a ${label[vendor]!.split(' ')[0]} node with Debian OS` : 'Provision a node with Debian OS',
+    description: PROVISION_DESCRIPTION(vendor ? label[vendor]! : null),
+    body: PROVISION_BODY,
+    variables: ({ body }) => ({
+      input: Object.fromEntries(Object.entries(body ?? {}).map(([k, v]) => [PROVISION_FIELDS[k] ?? k, v])),
+      ...(vendor ? { vendor: vendor.toUpperCase() } : {}),
+    }),
+    respond: (data) => {
+      const r = data.provisionControlNode as Row;
+      const node = r.node as Row;
+      return { success: true, job_id: r.jobId, node_id: node.id, status: node.provisionState, message: r.message };
+    },
+    response: PROVISION_VIEW,
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_STATE', 'INVALID_CONFIG', 'CONFLICT'],
+    restField: provisionRestField,
+    example: vendor ? { body: Object.fromEntries(Object.entries(provisionExample.body).filter(([k]) => k !== 'vendor')), response: provisionExample.response } : provisionExample,
+  };
+}
+
 export const provisionRoutes: Route[] = [
   inventoryRoute({
     path: '/controlnode/bmc/{bmc_ip}/disks',
@@ -171,6 +252,8 @@ export const provisionRoutes: Route[] = [
     },
   }),
   registerRoute,
+  provisionRoute(null),
+  ...PROVISION_VENDORS.map(provisionRoute),
 ];
 
 /** GraphQL's enum value (INVENTORY_ITEM) as the wire's word (inventory-item). */

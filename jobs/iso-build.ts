@@ -1,0 +1,108 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import type { Sql } from '../src/db/sql';
+import type { SecretBroker } from '../clients/secrets/broker';
+import { queueAdvance } from './registry';
+import { buildInstallerIso, findBaseImage, type BaseImage } from '../src/modules/provision/iso';
+import { publishIso } from '../src/modules/provision/iso-store';
+import { renderPreseed } from '../src/modules/provision/preseed';
+import type { InstallParams } from './workflows/install';
+
+/**
+ * The ISO-build queue's worker (provision.iso): builds the installer ISO of one control-node job
+ * (a metal-install run) from the base image, with the job's preseed, the OS user's password from
+ * the broker (only its SHA-512 crypt hash goes into the ISO) and a fresh callback token; publishes
+ * it at its unguessable URL (ISO_DIR) with the token's hash; records the outcome as the run's iso
+ * report and wakes the run, in one transaction. Idempotent: a job already built is not built again.
+ * A build that fails is recorded as such (the Building ISO step fails with the reason), never retried
+ * blindly: the reason is the request's or the host's, and a retry would give the same answer.
+ */
+
+export interface IsoBuildDeps {
+  sql: Sql;
+  secrets: SecretBroker | null;
+  log: Logger;
+  isoDir: string;
+  /** The service's URL as the BMC and the installer reach it (PUBLIC_URL), read at each build. */
+  publicUrl: () => string | undefined;
+  /** A folder with linux, initrd.gz, isolinux.bin, ldlinux.c32 (INSTALLER_BASE_DIR), else Debian's packages. */
+  baseDir?: string;
+  /** How long a built ISO's URL lives at most (the job ends it sooner). */
+  ttlMs?: number;
+}
+
+/** Base images, found once per folder: a cache of what every build reads. */
+const bases = new Map<string, Promise<BaseImage>>();
+function baseImage(dir: string | undefined): Promise<BaseImage> {
+  const key = dir ?? '';
+  let base = bases.get(key);
+  if (!base) {
+    base = findBaseImage(dir);
+    base.catch(() => bases.delete(key));
+    bases.set(key, base);
+  }
+  return base;
+}
+
+const clip = (s: string) => (s.length > 500 ? `${s.slice(0, 499)}…` : s);
+
+export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'built' | 'failed' | 'skipped'> {
+  const { rows: [run] } = await deps.sql.query(
+    `SELECT w.id, w.kind, w.status, w.params, n.id AS node_id, n.tenant_id, n.bmc_address, b.os_credentials_ref,
+            EXISTS (SELECT 1 FROM install_report r WHERE r.run_id = w.id AND r.kind = 'iso') AS built
+       FROM workflow_run w JOIN node n ON n.id = w.node_id LEFT JOIN bmc_info b ON b.node_id = n.id WHERE w.id = $1`,
+    [runId],
+  );
+  if (!run || run.kind !== 'metal-install' || !['queued', 'running', 'waiting'].includes(run.status as string) || run.built) return 'skipped';
+  const p = run.params as InstallParams;
+  const record = async (payload: Record<string, unknown>, publish?: { file: string; name: string; token: string }) => {
+    await deps.sql.transaction(async (tx) => {
+      let isoId: string | null = null;
+      let body = payload;
+      if (publish) {
+        const published = await publishIso(tx, deps.isoDir, { file: publish.file, name: publish.name, nodeId: run.node_id as string, runId, ttlMs: deps.ttlMs ?? 6 * 3600_000, callbackToken: publish.token });
+        isoId = published.id;
+        body = { ...payload, imageUrl: `${publicUrl!.replace(/\/+$/, '')}${published.urlPath}` };
+      }
+      await tx.query(`INSERT INTO install_report (run_id, iso_id, kind, payload) VALUES ($1, $2, 'iso', $3::jsonb)`, [runId, isoId, JSON.stringify(body)]);
+      await queueAdvance(tx, runId);
+    });
+  };
+  const started = Date.now();
+  const publicUrl = deps.publicUrl();
+  let file: string | null = null;
+  try {
+    if (!publicUrl) throw new Error('PUBLIC_URL is not set: the BMC cannot fetch the ISO without the service\'s address');
+    if (!deps.secrets) throw new Error('no secret broker is configured: the OS user\'s password cannot be read');
+    if (!run.os_credentials_ref) throw new Error('the node has no OS password in the broker');
+    const secret = (await deps.secrets.get(run.os_credentials_ref as string, run.tenant_id as string)) as { password?: unknown } | null;
+    if (!secret || typeof secret.password !== 'string') throw new Error('the OS password in the broker is not { username, password }');
+    const token = randomBytes(32).toString('base64url');
+    const preseed = renderPreseed({
+      hostname: p.hostname, osUsername: p.osUsername, osPassword: secret.password, disks: p.disks, poolType: p.poolType,
+      nicMac: p.nicMac, nicName: p.nicName, network: { mode: 'dhcp' }, gpuPassthrough: p.gpuPassthrough,
+      callback: { baseUrl: p.callbackBase ?? publicUrl, jobId: runId, token }, bmcIp: run.bmc_address as string,
+    });
+    await fs.mkdir(deps.isoDir, { recursive: true });
+    file = path.join(deps.isoDir, `${runId}-${randomBytes(4).toString('hex')}.iso`);
+    const workDir = await fs.mkdtemp(path.join(os.tmpdir(), 'metal-iso-'));
+    try {
+      await buildInstallerIso({ base: await baseImage(deps.baseDir), preseed, outPath: file, workDir });
+    } finally {
+      await fs.rm(workDir, { recursive: true, force: true });
+    }
+    const bytes = (await fs.stat(file)).size;
+    await record({ ok: true, bytes, ms: Date.now() - started }, { file, name: `${p.hostname.split('.')[0]}.iso`, token });
+    deps.log.info({ runId, bytes, ms: Date.now() - started }, 'installer ISO built');
+    return 'built';
+  } catch (error) {
+    if (file) await fs.rm(file, { force: true }).catch(() => undefined);
+    const message = clip(error instanceof Error ? error.message : String(error));
+    deps.log.warn({ runId, err: message }, 'installer ISO build failed');
+    await record({ ok: false, error: message });
+    return 'failed';
+  }
+}

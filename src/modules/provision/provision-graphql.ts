@@ -1,0 +1,61 @@
+import { builder } from '../../graphql/builder';
+import { provisionControlNode, PROVISION_VENDORS, type ProvisionResult } from './provision';
+
+/** The seed's POST /controlnode/provision (and its vendor variants) in GraphQL: provisionControlNode. */
+
+const ProvisionInput = builder.inputType('ProvisionControlNodeInput', {
+  description: 'The seed\'s provision request (POST /controlnode/provision), camelCased (bmc_IP is bmcIp)',
+  fields: (t) => ({
+    bmcIp: t.string({ required: true, description: 'The BMC address of the node to install (a metal node with that BMC)' }),
+    vendor: t.string({ required: false, description: `${PROVISION_VENDORS.join(', ')}: the Redfish flavour the BMC is driven with` }),
+    hostname: t.string({ required: false, description: 'The installed system\'s host name (required)' }),
+    osUsername: t.string({ required: false, description: 'The OS user (default debian; root\'s login is disabled, the user gets sudo)' }),
+    osPassword: t.string({ required: false, description: 'Kept in the secret broker; the ISO holds only its SHA-512 crypt hash. Absent: a random one, kept in the broker' }),
+    rootPass: t.string({ required: false, description: 'Not used: root\'s login is disabled' }),
+    selectedDisks: t.stringList({ required: false, description: 'The disks the root goes on (nvme0n1, sda, or /dev/disk/by-id paths)' }),
+    poolType: t.string({ required: false, description: 'mirror (2+ disks), raidz1 (3+), raidz2 (4+), stripe, single (exactly 1): see the README for how each is realised' }),
+    selectedNic: t.string({ required: false, description: 'e.g. enp0s3' }),
+    selectedNicLegacy: t.string({ required: false, description: 'e.g. eth0' }),
+    selectedNicMac: t.string({ required: false, description: 'The NIC by MAC (preferred over its name)' }),
+    macAddress: t.string({ required: false }),
+    gpuPassthrough: t.field({ type: 'JSON', required: false, description: 'true, or { iommu: intel|amd, pci_ids: [vendor:device] }: IOMMU and vfio-pci on the installed system' }),
+    controlnodeHost: t.string({ required: false, description: 'Where the installer reports (else PUBLIC_URL)' }),
+    controlnodePort: t.string({ required: false }),
+    cacheDir: t.string({ required: false, description: 'Must lie inside ISO_DIR' }),
+    outputIso: t.string({ required: false, description: 'Must lie inside ISO_DIR' }),
+    pxePath: t.string({ required: false, description: 'Must lie inside ISO_DIR' }),
+    deviceId: t.int({ required: false, description: 'NetBox Device ID for tracking' }),
+    prefixId: t.int({ required: false }),
+    networkRole: t.string({ required: false }),
+    kubernetesClusterName: t.string({ required: false }),
+    kubernetesClusterType: t.string({ required: false }),
+    location: t.string({ required: false }),
+    zone: t.string({ required: false }),
+    rackNumber: t.string({ required: false }),
+    vmSlot: t.string({ required: false }),
+    arch: t.string({ required: false }),
+    branch: t.string({ required: false }),
+    debianVersion: t.string({ required: false }),
+    pxeServer: t.string({ required: false }),
+    sysIuri: t.string({ required: false }),
+  }),
+});
+
+const ProvisionPayload = builder.objectRef<ProvisionResult>('ProvisionControlNodePayload').implement({
+  fields: (t) => ({
+    jobId: t.exposeString('jobId', { description: 'The job: the node\'s metal-install workflow run (workflowProgress, the timeline)' }),
+    message: t.exposeString('message'),
+    node: t.prismaField({ type: 'Node', resolve: (query, p, _a, ctx) => ctx.prisma.node.findUniqueOrThrow({ ...query, where: { id: p.nodeId } }) }),
+  }),
+});
+
+const VendorEnum = builder.enumType('ProvisionVendor', { values: PROVISION_VENDORS.map((v) => v.toUpperCase()) as unknown as readonly string[] });
+
+builder.mutationField('provisionControlNode', (t) =>
+  t.field({
+    type: ProvisionPayload,
+    description: 'Installs Debian on the node whose BMC has bmcIp: a metal deploy (legal from ready) whose installer is a per-job ISO (preseed, xorriso) booted over the BMC\'s virtual media in the vendor\'s Redfish flavour (vendor, or the route\'s). The job reports its steps (Building ISO, Mounting ISO, Installing OS...) in its run\'s timeline and through workflowProgress. Decided as compute:nodes:provision on the node.',
+    args: { input: t.arg({ type: ProvisionInput, required: true }), vendor: t.arg({ type: VendorEnum, required: false, description: 'The vendor of the route (provision/<vendor>): it wins over input.vendor' }) },
+    resolve: (_root, { input, vendor }, ctx) => provisionControlNode(ctx, input, vendor ? String(vendor).toLowerCase() : null),
+  }),
+);

@@ -1,0 +1,190 @@
+import { randomBytes } from 'node:crypto';
+import { isIP } from 'node:net';
+import type { Context } from '../../context';
+import { requirePrincipal } from '../../context';
+import { decide } from '../../auth/decide';
+import { AppError, invalidInput } from '../../errors';
+import { newId } from '../../ids';
+import { updateNode } from '../metal/node-store';
+import type { NodeChange } from '../metal/node-rows';
+import { decideMove } from '../metal/states';
+import { nodeResource } from '../tenancy/resources';
+import { confinedPath } from './iso-store';
+import { renderPreseed } from './preseed';
+import { driverOfVendor } from './register';
+import type { InstallParams } from '../../../jobs/workflows/install';
+
+/**
+ * POST /controlnode/provision (and /provision/<vendor>), on the one model: a metal deploy of the
+ * node whose BMC has the address bmc_IP, with the control-node installer (a per-job Debian ISO
+ * booted over virtual media: jobs/workflows/install.ts) instead of a PXE ramdisk. The job is the
+ * run; it starts from where a deploy may (ready), and INVALID_STATE elsewhere. The vendor (the
+ * path's, else the body's) picks the node's Redfish flavour. Every field is checked before anything
+ * is written, as the preseed will use it (the same checks), each refusal naming the request's
+ * field. The OS password goes to the broker; without one a random one is generated and kept there
+ * (the seed's adminadmin default is not kept). Client paths (cache_dir, output_iso, pxe_path) must
+ * stay inside ISO_DIR. Decided as compute:nodes:provision on the node.
+ */
+
+export interface ProvisionInput {
+  bmcIp: string;
+  vendor?: string | null;
+  hostname?: string | null;
+  osUsername?: string | null;
+  osPassword?: string | null;
+  rootPass?: string | null;
+  selectedDisks?: string[] | null;
+  poolType?: string | null;
+  selectedNic?: string | null;
+  selectedNicLegacy?: string | null;
+  selectedNicMac?: string | null;
+  macAddress?: string | null;
+  gpuPassthrough?: unknown;
+  controlnodeHost?: string | null;
+  controlnodePort?: string | null;
+  cacheDir?: string | null;
+  outputIso?: string | null;
+  pxePath?: string | null;
+  /** Recorded with the job as the request gave them (NetBox, Kubernetes and placement facts). */
+  deviceId?: number | null;
+  prefixId?: number | null;
+  networkRole?: string | null;
+  kubernetesClusterName?: string | null;
+  kubernetesClusterType?: string | null;
+  location?: string | null;
+  zone?: string | null;
+  rackNumber?: string | null;
+  vmSlot?: string | null;
+  arch?: string | null;
+  branch?: string | null;
+  debianVersion?: string | null;
+  pxeServer?: string | null;
+  sysIuri?: string | null;
+}
+
+export interface ProvisionResult { jobId: string; nodeId: string; message: string }
+
+/** The vendors of the seed's provision/<vendor> routes. */
+export const PROVISION_VENDORS = ['cisco', 'dell', 'hp', 'lenovo', 'supermicro'] as const;
+
+const f = (name: keyof ProvisionInput) => `input.${name}`;
+const HOST = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+const FACT = /^[\x20-\x7e]{0,128}$/;
+
+export async function provisionControlNode(ctx: Context, input: ProvisionInput, pathVendor: string | null = null): Promise<ProvisionResult> {
+  const principal = requirePrincipal(ctx);
+  if (typeof input.bmcIp !== 'string' || !isIP(input.bmcIp.trim())) throw invalidInput(f('bmcIp'), 'is required: the BMC\'s IPv4 or IPv6 address');
+  const bmcIp = input.bmcIp.trim().toLowerCase();
+  const vendor = (pathVendor ?? input.vendor ?? '').trim().toLowerCase();
+  if (!vendor) throw invalidInput(f('vendor'), `is required: one of ${PROVISION_VENDORS.join(', ')} (or POST /controlnode/provision/<vendor>)`);
+  if (!/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(f('vendor'), 'must be a vendor name');
+  const driver = driverOfVendor(vendor);
+
+  // Every field as the ISO build will use it, before anything is looked up or written.
+  const hostname = (input.hostname ?? '').trim();
+  if (!hostname) throw invalidInput(f('hostname'), 'is required: the installed system\'s host name');
+  const osUsername = (input.osUsername ?? '').trim() || 'debian';
+  const osPassword = input.osPassword ?? null;
+  const nicMac = (input.selectedNicMac ?? input.macAddress ?? '').trim() || null;
+  const nicName = (input.selectedNic ?? '').trim() || null;
+  const fields = {
+    hostname: 'input.hostname', osUsername: 'input.osUsername', osPassword: 'input.osPassword', disks: 'input.selectedDisks', poolType: 'input.poolType',
+    nicMac: input.selectedNicMac ? 'input.selectedNicMac' : 'input.macAddress', nicName: 'input.selectedNic', gpuPassthrough: 'input.gpuPassthrough',
+  } as const;
+  renderPreseed({
+    hostname, osUsername, osPassword: osPassword ?? 'a-checked-placeholder', disks: input.selectedDisks ?? [], poolType: input.poolType ?? '',
+    nicMac, nicName, network: { mode: 'dhcp' }, gpuPassthrough: input.gpuPassthrough ?? null,
+    callback: { baseUrl: 'http://127.0.0.1', jobId: 'check', token: 'c'.repeat(32) }, bmcIp, fields,
+  });
+  if (input.selectedNicLegacy != null && !/^[a-zA-Z][a-zA-Z0-9._-]{0,14}$/.test(input.selectedNicLegacy)) throw invalidInput(f('selectedNicLegacy'), 'must be an interface name such as eth0');
+  for (const name of ['cacheDir', 'outputIso', 'pxePath'] as const) {
+    const v = input[name];
+    if (v !== undefined && v !== null && v !== '') await confinedPath(f(name), v, ctx.config.isoDir);
+  }
+  let callbackBase: string | null = null;
+  if (input.controlnodeHost) {
+    const host = input.controlnodeHost.trim();
+    if (!HOST.test(host) && !isIP(host)) throw invalidInput(f('controlnodeHost'), 'must be a host name or IP address the installer reaches the service at');
+    const port = (input.controlnodePort ?? '').trim();
+    if (port && (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535)) throw invalidInput(f('controlnodePort'), 'must be a port 1..65535');
+    callbackBase = `http://${isIP(host) === 6 ? `[${host}]` : host}${port ? `:${port}` : ''}`;
+  } else if (input.controlnodePort) {
+    throw invalidInput(f('controlnodeHost'), 'is required with controlnode_port');
+  }
+  const facts: Record<string, unknown> = {};
+  for (const name of ['networkRole', 'kubernetesClusterName', 'kubernetesClusterType', 'location', 'zone', 'rackNumber', 'vmSlot', 'arch', 'branch', 'debianVersion', 'pxeServer', 'sysIuri'] as const) {
+    const v = input[name];
+    if (v === undefined || v === null || v === '') continue;
+    if (typeof v !== 'string' || !FACT.test(v)) throw invalidInput(f(name), 'must be at most 128 printable characters');
+    facts[name] = v;
+  }
+  for (const name of ['deviceId', 'prefixId'] as const) {
+    const v = input[name];
+    if (v === undefined || v === null) continue;
+    if (!Number.isInteger(v) || v < 1) throw invalidInput(f(name), 'must be a NetBox id (a positive integer)');
+    facts[name] = v;
+  }
+
+  const { rows: found } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; poolId: string; version: number; provisionState: string; failedFrom: string | null; bmcDriver: string; osRef: string | null }>(
+    `SELECT n.id, n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId", n.version, n.provision_state AS "provisionState",
+            n.failed_from AS "failedFrom", n.bmc_driver AS "bmcDriver", b.os_credentials_ref AS "osRef"
+       FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id WHERE n.bmc_address = $1 AND n.provision_state <> 'retired' ORDER BY n.id`,
+    [bmcIp],
+  );
+  // Of the nodes with this BMC address, the ones the caller may read; another tenant's is not there for it.
+  const visible = found.filter((n) => {
+    try {
+      decide(principal, 'compute:nodes:provision', nodeResource(n));
+      return true;
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'PERMISSION_DENIED') throw error;
+      return false;
+    }
+  });
+  const node = visible[0];
+  if (!node) throw new AppError('NOT_FOUND', `no node has the BMC address ${bmcIp}: enroll it (POST /api/compute/metal/enroll) or register it first`, { bmcIp });
+  const move = decideMove('deploy', node.provisionState as never, node.failedFrom as never);
+  if (!move.legal) {
+    throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: provisioning is a deploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
+  }
+
+  // The OS password: the request's, else a random one (never a default); kept in the broker.
+  if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
+  const generated = osPassword === null;
+  const ref = await ctx.secrets.put(node.tenantId, { username: osUsername, password: osPassword ?? randomBytes(18).toString('base64url') });
+  const runId = newId('WorkflowRun');
+  const params: InstallParams & Record<string, unknown> = {
+    verb: 'provision', vendor, hostname, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
+    gpuPassthrough: input.gpuPassthrough ?? null, callbackBase, stuckSeconds: ctx.config.controlnodeInstallStuckS, role: 'controlnode-os',
+    passwordGenerated: generated, ...facts,
+  };
+  const data: NodeChange = { provisionState: 'deploying' };
+  if (node.bmcDriver !== driver) {
+    data.bmcDriver = driver;
+    data.driverBindings = { power: driver, management: driver, virtualMedia: driver };
+  }
+  try {
+    await ctx.sql.transaction(async (tx) => {
+      const updated = await updateNode(tx, { id: node.id, version: node.version }, {
+        data, run: { id: runId, kind: 'metal-install', params },
+        events: [{ type: move.event, payload: { verb: 'provision', from: node.provisionState, to: 'deploying', vendor, hostname } }],
+      }, ctx.requestId);
+      if (!updated) throw new AppError('CONFLICT', `node ${node.id} changed while the job was being recorded; provision again`, { nodeId: node.id });
+      await tx.query(
+        `INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (node_id) DO UPDATE SET vendor = EXCLUDED.vendor, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
+           os_credentials_ref = EXCLUDED.os_credentials_ref, version = bmc_info.version + 1, updated_at = now()`,
+        [node.id, node.tenantId, vendor, hostname, osUsername, ref],
+      );
+    });
+  } catch (error) {
+    await ctx.secrets.delete(ref, node.tenantId).catch(() => undefined);
+    throw error;
+  }
+  if (node.osRef) await ctx.secrets.delete(node.osRef, node.tenantId).catch(() => undefined);
+  const notes = [
+    generated ? 'no os_password was given: a random one was generated and kept in the secret broker' : null,
+    input.rootPass ? 'root_pass is not used: root\'s login is disabled and the user gets sudo' : null,
+  ].filter(Boolean);
+  return { jobId: runId, nodeId: node.id, message: `provisioning node ${node.id} (job ${runId}): Building ISO${notes.length ? `; ${notes.join('; ')}` : ''}` };
+}

@@ -1,0 +1,263 @@
+/**
+ * POST /controlnode/provision and /provision/<vendor> end to end (issue 11 items 3-5): the job is
+ * the node's metal-install run; its ISO is built for real by xorriso from Debian's netboot
+ * installer through the ISO-build queue; the built-in site agent mounts it in each vendor's
+ * simulated BMC (reached at its bare IP on 443 over TLS, as bmc_IP implies), sets the boot from
+ * the virtual CD that vendor's way, and powers the machine on. The simulated installer is this
+ * test: on the BMC's boot from the CD it fetches the ISO from the URL the BMC was given, with a
+ * Range request as a BMC does, reads the job's callback token and address out of the ISO's
+ * second initrd, and posts steps, completion and first boot as the preseed's scripts would. The
+ * node ends deployed with its OS address, the media ejected, the ISO's URL and token dead.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import { startTestApp, capturingLogger, type TestApp } from './helpers/app';
+import { gql, rest } from './helpers/client';
+import { makeTenantTree, makeToken } from './helpers/fixtures';
+import { extractFromIso, readCpioNewc } from './helpers/iso';
+import { startRedfishSim, type BootEvent, type RedfishSim, type SimMachine } from './sim/redfish/server';
+import type { FlavourName } from './sim/redfish/flavours';
+import { newId } from '../src/ids';
+
+jest.setTimeout(120_000);
+
+const BMC_PASSWORD = 'Bmc-Pr0vision-Pa55';
+const OS_PASSWORD = 'Os-Pr0vision-Pa55';
+const REPORTED_PASSWORD = 'Os-Rep0rted-Pa55';
+/** The seed's vendor routes and the simulator flavour each drives. */
+const VENDORS: [string, FlavourName][] = [['dell', 'idrac'], ['hp', 'ilo'], ['lenovo', 'xcc'], ['cisco', 'cimc'], ['supermicro', 'supermicro']];
+const ipOf = (i: number) => `127.77.1.${i + 1}`;
+
+let t: TestApp;
+let sim: RedfishSim;
+let dir: string;
+let isoDir: string;
+let token: string;
+const lines: string[] = [];
+const nodeOf = new Map<string, string>();
+/** What the simulated installer does on a machine's boot from the CD. */
+const installer = new Map<string, (boot: BootEvent) => Promise<void>>();
+const installs: Promise<void>[] = [];
+
+interface Job { token: string; api: string; job: string; bmcIp: string }
+
+/** The job's callback token and address, from the ISO the BMC mounted (fetched with a Range request, as a BMC does). */
+async function readJob(image: string): Promise<Job> {
+  const res = await fetch(image, { headers: { range: 'bytes=0-' } });
+  if (res.status !== 206) throw new Error(`the ISO answered ${res.status} to a Range request`);
+  const file = path.join(dir, `${Math.random().toString(36).slice(2)}.iso`);
+  fs.writeFileSync(file, Buffer.from(await res.arrayBuffer()));
+  const extra = readCpioNewc(gunzipSync(await extractFromIso(file, '/install/preseed.gz', `${file}.preseed.gz`)));
+  const get = (name: string) => extra.find((f) => f.name === name)!.data.toString('utf8');
+  // The ISO holds the OS password only as its SHA-512 crypt hash.
+  const all = Buffer.concat(extra.map((f) => f.data));
+  if (all.includes(Buffer.from(OS_PASSWORD)) || !/passwd\/user-password-crypted password \$6\$/.test(get('preseed.cfg'))) throw new Error('the ISO holds the OS password in plain, or no crypt hash');
+  const env = Object.fromEntries(get('metal/job.env').trim().split('\n').map((l) => { const [k, v] = l.split('='); return [k!, v!.replace(/^'|'$/g, '')]; }));
+  return { token: get('metal/callback-token'), api: env.METAL_API!, job: env.METAL_JOB!, bmcIp: env.METAL_BMC_IP! };
+}
+
+const post = (url: string, bearer: string | null, body: unknown) =>
+  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(bearer ? { authorization: `Bearer ${bearer}` } : {}) }, body: JSON.stringify(body) });
+
+/** The installer as the preseed's scripts play it: steps, completion, then the installed system's first boot. */
+async function install(job: Job, osIp: string): Promise<void> {
+  for (const [step, percent, state] of [['partitioning', 20, 'active'], ['installing-base', 60, 'active'], ['installing-finish', 90, 'done']] as const) {
+    const r = await post(`${job.api}/job/${job.job}/step`, job.token, { step, percent, state });
+    if (r.status !== 200) throw new Error(`step ${step}: ${r.status} ${await r.text()}`);
+  }
+  const done = await post(`${job.api}/job/${job.job}/complete`, job.token, { os_ip: osIp, os_password: REPORTED_PASSWORD });
+  if (done.status !== 200) throw new Error(`complete: ${done.status} ${await done.text()}`);
+  const first = await post(`${job.api}/firstboot`, job.token, { job_id: job.job, bmc_ip: job.bmcIp, os_ip: osIp });
+  if (first.status !== 200) throw new Error(`firstboot: ${first.status} ${await first.text()}`);
+}
+
+beforeAll(async () => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cn-provision-'));
+  isoDir = path.join(dir, 'iso');
+  const openssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  fs.writeFileSync(path.join(dir, 'ext.cnf'), `subjectAltName=${VENDORS.map((_, i) => `IP:${ipOf(i)}`).join(',')},IP:${ipOf(9)}\nbasicConstraints=CA:FALSE\n`);
+  openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=site BMC CA');
+  openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'bmc.key', '-out', 'bmc.csr', '-subj', '/CN=bmc');
+  openssl('x509', '-req', '-in', 'bmc.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'bmc.pem', '-days', '2', '-extfile', 'ext.cnf');
+  sim = await startRedfishSim({
+    machines: [
+      ...VENDORS.map(([vendor, flavour], i) => ({ id: vendor, flavour, listen: { host: ipOf(i), port: 443 }, password: BMC_PASSWORD, requireEtag: flavour === 'xcc' || flavour === 'ilo' })),
+      { id: 'stuck', listen: { host: ipOf(9), port: 443 }, password: BMC_PASSWORD },
+    ],
+    tls: { key: fs.readFileSync(path.join(dir, 'bmc.key')), cert: fs.readFileSync(path.join(dir, 'bmc.pem')) },
+    onBoot: (machine, boot) => {
+      const play = installer.get(machine.id);
+      if (play && boot.target === 'Cd' && boot.image) installs.push(play(boot));
+    },
+  });
+  t = await startTestApp({ agentPollMs: 200, isoDir, controlnodeInstallStuckS: 10 }, { log: capturingLogger(lines) });
+  t.app.services.config.publicUrl = t.url;
+  const tree = await makeTenantTree(t.app.services.prisma, 'prov', { pools: 1, nodesPerPool: 0 });
+  token = await makeToken(t.app.services.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+  // Ready nodes (enrolled, inspected, commissioned): their BMCs verified with the site's CA.
+  const ca = fs.readFileSync(path.join(dir, 'ca.pem'), 'utf8');
+  for (const m of sim.machines) {
+    const ref = await t.app.services.secrets!.put(tree.tenant.id, { username: m.username, password: m.password });
+    const id = newId('MetalNode');
+    await t.app.services.prisma.node.create({
+      data: {
+        id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, name: m.id, provisionState: 'ready',
+        bmcAddress: new URL(m.url).hostname, bmcDriver: 'redfish', bmcDriverOptions: { caCert: ca }, bmcCredentialsRef: ref,
+        driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' }, macs: [m.state().macs[0]!.toLowerCase()],
+      },
+    });
+    nodeOf.set(m.id, id);
+  }
+});
+afterAll(async () => {
+  await Promise.allSettled(installs);
+  await t?.stop();
+  await sim?.stop();
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+async function settled(nodeId: string, limitMs = 60_000): Promise<Record<string, unknown>> {
+  const end = Date.now() + limitMs;
+  for (;;) {
+    const row = (await t.app.services.sql.query('SELECT provision_state, failed_from, last_error_code, last_error_message, addresses, role, bmc_driver FROM node WHERE id = $1', [nodeId])).rows[0]!;
+    if (row.provision_state !== 'deploying') return row;
+    if (Date.now() > end) throw new Error(`node ${nodeId} still deploying`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+const body = (m: SimMachine, over: Record<string, unknown> = {}) => ({
+  bmc_IP: new URL(m.url).hostname, hostname: `cn-${m.id}`, os_username: 'ops', os_password: OS_PASSWORD,
+  selected_disks: ['nvme0n1', 'nvme1n1'], pool_type: 'mirror', selected_nic_mac: m.state().macs[0], ...over,
+});
+
+describe.each(VENDORS)('POST /controlnode/provision/%s', (vendor, flavour) => {
+  it(`builds the ISO, boots it over ${flavour}'s virtual media through the site agent, and the node ends deployed with its OS address, the media ejected`, async () => {
+    const m = sim.machines.find((x) => x.id === vendor)!;
+    const osIp = `10.40.0.${VENDORS.findIndex(([v]) => v === vendor) + 10}`;
+    let job: Job | null = null;
+    installer.set(vendor, async (boot) => {
+      job = await readJob(boot.image!);
+      await install(job, osIp);
+    });
+    const r = await rest(t.url, token, 'POST', `/controlnode/provision/${vendor}`, body(m));
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ success: true, node_id: nodeOf.get(vendor), status: 'deploying', job_id: expect.any(String) });
+    const node = await settled(nodeOf.get(vendor)!);
+    expect(node).toMatchObject({ provision_state: 'deployed', addresses: [osIp], role: 'controlnode-os', bmc_driver: { dell: 'idrac', hp: 'ilo', lenovo: 'xcc', cisco: 'cimc', supermicro: 'supermicro' }[vendor] });
+    expect(job!.job).toBe(r.body.job_id);
+    expect(job!.bmcIp).toBe(new URL(m.url).hostname);
+    // The media is out; the boot from the CD was the vendor's own way.
+    expect(m.state().virtualMedia.every((v) => !v.inserted && v.image === null)).toBe(true);
+    const calls = sim.counts(vendor).calls;
+    expect(calls.filter((c) => c.kind === 'insertMedia' && c.status === 204)).toHaveLength(1);
+    if (flavour === 'idrac') expect(calls.some((c) => c.kind === 'bootOverride' && c.detail.includes('VCD-DVD'))).toBe(true);
+    if (flavour === 'ilo') expect(calls.some((c) => c.kind === 'bootOverride' && c.detail.includes('BootOnNextServerReset'))).toBe(true);
+    if (flavour === 'cimc') expect(calls.some((c) => c.kind === 'insertMedia' && c.status === 405)).toBe(true);
+    // The timeline names the seed's stages, every step done.
+    const steps = (await t.app.services.sql.query('SELECT title, status FROM workflow_step WHERE run_id = $1 AND NOT cleanup ORDER BY idx', [r.body.job_id])).rows;
+    expect(steps.map((s) => s.title)).toEqual(['Building ISO', 'Mounting ISO', 'Setting a one-time boot from the virtual CD', 'Booting the installer', 'Installing OS', 'Waiting for the first boot', 'Ejecting the ISO']);
+    expect(steps.every((s) => s.status === 'succeeded')).toBe(true);
+    // The reported OS password went to the broker; the ISO's URL and the callback token are dead.
+    const info = (await t.app.services.sql.query('SELECT os_ip, os_credentials_ref FROM bmc_info WHERE node_id = $1', [nodeOf.get(vendor)])).rows[0]!;
+    expect(info.os_ip).toBe(osIp);
+    const tenantId = (await t.app.services.sql.query('SELECT tenant_id FROM node WHERE id = $1', [nodeOf.get(vendor)])).rows[0]!.tenant_id as string;
+    expect(await t.app.services.secrets!.get(info.os_credentials_ref as string, tenantId)).toMatchObject({ username: 'ops', password: REPORTED_PASSWORD });
+    const image = (await t.app.services.sql.query(`SELECT params->>'imageUrl' AS u FROM command WHERE run_id = $1 AND kind = 'bmc.media-insert'`, [r.body.job_id])).rows[0]!.u as string;
+    expect((await fetch(image)).status).toBe(404);
+    expect((await post(`${job!.api}/job/${job!.job}/step`, job!.token, { step: 'late', state: 'active' })).status).toBe(401);
+  });
+});
+
+describe('the job\'s callbacks and its refusals', () => {
+  it('a job whose installer stops reporting fails as stuck, naming its last step; the media is ejected and its token refused', async () => {
+    const m = sim.machines.find((x) => x.id === 'stuck')!;
+    let job: Job | null = null;
+    installer.set('stuck', async (boot) => {
+      job = await readJob(boot.image!);
+      // Refused, and nothing changes: no token, a wrong one, another path's job id, a bad body.
+      expect((await post(`${job.api}/job/${job.job}/step`, null, { step: 'x', state: 'active' })).status).toBe(401);
+      expect((await post(`${job.api}/job/${job.job}/step`, 'A'.repeat(43), { step: 'x', state: 'active' })).status).toBe(401);
+      expect((await post(`${job.api}/job/wr_other/step`, job.token, { step: 'x', state: 'active' })).status).toBe(401);
+      const bad = await post(`${job.api}/job/${job.job}/step`, job.token, { step: 'x', state: 'sideways' });
+      expect([bad.status, ((await bad.json()) as { error: { details?: { field?: string } } }).error.details?.field]).toEqual([400, 'body.state']);
+      expect((await post(`${job.api}/firstboot`, job.token, { bmc_ip: '10.1.1.1', os_ip: '10.40.0.99' })).status).toBe(400);
+      const ok = await post(`${job.api}/job/${job.job}/step`, job.token, { step: 'partitioning', state: 'active', percent: 15 });
+      expect(ok.status).toBe(200);
+    });
+    const r = await rest(t.url, token, 'POST', '/controlnode/provision', body(m, { vendor: 'acme', os_password: undefined }));
+    expect(r.status).toBe(200);
+    expect(r.body.message).toMatch(/a random one was generated/);
+    const node = await settled(nodeOf.get('stuck')!, 90_000);
+    expect(node).toMatchObject({ provision_state: 'failed', failed_from: 'deploying', last_error_code: 'INSTALL_STUCK' });
+    expect(node.last_error_message).toMatch(/no step for 10 s: the last step was "partitioning" \(15%\)/);
+    for (let i = 0; i < 100 && !m.state().virtualMedia.every((v) => !v.inserted); i += 1) await new Promise((res) => setTimeout(res, 100));
+    expect(m.state().virtualMedia.every((v) => !v.inserted)).toBe(true);
+    // The failed run's cleanup ends the ISO's URL and token too (after the eject).
+    const runDone = async () => (await t.app.services.sql.query('SELECT status FROM workflow_run WHERE id = $1', [r.body.job_id])).rows[0]!.status;
+    for (let i = 0; i < 100 && (await runDone()) === 'aborting'; i += 1) await new Promise((res) => setTimeout(res, 100));
+    expect(await runDone()).toBe('failed');
+    const cleanup = (await t.app.services.sql.query('SELECT name, status FROM workflow_step WHERE run_id = $1 AND cleanup ORDER BY idx', [r.body.job_id])).rows;
+    expect(cleanup).toEqual([{ name: 'eject-iso-cleanup', status: 'succeeded' }, { name: 'revoke-iso', status: 'succeeded' }]);
+    expect((await post(`${job!.api}/job/${job!.job}/step`, job!.token, { step: 'late', state: 'active' })).status).toBe(401);
+    const reports = (await t.app.services.sql.query(`SELECT kind, payload FROM install_report WHERE run_id = $1 AND kind <> 'iso' ORDER BY id`, [r.body.job_id])).rows;
+    expect(reports).toEqual([{ kind: 'step', payload: { step: 'partitioning', state: 'active', percent: 15 } }]);
+    const events = (await t.app.services.sql.query(`SELECT payload FROM event WHERE type = 'provision.step' AND subject = $1`, [r.body.job_id])).rows;
+    expect(events.map((e) => e.payload)).toEqual([expect.objectContaining({ jobId: r.body.job_id, step: 'partitioning', state: 'active', percent: 15 })]);
+  });
+
+  const REFUSED: [string, Record<string, unknown>, string][] = [
+    ['no bmc_IP', { bmc_IP: undefined }, 'body.bmc_IP'],
+    ['no vendor on the plain route', { vendor: undefined }, 'body.vendor'],
+    ['no hostname', { hostname: undefined }, 'body.hostname'],
+    ['a mirror of one disk', { selected_disks: ['nvme0n1'] }, 'body.pool_type'],
+    ['an unknown pool type', { pool_type: 'raid10' }, 'body.pool_type'],
+    ['a disk path', { selected_disks: ['../../etc/passwd', 'sda'] }, 'body.selected_disks[0]'],
+    ['a short OS password', { os_password: 'short' }, 'body.os_password'],
+    ['root as the OS user', { os_username: 'root' }, 'body.os_username'],
+    ['a NIC MAC that is none', { selected_nic_mac: 'zz' }, 'body.selected_nic_mac'],
+    ['an output ISO outside ISO_DIR', { output_iso: '/etc/shadow' }, 'body.output_iso'],
+    ['a cache dir escaping ISO_DIR', { cache_dir: '../..' }, 'body.cache_dir'],
+    ['a pxe path with a NUL', { pxe_path: 'a\u0000b' }, 'body.pxe_path'],
+    ['a controlnode_port that is none', { controlnode_host: '10.0.0.1', controlnode_port: '99999' }, 'body.controlnode_port'],
+    ['a bad gpu_passthrough', { gpu_passthrough: { pci_ids: ['nope'] } }, 'body.gpu_passthrough.pci_ids[0]'],
+    ['an unknown field', { is_control_node: true }, 'body.is_control_node'],
+  ];
+  it.each(REFUSED)('%s: 400 naming the field, nothing written', async (_name, over, field) => {
+    const m = sim.machines[0]!;
+    const before = (await t.app.services.sql.query('SELECT count(*)::int AS n FROM workflow_run')).rows[0]!.n;
+    const r = await rest(t.url, token, 'POST', '/controlnode/provision', body(m, { vendor: 'dell', ...over }));
+    expect([r.status, r.body.error?.code, r.body.error?.details?.field]).toEqual([400, 'INVALID_INPUT', field]);
+    expect(JSON.stringify(r.body)).not.toContain(OS_PASSWORD);
+    expect((await t.app.services.sql.query('SELECT count(*)::int AS n FROM workflow_run')).rows[0]!.n).toBe(before);
+  });
+
+  it('NOT_FOUND for a BMC no node has; INVALID_STATE for a node that is not ready; GraphQL answers the same', async () => {
+    const none = await rest(t.url, token, 'POST', '/controlnode/provision/dell', body(sim.machines[0]!, { bmc_IP: '10.250.0.1' }));
+    expect([none.status, none.body.error.code]).toEqual([404, 'NOT_FOUND']);
+    const deployed = await rest(t.url, token, 'POST', '/controlnode/provision/dell', body(sim.machines[0]!));
+    expect([deployed.status, deployed.body.error.code]).toEqual([409, 'INVALID_STATE']);
+    const g = await gql(t.url, token, 'mutation($i: ProvisionControlNodeInput!) { provisionControlNode(input: $i, vendor: DELL) { jobId } }',
+      { i: { bmcIp: new URL(sim.machines[0]!.url).hostname, hostname: 'x', selectedDisks: ['sda'], poolType: 'single' } });
+    expect(g.errors?.[0]?.extensions?.code).toBe('INVALID_STATE');
+  });
+
+  it('no password is in any row, event or log line (the ISO was checked as each installer read it)', async () => {
+    const dump = JSON.stringify([
+      ...(await t.app.services.sql.query('SELECT * FROM workflow_run')).rows,
+      ...(await t.app.services.sql.query('SELECT * FROM workflow_step')).rows,
+      ...(await t.app.services.sql.query('SELECT * FROM command')).rows,
+      ...(await t.app.services.sql.query('SELECT * FROM event')).rows,
+      ...(await t.app.services.sql.query('SELECT * FROM install_report')).rows,
+      ...(await t.app.services.sql.query('SELECT * FROM bmc_info')).rows,
+    ]);
+    const logs = lines.join('');
+    for (const secret of [BMC_PASSWORD, OS_PASSWORD, REPORTED_PASSWORD]) {
+      expect(dump).not.toContain(secret);
+      expect(logs).not.toContain(secret);
+    }
+  });
+});
