@@ -9,7 +9,6 @@
  * second initrd, and posts steps, completion and first boot as the preseed's scripts would. The
  * node ends deployed with its OS address, the media ejected, the ISO's URL and token dead.
  */
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -17,6 +16,7 @@ import { gunzipSync } from 'node:zlib';
 import { startTestApp, capturingLogger, type TestApp } from './helpers/app';
 import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
+import { bmcCertificates } from './helpers/tls';
 import { extractFromIso, readCpioNewc } from './helpers/iso';
 import { startRedfishSim, type BootEvent, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import type { FlavourName } from './sim/redfish/flavours';
@@ -77,17 +77,13 @@ async function install(job: Job, osIp: string): Promise<void> {
 beforeAll(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cn-provision-'));
   isoDir = path.join(dir, 'iso');
-  const openssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  fs.writeFileSync(path.join(dir, 'ext.cnf'), `subjectAltName=${VENDORS.map((_, i) => `IP:${ipOf(i)}`).join(',')},IP:${ipOf(9)}\nbasicConstraints=CA:FALSE\n`);
-  openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=site BMC CA');
-  openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'bmc.key', '-out', 'bmc.csr', '-subj', '/CN=bmc');
-  openssl('x509', '-req', '-in', 'bmc.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'bmc.pem', '-days', '2', '-extfile', 'ext.cnf');
+  const certs = bmcCertificates(dir, [...VENDORS.map((_, i) => ipOf(i)), ipOf(9)]);
   sim = await startRedfishSim({
     machines: [
       ...VENDORS.map(([vendor, flavour], i) => ({ id: vendor, flavour, listen: { host: ipOf(i), port: 443 }, password: BMC_PASSWORD, requireEtag: flavour === 'xcc' || flavour === 'ilo' })),
       { id: 'stuck', listen: { host: ipOf(9), port: 443 }, password: BMC_PASSWORD },
     ],
-    tls: { key: fs.readFileSync(path.join(dir, 'bmc.key')), cert: fs.readFileSync(path.join(dir, 'bmc.pem')) },
+    tls: { key: certs.key, cert: certs.cert },
     onBoot: (machine, boot) => {
       const play = installer.get(machine.id);
       if (play && boot.target === 'Cd' && boot.image) installs.push(play(boot));
@@ -98,7 +94,7 @@ beforeAll(async () => {
   const tree = await makeTenantTree(t.app.services.prisma, 'prov', { pools: 1, nodesPerPool: 0 });
   token = await makeToken(t.app.services.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
   // Ready nodes (enrolled, inspected, commissioned): their BMCs verified with the site's CA.
-  const ca = fs.readFileSync(path.join(dir, 'ca.pem'), 'utf8');
+  const ca = certs.ca;
   for (const m of sim.machines) {
     const ref = await t.app.services.secrets!.put(tree.tenant.id, { username: m.username, password: m.password });
     const id = newId('MetalNode');

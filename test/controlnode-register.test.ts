@@ -6,13 +6,13 @@
  * boot or media call sent. Passwords go to the broker: none is in a response, a row, an event or a
  * log line, plain or hex-encoded (the seed hex-encoded the OS password).
  */
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startTestApp, capturingLogger, type TestApp } from './helpers/app';
 import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
+import { bmcCertificates } from './helpers/tls';
 import { startRedfishSim, type RedfishSim } from './sim/redfish/server';
 import { loadConfig } from '../src/config';
 import { controlnodeBmcOptions, driverOfVendor } from '../src/modules/provision/register';
@@ -37,17 +37,13 @@ const lines: string[] = [];
 
 beforeAll(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cn-register-'));
-  const openssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  fs.writeFileSync(path.join(dir, 'ext.cnf'), `subjectAltName=${Object.values(IP).map((ip) => `IP:${ip}`).join(',')}\nbasicConstraints=CA:FALSE\n`);
-  openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=site BMC CA');
-  openssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'bmc.key', '-out', 'bmc.csr', '-subj', '/CN=bmc');
-  openssl('x509', '-req', '-in', 'bmc.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'bmc.pem', '-days', '2', '-extfile', 'ext.cnf');
+  const certs = bmcCertificates(dir, Object.values(IP));
   sim = await startRedfishSim({
     machines: [
       { id: 'cn', flavour: 'idrac', listen: { host: IP.cn, port: 443 }, password: BMC_PASSWORD, serial: 'J30X8K1' },
       { id: 'nocred', listen: { host: IP.nocred, port: 443 }, password: BMC_PASSWORD },
     ],
-    tls: { key: fs.readFileSync(path.join(dir, 'bmc.key')), cert: fs.readFileSync(path.join(dir, 'bmc.pem')) },
+    tls: { key: certs.key, cert: certs.cert },
   });
   t = await startTestApp({ agentPollMs: 200, controlnodeBmcCaFile: path.join(dir, 'ca.pem') }, { log: capturingLogger(lines) });
   const tree = await makeTenantTree(t.app.services.prisma, 'cn', { pools: 1, nodesPerPool: 0 });

@@ -54,3 +54,19 @@ export function checkJsonDepth(raw: Buffer | string, field = 'body', maxDepth: n
     } else if (c === 0x5d || c === 0x7d) depth -= 1;
   }
 }
+
+/**
+ * A machine callback's JSON body (the ramdisk's, the installer's): application/json, within the
+ * size and depth limits, parsed. A parse error is not JSON.parse's message, which quotes a piece of
+ * the body (and a body may hold a password).
+ */
+export async function readJsonBody(req: IncomingMessage): Promise<unknown> {
+  const raw = await readBody(req);
+  if (!/^application\/json\b/i.test(req.headers['content-type'] ?? '')) throw new AppError('INVALID_INPUT', 'body: the Content-Type must be application/json', { field: 'body' });
+  checkJsonDepth(raw);
+  try {
+    return JSON.parse(raw.toString('utf8') || 'null');
+  } catch {
+    throw new AppError('INVALID_INPUT', 'body: malformed JSON', { field: 'body' });
+  }
+}

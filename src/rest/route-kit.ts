@@ -77,3 +77,13 @@ export const edgesToList = (connection: { edges: { node: unknown }[]; pageInfo: 
   list: connection.edges.map((e) => e.node),
   pageInfo: connection.pageInfo,
 });
+
+/** snake_case wire names (the seed's) and the camelCase GraphQL input names they stand for. */
+export const toCamel = (name: string) => name.replace(/_([a-z0-9])/g, (_m, c: string) => c.toUpperCase());
+export const toSnake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+/** `input.expectedNodes[2]` (a GraphQL error's field) as the body's `body.expected_nodes[2]`, for snake_case routes. */
+export function snakeBodyField(field: string): string | null {
+  const match = /^\$?input\.([A-Za-z0-9]+)(.*)$/.exec(field);
+  return match ? `body.${toSnake(match[1]!)}${match[2]}` : null;
+}

@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Sql } from '../../db/sql';
 import { AppError, invalidInput } from '../../errors';
-import { checkJsonDepth, readBody } from '../../http/body';
+import { readBody, readJsonBody } from '../../http/body';
 import { sendError, sendJson, serverTiming } from '../../http/respond';
 import { sendFile } from '../../http/file';
 import { ISO_URL_PREFIX, liveIso } from '../provision/iso-store';
@@ -182,17 +182,7 @@ export class BootHttp {
   }
 
   private async report(req: IncomingMessage, res: ServerResponse, { session, token }: Caller, kind: ReportKind, requestId: string): Promise<void> {
-    const raw = await readBody(req);
-    if (!/^application\/json\b/i.test(req.headers['content-type'] ?? '')) throw invalidInput('body', 'the Content-Type must be application/json');
-    checkJsonDepth(raw);
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(raw.toString('utf8') || 'null');
-    } catch {
-      // Not the parser's message: it quotes a piece of the body.
-      throw new AppError('INVALID_INPUT', 'body: malformed JSON', { field: 'body' });
-    }
-    const payload = checkReport(kind, parsed);
+    const payload = checkReport(kind, await readJsonBody(req));
     if (!reportAllowed(session.purpose, kind)) {
       throw new AppError('INVALID_STATE', `a ${session.purpose} boot takes no ${kind} report`, { purpose: session.purpose, reports: ['heartbeat', 'step', ...REPORTS_BY_PURPOSE[session.purpose]] });
     }

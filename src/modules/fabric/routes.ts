@@ -1,5 +1,6 @@
 import { notFound } from '../../errors';
 import type { Route } from '../../rest/routes';
+import { snakeBodyField, toCamel, toSnake } from '../../rest/route-kit';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
 import { EVPN_CAPABLE_NOS, OSPF_AUTH_TYPES, ROLLOUT_STATUSES } from './validate';
 import { rolloutRoutes } from './rollout-routes';
@@ -12,15 +13,6 @@ import { vtepRoutes } from './vtep-routes';
  */
 
 const { str, int, bool, nullable } = schemaTypes;
-
-const toCamel = (name: string) => name.replace(/_([a-z0-9])/g, (_m, c: string) => c.toUpperCase());
-const toSnake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
-
-/** `input.fabricSwitchAs` (a GraphQL error's field) -> `body.fabric_switch_as`. */
-export function fabricRestField(field: string): string | null {
-  const match = /^\$?input\.([A-Za-z0-9]+)(.*)$/.exec(field);
-  return match ? `body.${toSnake(match[1]!)}${match[2]}` : null;
-}
 
 function snakeKeys(value: unknown): unknown {
   if (!value || typeof value !== 'object' || Array.isArray(value)) return value;
@@ -332,7 +324,7 @@ export const fabricRoutes: Route[] = [
       properties: { created: { ...bool, description: 'true if new record, false if updated' }, message: str, config: CONFIG_VIEW },
     },
     refusals: ['PERMISSION_DENIED', 'INVALID_CONFIG', 'CONFLICT', 'REQUIRES_SWITCH_RECONFIG_ACK'],
-    restField: fabricRestField,
+    restField: snakeBodyField,
     example: { body: exampleBody, response: { created: true, message: 'fabric config created', config: exampleConfig } },
   },
   {
@@ -364,7 +356,7 @@ export const fabricRoutes: Route[] = [
     },
     response: PLAN_VIEW,
     refusals: ['PERMISSION_DENIED'],
-    restField: fabricRestField,
+    restField: snakeBodyField,
     example: { body: examplePlanBody, response: examplePlan },
   },
   ...preflightRoutes,

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Sql } from '../../db/sql';
 import { AppError } from '../../errors';
-import { checkJsonDepth, readBody } from '../../http/body';
+import { readJsonBody } from '../../http/body';
 import { sendError, sendJson } from '../../http/respond';
 import type { SecretBroker } from '../../../clients/secrets/broker';
 import {
@@ -66,16 +66,7 @@ export class InstallerHttp {
     const session = await this.authenticate(req, jobId, requestId);
     if (!session) return unauthorized(req, res, requestId);
     if (url.search) throw new AppError('INVALID_INPUT', 'query: this route takes no query parameters', { field: 'query' });
-    const raw = await readBody(req);
-    if (!/^application\/json\b/i.test(req.headers['content-type'] ?? '')) throw new AppError('INVALID_INPUT', 'body: the Content-Type must be application/json', { field: 'body' });
-    checkJsonDepth(raw);
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(raw.toString('utf8') || 'null');
-    } catch {
-      // Not the parser's message: it would quote the body, which may hold a password.
-      throw new AppError('INVALID_INPUT', 'body: malformed JSON', { field: 'body' });
-    }
+    const parsed = await readJsonBody(req);
     const base = { jobId: session.runId, bmcIp: session.bmcAddress };
     if (kind === 'step') {
       const step = checkStepCallback(parsed);

@@ -1,5 +1,6 @@
 import type { Route } from '../../rest/routes';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
+import { snakeBodyField, toCamel } from '../../rest/route-kit';
 import { PROVISION_VENDORS } from './provision';
 
 /**
@@ -72,15 +73,6 @@ function inventoryRoute(r: Pick<Route, 'path' | 'operation' | 'summary' | 'descr
   };
 }
 
-const toSnake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
-const toCamel = (name: string) => name.replace(/_([a-z])/g, (_m, c: string) => c.toUpperCase());
-
-/** `input.atlasDeviceId` (the GraphQL input's name) as the body's `body.atlas_device_id`. */
-export function controlnodeRestField(field: string): string | null {
-  const match = /^\$?input\.([A-Za-z0-9]+)(.*)$/.exec(field);
-  return match ? `body.${toSnake(match[1]!)}${match[2]}` : null;
-}
-
 const REGISTER_BODY: JsonSchema = {
   type: 'object',
   additionalProperties: false,
@@ -128,7 +120,7 @@ const registerRoute: Route = {
   },
   response: REGISTER_VIEW,
   refusals: ['PERMISSION_DENIED', 'INVALID_CONFIG', 'CONFLICT'],
-  restField: controlnodeRestField,
+  restField: snakeBodyField,
   example: {
     body: { bmc_ip: '10.20.0.5', bmc_username: 'admin', bmc_password: 'calvin', serial_number: 'J30X8K1', vendor: 'dell', os_hostname: 'mgmt-01', os_ip: '10.30.0.5', fqdn: 'mgmt-01.dc1.example', primary_mac: '3C:FD:FE:00:10:01', atlas_device_id: 1741 },
     response: { created: true, hostname: 'mgmt-01', message: 'control node nd_01KB3Q9XK7F2M4N6P8R0T2V4X6 registered: adopting (its BMC is verified and read out of band; its OS is left as it is)', node_ip: '10.30.0.5', success: true, node_id: 'nd_01KB3Q9XK7F2M4N6P8R0T2V4X6' },
