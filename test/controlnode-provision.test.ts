@@ -77,11 +77,12 @@ async function install(job: Job, osIp: string): Promise<void> {
 beforeAll(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cn-provision-'));
   isoDir = path.join(dir, 'iso');
-  const certs = bmcCertificates(dir, [...VENDORS.map((_, i) => ipOf(i)), ipOf(9)]);
+  const certs = bmcCertificates(dir, [...VENDORS.map((_, i) => ipOf(i)), ipOf(8), ipOf(9)]);
   sim = await startRedfishSim({
     machines: [
       ...VENDORS.map(([vendor, flavour], i) => ({ id: vendor, flavour, listen: { host: ipOf(i), port: 443 }, password: BMC_PASSWORD, requireEtag: flavour === 'xcc' || flavour === 'ilo' })),
       { id: 'stuck', listen: { host: ipOf(9), port: 443 }, password: BMC_PASSWORD },
+      { id: 'cancel', flavour: 'idrac' as const, listen: { host: ipOf(8), port: 443 }, password: BMC_PASSWORD },
     ],
     tls: { key: certs.key, cert: certs.cert },
     onBoot: (machine, boot) => {
@@ -203,6 +204,57 @@ describe('the job\'s callbacks and its refusals', () => {
     expect(reports).toEqual([{ kind: 'step', payload: { step: 'partitioning', state: 'active', percent: 15 } }]);
     const events = (await t.app.services.sql.query(`SELECT payload FROM event WHERE type = 'provision.step' AND subject = $1`, [r.body.job_id])).rows;
     expect(events.map((e) => e.payload)).toEqual([expect.objectContaining({ jobId: r.body.job_id, step: 'partitioning', state: 'active', percent: 15 })]);
+  });
+
+  it('GET /controlnode/job/{id} shows the stage and progress; cancel mid-install ejects the media, ends the token and records cancelled, idempotently', async () => {
+    const m = sim.machines.find((x) => x.id === 'cancel')!;
+    let job: Job | null = null;
+    let reported!: () => void;
+    const installing = new Promise<void>((resolve) => (reported = resolve));
+    installer.set('cancel', async (boot) => {
+      job = await readJob(boot.image!);
+      expect((await post(`${job.api}/job/${job.job}/step`, job.token, { step: 'installing-base', state: 'active', percent: 50 })).status).toBe(200);
+      reported();
+    });
+    const r = await rest(t.url, token, 'POST', '/controlnode/provision/dell', body(m));
+    expect(r.status).toBe(200);
+    await installing;
+    const jobUrl = `/controlnode/job/${r.body.job_id}`;
+    let view = (await rest(t.url, token, 'GET', jobUrl)).body;
+    for (let i = 0; i < 50 && view.status !== 'Installing OS'; i += 1) {
+      await new Promise((res) => setTimeout(res, 100));
+      view = (await rest(t.url, token, 'GET', jobUrl)).body;
+    }
+    // Four of seven steps done, and half of Installing OS: 64%.
+    expect(view).toMatchObject({ id: r.body.job_id, job_type: 'provision', job_status: 'running', status: 'Installing OS', progress: 64, node_ip: ipOf(8), resource_name: 'cn-cancel', parent_id: '', total_jobs: 1 });
+    expect(JSON.parse(view.metadata)).toMatchObject({ vendor: 'dell', hostname: 'cn-cancel', disks: ['nvme0n1', 'nvme1n1'], poolType: 'mirror' });
+    expect(view.metadata).not.toContain(OS_PASSWORD);
+    const cancelled = await rest(t.url, token, 'POST', `${jobUrl}/cancel`);
+    expect(cancelled.status).toBe(200);
+    expect(['cancelling', 'cancelled']).toContain(cancelled.body.job_status);
+    const node = await settled(nodeOf.get('cancel')!);
+    expect(node).toMatchObject({ provision_state: 'failed', failed_from: 'deploying', last_error_code: 'ABORTED' });
+    for (let i = 0; i < 100 && (await rest(t.url, token, 'GET', jobUrl)).body.job_status !== 'cancelled'; i += 1) await new Promise((res) => setTimeout(res, 100));
+    const after = (await rest(t.url, token, 'GET', jobUrl)).body;
+    expect(after).toMatchObject({ job_status: 'cancelled', status: 'cancelled', last_error: expect.stringMatching(/^ABORTED: /) });
+    expect(m.state().virtualMedia.every((v) => !v.inserted && v.image === null)).toBe(true);
+    expect((await post(`${job!.api}/job/${job!.job}/step`, job!.token, { step: 'late', state: 'active' })).status).toBe(401);
+    // Again: the same answer, nothing more sent to the BMC.
+    const calls = sim.counts('cancel').total;
+    expect((await rest(t.url, token, 'POST', `${jobUrl}/cancel`)).body.job_status).toBe('cancelled');
+    expect(sim.counts('cancel').total).toBe(calls);
+    // A job that completed cannot be cancelled; an unknown one is not found, as is another tenant's.
+    const completed = (await t.app.services.sql.query(`SELECT id FROM workflow_run WHERE kind = 'metal-install' AND status = 'succeeded' LIMIT 1`)).rows[0]!.id as string;
+    const late = await rest(t.url, token, 'POST', `/controlnode/job/${completed}/cancel`);
+    expect([late.status, late.body.error.code]).toEqual([409, 'INVALID_STATE']);
+    expect((await rest(t.url, token, 'GET', `/controlnode/job/${completed}`)).body).toMatchObject({ job_status: 'completed', progress: 100 });
+    expect((await rest(t.url, token, 'GET', '/controlnode/job/wr_nope')).status).toBe(404);
+    const elsewhere = await makeTenantTree(t.app.services.prisma, 'prov-other', { pools: 1, nodesPerPool: 0 });
+    const stranger = await makeToken(t.app.services.prisma, elsewhere.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: elsewhere.tenant.id }]);
+    expect((await rest(t.url, stranger, 'GET', jobUrl)).status).toBe(404);
+    expect((await rest(t.url, stranger, 'POST', `${jobUrl}/cancel`)).status).toBe(404);
+    const g = await gql(t.url, token, 'query($id: ID!) { controlNodeJob(id: $id) { jobStatus status node { id provisionState } } }', { id: r.body.job_id });
+    expect(g.data!.controlNodeJob).toEqual({ jobStatus: 'CANCELLED', status: 'cancelled', node: { id: nodeOf.get('cancel'), provisionState: 'failed' } });
   });
 
   const REFUSED: [string, Record<string, unknown>, string][] = [

@@ -1,5 +1,6 @@
 import { builder } from '../../graphql/builder';
 import { provisionControlNode, PROVISION_VENDORS, type ProvisionResult } from './provision';
+import { cancelControlNodeJob, controlNodeJob, type ControlNodeJob } from './jobs';
 
 /** The seed's POST /controlnode/provision (and its vendor variants) in GraphQL: provisionControlNode. */
 
@@ -57,5 +58,47 @@ builder.mutationField('provisionControlNode', (t) =>
     description: 'Installs Debian on the node whose BMC has bmcIp: a metal deploy (legal from ready) whose installer is a per-job ISO (preseed, xorriso) booted over the BMC\'s virtual media in the vendor\'s Redfish flavour (vendor, or the route\'s). The job reports its steps (Building ISO, Mounting ISO, Installing OS...) in its run\'s timeline and through workflowProgress. Decided as compute:nodes:provision on the node.',
     args: { input: t.arg({ type: ProvisionInput, required: true }), vendor: t.arg({ type: VendorEnum, required: false, description: 'The vendor of the route (provision/<vendor>): it wins over input.vendor' }) },
     resolve: (_root, { input, vendor }, ctx) => provisionControlNode(ctx, input, vendor ? String(vendor).toLowerCase() : null),
+  }),
+);
+
+const JobStatusEnum = builder.enumType('ControlNodeJobStatus', {
+  values: { PENDING: { value: 'pending' }, RUNNING: { value: 'running' }, CANCELLING: { value: 'cancelling' }, COMPLETED: { value: 'completed' }, FAILED: { value: 'failed' }, CANCELLED: { value: 'cancelled' } } as const,
+});
+
+const JobRef = builder.objectRef<ControlNodeJob>('ControlNodeJob').implement({
+  description: 'A control-node job (seed 004\'s job): the node\'s workflow run, with its stage and progress',
+  fields: (t) => ({
+    id: t.exposeString('id', { description: 'The job id: the workflow run\'s (workflowProgress, jobProgress, MetalNode.timeline)' }),
+    jobType: t.exposeString('jobType', { description: 'provision' }),
+    jobStatus: t.field({ type: JobStatusEnum, resolve: (j) => j.jobStatus }),
+    status: t.exposeString('status', { description: 'The stage now (Building ISO, Mounting ISO, Installing OS...), or how the job ended' }),
+    progress: t.exposeInt('progress', { description: '0-100: the steps done, and the installer\'s own percent within Installing OS' }),
+    metadata: t.exposeString('metadata', { description: 'The job\'s request as recorded, as JSON text (no password)' }),
+    nodeIp: t.exposeString('nodeIp', { description: 'The BMC address the job was asked for' }),
+    parentId: t.exposeString('parentId', { description: 'The batch it belongs to, empty when none' }),
+    resourceName: t.exposeString('resourceName', { description: 'The host name being installed' }),
+    totalJobs: t.exposeInt('totalJobs'),
+    lastError: t.exposeString('lastError', { nullable: true, description: 'CODE: message, once it failed or was cancelled' }),
+    createdAt: t.field({ type: 'DateTime', resolve: (j) => j.createdAt }),
+    updatedAt: t.field({ type: 'DateTime', resolve: (j) => j.updatedAt }),
+    node: t.prismaField({ type: 'Node', resolve: (query, j, _a, ctx) => ctx.prisma.node.findUniqueOrThrow({ ...query, where: { id: j.nodeId } }) }),
+  }),
+});
+
+builder.queryField('controlNodeJob', (t) =>
+  t.field({
+    type: JobRef,
+    description: 'A control-node job by id (GET /controlnode/job/{id}). NOT_FOUND for an id that is no job the caller may read.',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, { id }, ctx) => controlNodeJob(ctx, String(id)),
+  }),
+);
+
+builder.mutationField('cancelControlNodeJob', (t) =>
+  t.field({
+    type: JobRef,
+    description: 'Cancels a running job (POST /controlnode/job/{id}/cancel): its run is aborted, its cleanup ejects the ISO and ends its URL and callback token, and the node fails from deploying (ABORTED; recover takes it on). Idempotent; INVALID_STATE for a job that already completed or failed. Decided as compute:nodes:provision on the node.',
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, { id }, ctx) => cancelControlNodeJob(ctx, String(id)),
   }),
 );

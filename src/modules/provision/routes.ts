@@ -207,6 +207,57 @@ function provisionRoute(vendor: (typeof PROVISION_VENDORS)[number] | null): Rout
   };
 }
 
+
+const JOB_VIEW = view({
+  created_at: { type: 'string', format: 'date-time' },
+  id: str,
+  job_status: { type: 'string', enum: ['pending', 'running', 'cancelling', 'completed', 'failed', 'cancelled'] },
+  job_type: { ...str, description: 'provision' },
+  metadata: { ...str, description: 'the job\'s request as recorded, as JSON text (no password)' },
+  node_ip: { ...str, description: 'the BMC address the job was asked for' },
+  parent_id: { ...str, description: 'the batch it belongs to, empty when none' },
+  progress: { ...int, description: '0-100: the steps done, and the installer\'s own percent within Installing OS' },
+  resource_name: { ...str, description: 'the host name being installed' },
+  status: { ...str, description: 'the stage now (Building ISO, Mounting ISO, Installing OS...), or how it ended' },
+  total_jobs: int,
+  updated_at: { type: 'string', format: 'date-time' },
+  last_error: { ...nullable(str), description: 'CODE: message once it failed or was cancelled' },
+}, 'ControlNodeJob');
+
+const jobOf = (j: Row) => ({
+  created_at: j.createdAt, id: j.id, job_status: String(j.jobStatus).toLowerCase(), job_type: j.jobType, metadata: j.metadata, node_ip: j.nodeIp,
+  parent_id: j.parentId, progress: j.progress, resource_name: j.resourceName, status: j.status, total_jobs: j.totalJobs, updated_at: j.updatedAt, last_error: j.lastError,
+});
+const exampleJob = {
+  created_at: '2026-12-02T04:30:00.000Z', id: 'wr_01KB3Q9XK7F2M4N6P8R0T2V4X7', job_status: 'running', job_type: 'provision',
+  metadata: '{"vendor":"dell","hostname":"cn-r12-07","osUsername":"ops","disks":["nvme0n1","nvme1n1"],"poolType":"mirror"}',
+  node_ip: '10.20.0.11', parent_id: '', progress: 62, resource_name: 'cn-r12-07', status: 'Installing OS', total_jobs: 1, updated_at: '2026-12-02T04:41:12.000Z', last_error: null,
+};
+const JOB_PARAM = { id: { ...str, description: 'Job ID' } };
+
+const jobRoutes: Route[] = [
+  {
+    method: 'GET', path: '/controlnode/job/{id}', operation: 'ControlNodeJob', tag: 'controlnode', params: JOB_PARAM,
+    summary: 'Get Job Status',
+    description: 'Retrieve job status and details by job ID: the job is the node\'s workflow run (GraphQL controlNodeJob; its steps in MetalNode.timeline; live in jobProgress / workflowProgress). Authorization: read on the node; another tenant\'s job is NOT_FOUND.',
+    variables: ({ params }) => ({ id: params.id }),
+    respond: (data) => jobOf(data.controlNodeJob as Row),
+    response: JOB_VIEW,
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND'],
+    example: { params: { id: exampleJob.id }, response: exampleJob },
+  },
+  {
+    method: 'POST', path: '/controlnode/job/{id}/cancel', operation: 'ControlNodeJobCancel', tag: 'controlnode', params: JOB_PARAM,
+    summary: 'Cancel a running provision job',
+    description: 'Cancels a running provision job by job ID: its run is aborted, its cleanup ejects the ISO and ends the ISO\'s URL and the job\'s callback token, and the node fails from deploying (ABORTED; recover takes it on). Idempotent: a job already cancelling or cancelled answers as it is; INVALID_STATE for one that completed or failed. Authorization: compute:nodes:provision on the node.',
+    variables: ({ params }) => ({ id: params.id }),
+    respond: (data) => jobOf(data.cancelControlNodeJob as Row),
+    response: JOB_VIEW,
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_STATE', 'CONFLICT'],
+    example: { params: { id: exampleJob.id }, response: { ...exampleJob, job_status: 'cancelling', status: 'Cancelling: ejecting the ISO' } },
+  },
+];
+
 export const provisionRoutes: Route[] = [
   inventoryRoute({
     path: '/controlnode/bmc/{bmc_ip}/disks',
@@ -246,6 +297,7 @@ export const provisionRoutes: Route[] = [
   registerRoute,
   provisionRoute(null),
   ...PROVISION_VENDORS.map(provisionRoute),
+  ...jobRoutes,
 ];
 
 /** GraphQL's enum value (INVENTORY_ITEM) as the wire's word (inventory-item). */
