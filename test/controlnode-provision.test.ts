@@ -257,6 +257,37 @@ describe('the job\'s callbacks and its refusals', () => {
     expect(g.data!.controlNodeJob).toEqual({ jobStatus: 'CANCELLED', status: 'cancelled', node: { id: nodeOf.get('cancel'), provisionState: 'failed' } });
   });
 
+  it('provision/progress answers the step changed last, with the job id only while it runs; progress/all every step, oldest first; queue the ISO builds', async () => {
+    const dell = sim.machines.find((x) => x.id === 'dell')!;
+    const bmc = new URL(dell.url).hostname;
+    const latest = await rest(t.url, token, 'POST', '/controlnode/provision/progress', { bmc_ip: bmc });
+    expect(latest.status).toBe(200);
+    expect(latest.body).toMatchObject({ bmc_ip: bmc, stage: 'Ejecting the ISO', status: 'completed', percent_complete: 100, job_id: '', id: expect.any(Number) });
+    const all = await rest(t.url, token, 'POST', '/controlnode/provision/progress/all', { bmc_ip: bmc });
+    expect(all.body.map((p: { stage: string }) => p.stage)).toEqual(['Building ISO', 'Mounting ISO', 'Setting a one-time boot from the virtual CD', 'Booting the installer', 'Installing OS', 'Waiting for the first boot', 'Ejecting the ISO']);
+    expect(all.body.map((p: { percent_complete: number }) => p.percent_complete)).toEqual([14, 28, 42, 57, 71, 85, 100]);
+    expect(new Set(all.body.map((p: { id: number }) => p.id)).size).toBe(7);
+    // The cancelled job's open step says so; the stuck one's failed.
+    const cancelled = (await rest(t.url, token, 'POST', '/controlnode/provision/progress/all', { bmc_ip: ipOf(8) })).body;
+    expect(cancelled.at(-1)).toMatchObject({ stage: 'Installing OS', status: 'cancelled', job_id: '' });
+    expect((await rest(t.url, token, 'POST', '/controlnode/provision/progress', { bmc_ip: ipOf(9) })).body).toMatchObject({ stage: 'Installing OS', status: 'failed' });
+    const none = await rest(t.url, token, 'POST', '/controlnode/provision/progress', { bmc_ip: '10.250.0.1' });
+    expect([none.status, none.body.error.code]).toEqual([404, 'NOT_FOUND']);
+    expect((await rest(t.url, token, 'POST', '/controlnode/provision/progress/all', { bmc_ip: '10.250.0.1' })).body).toEqual([]);
+    expect((await rest(t.url, token, 'POST', '/controlnode/provision/progress', {})).body.error.details.field).toBe('body.bmc_ip');
+    // Every build is done: the queue is empty; one waiting shows with its job.
+    expect((await rest(t.url, token, 'GET', '/controlnode/provision/queue')).body).toEqual([]);
+    const run = (await t.app.services.sql.query(`SELECT id FROM workflow_run WHERE kind = 'metal-install' ORDER BY created_at LIMIT 1`)).rows[0]!.id as string;
+    await t.app.services.sql.query(`INSERT INTO pgboss.job (id, name, data, state, start_after) VALUES (gen_random_uuid(), 'provision.iso', jsonb_build_object('runId', $1::text), 'created', now() + interval '1 hour')`, [run]);
+    const queue = (await rest(t.url, token, 'GET', '/controlnode/provision/queue')).body;
+    expect(queue).toEqual([expect.objectContaining({ job_id: run, state: 'pending', bmc_ip: bmc, hostname: 'cn-dell', started_at: null })]);
+    const elsewhere = await makeTenantTree(t.app.services.prisma, 'prov-queue', { pools: 1, nodesPerPool: 0 });
+    const stranger = await makeToken(t.app.services.prisma, elsewhere.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: elsewhere.tenant.id }]);
+    expect((await rest(t.url, stranger, 'GET', '/controlnode/provision/queue')).body).toEqual([]);
+    expect((await rest(t.url, stranger, 'POST', '/controlnode/provision/progress/all', { bmc_ip: bmc })).body).toEqual([]);
+    await t.app.services.sql.query(`DELETE FROM pgboss.job WHERE name = 'provision.iso' AND state = 'created'`);
+  });
+
   const REFUSED: [string, Record<string, unknown>, string][] = [
     ['no bmc_IP', { bmc_IP: undefined }, 'body.bmc_IP'],
     ['no vendor on the plain route', { vendor: undefined }, 'body.vendor'],

@@ -55,6 +55,8 @@ export const NEVER_CACHED_FIELDS: Readonly<Record<string, string>> = {
   // A run's steps change every second while it runs (workflow_step), as rollout steps do.
   'Query.workflowRun': 'workflow steps, which change continuously while a run runs',
   'Query.controlNodeJob': 'a job is a workflow run: its steps change continuously while it runs',
+  'Query.provisionProgress': 'workflow steps, which change continuously while a job runs',
+  'Query.provisionIsoQueue': 'the ISO-build queue (pg-boss), which sends no notification',
   // NetBox sends this service no notification: the inventory's own cache (NETBOX_CACHE_MS) decides.
   'Query.controlNodeInventory': 'NetBox\'s data, kept by the inventory\'s own short cache',
   'MetalNode.timeline': 'workflow steps, which change continuously while a run runs',

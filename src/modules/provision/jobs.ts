@@ -108,3 +108,93 @@ export async function cancelControlNodeJob(ctx: Context, id: string): Promise<Co
   await runMoveVerb(ctx, 'abort', run.nodeId, { reason: `job ${id} cancelled` });
   return view(await loadJob(ctx, id));
 }
+
+/** One provision progress record (seed 004's provision_progresses): a step of a provisioning job. */
+export interface ProgressRecord {
+  /** Stable per step: the job's creation (ms) and the step's place, as one integer. */
+  id: number;
+  bmcIp: string;
+  jobId: string;
+  /** The job's id while it is active (what a UI's cancel button needs), else empty. */
+  activeJobId: string;
+  stage: string;
+  status: 'running' | 'completed' | 'failed' | 'cancelled';
+  percentComplete: number;
+  message: string;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+const ACTIVE = ['queued', 'running', 'waiting', 'aborting'];
+
+/**
+ * The provision progress of the node whose BMC has this address (POST /controlnode/provision/progress
+ * and /progress/all): the steps of its provisioning jobs, oldest first; `latest` keeps the one
+ * changed last. Nodes the caller may not read are not there for it.
+ */
+export async function provisionProgress(ctx: Context, bmcIp: string, latest: boolean): Promise<ProgressRecord[]> {
+  const principal = requirePrincipal(ctx);
+  const ip = bmcIp.trim().toLowerCase();
+  const { rows } = await ctx.sql.query<{
+    nodeId: string; tenantId: string; siteId: string; poolId: string; runId: string; runStatus: string; runCreated: Date;
+    idx: number; title: string; status: string; errorCode: string | null; message: string | null; startedAt: Date | null; updatedAt: Date; total: number; percent: number | null;
+  }>(
+    `SELECT n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId",
+            w.id AS "runId", w.status AS "runStatus", w.created_at AS "runCreated",
+            s.idx, s.title, s.status, s.error_code AS "errorCode", s.message, s.started_at AS "startedAt", s.updated_at AS "updatedAt",
+            (SELECT count(*)::int FROM workflow_step x WHERE x.run_id = w.id AND NOT x.cleanup) AS total,
+            (SELECT (r.payload->>'percent')::int FROM install_report r WHERE r.run_id = w.id AND r.kind = 'step' ORDER BY r.id DESC LIMIT 1) AS percent
+       FROM node n JOIN workflow_run w ON w.node_id = n.id AND w.kind = 'metal-install'
+       -- A step is a record once it started (the steps an abort or a failure skipped never did).
+       JOIN workflow_step s ON s.run_id = w.id AND NOT s.cleanup AND s.started_at IS NOT NULL
+      WHERE n.bmc_address = $1
+      ORDER BY w.created_at, s.idx`,
+    [ip],
+  );
+  const out: ProgressRecord[] = [];
+  for (const r of rows) {
+    try {
+      decide(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId });
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'NOT_FOUND') continue;
+      throw error;
+    }
+    const ended = r.status === 'succeeded' || r.status === 'skipped';
+    const open = r.status === 'running' || r.status === 'waiting' || r.status === 'pending';
+    const cancelled = r.runStatus === 'aborted' || r.runStatus === 'aborting' || r.errorCode === 'ABORTED';
+    const status = ended ? 'completed' : cancelled && (open || r.status === 'failed') ? 'cancelled' : r.status === 'failed' ? 'failed' : open && !ACTIVE.includes(r.runStatus) ? 'cancelled' : 'running';
+    const inStep = open && r.title === 'Installing OS' && r.percent !== null ? r.percent / 100 : 0;
+    out.push({
+      id: new Date(r.runCreated).getTime() * 100 + r.idx,
+      bmcIp: ip, jobId: r.runId, activeJobId: ACTIVE.includes(r.runStatus) ? r.runId : '',
+      stage: r.title, status, percentComplete: Math.floor((100 * (r.idx + (ended ? 1 : inStep))) / Math.max(1, r.total)),
+      message: r.message ?? '', createdAt: r.startedAt ?? r.updatedAt, updatedAt: r.updatedAt,
+    });
+  }
+  if (!latest) return out;
+  const last = out.reduce<ProgressRecord | null>((a, b) => (!a || b.updatedAt.getTime() >= a.updatedAt.getTime() ? b : a), null);
+  return last ? [last] : [];
+}
+
+export interface IsoQueueEntry { queueId: string; jobId: string; state: 'pending' | 'active'; bmcIp: string; hostname: string; createdAt: Date; startedAt: Date | null }
+
+/** GET /controlnode/provision/queue: the ISO builds waiting and running (pg-boss provision.iso), of nodes the caller may read. */
+export async function isoQueue(ctx: Context): Promise<IsoQueueEntry[]> {
+  const principal = requirePrincipal(ctx);
+  const { rows } = await ctx.sql.query<{ queueId: string; jobId: string; state: string; createdAt: Date; startedAt: Date | null; bmcIp: string; hostname: string; nodeId: string; tenantId: string; siteId: string; poolId: string }>(
+    `SELECT j.id::text AS "queueId", j.data->>'runId' AS "jobId", j.state::text AS state, j.created_on AS "createdAt", j.started_on AS "startedAt",
+            n.bmc_address AS "bmcIp", COALESCE(w.params->>'hostname', '') AS hostname, n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId"
+       FROM pgboss.job j JOIN workflow_run w ON w.id = j.data->>'runId' JOIN node n ON n.id = w.node_id
+      WHERE j.name = 'provision.iso' AND j.state IN ('created', 'retry', 'active')
+      ORDER BY j.created_on`,
+  );
+  return rows.filter((r) => {
+    try {
+      decide(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId });
+      return true;
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'NOT_FOUND') return false;
+      throw error;
+    }
+  }).map((r) => ({ queueId: r.queueId, jobId: r.jobId, state: r.state === 'active' ? 'active' : 'pending', bmcIp: r.bmcIp, hostname: r.hostname, createdAt: r.createdAt, startedAt: r.startedAt }));
+}

@@ -1,6 +1,6 @@
 import { builder } from '../../graphql/builder';
 import { provisionControlNode, PROVISION_VENDORS, type ProvisionResult } from './provision';
-import { cancelControlNodeJob, controlNodeJob, type ControlNodeJob } from './jobs';
+import { cancelControlNodeJob, controlNodeJob, isoQueue, provisionProgress, type ControlNodeJob, type IsoQueueEntry, type ProgressRecord } from './jobs';
 
 /** The seed's POST /controlnode/provision (and its vendor variants) in GraphQL: provisionControlNode. */
 
@@ -100,5 +100,55 @@ builder.mutationField('cancelControlNodeJob', (t) =>
     description: 'Cancels a running job (POST /controlnode/job/{id}/cancel): its run is aborted, its cleanup ejects the ISO and ends its URL and callback token, and the node fails from deploying (ABORTED; recover takes it on). Idempotent; INVALID_STATE for a job that already completed or failed. Decided as compute:nodes:provision on the node.',
     args: { id: t.arg.id({ required: true }) },
     resolve: (_root, { id }, ctx) => cancelControlNodeJob(ctx, String(id)),
+  }),
+);
+
+const ProgressStatusEnum = builder.enumType('ProvisionProgressStatus', {
+  values: { RUNNING: { value: 'running' }, COMPLETED: { value: 'completed' }, FAILED: { value: 'failed' }, CANCELLED: { value: 'cancelled' } } as const,
+});
+
+const ProgressRef = builder.objectRef<ProgressRecord>('ProvisionProgress').implement({
+  description: 'One provision progress record (seed 004\'s provision_progresses): a step of a provisioning job',
+  fields: (t) => ({
+    id: t.field({ type: 'Float', resolve: (p) => p.id, description: 'Stable per step (an integer): the job\'s creation time in ms and the step\'s place' }),
+    bmcIp: t.exposeString('bmcIp'),
+    jobId: t.exposeString('jobId', { description: 'The job this step belongs to' }),
+    activeJobId: t.exposeString('activeJobId', { description: 'The job\'s id while it is active (for a UI\'s cancel button), else empty' }),
+    stage: t.exposeString('stage', { description: 'e.g. Building ISO, Mounting ISO, Installing OS' }),
+    status: t.field({ type: ProgressStatusEnum, resolve: (p) => p.status }),
+    percentComplete: t.exposeInt('percentComplete', { description: '0-100, of the whole job' }),
+    message: t.exposeString('message', { description: 'The step\'s timeline message' }),
+    createdAt: t.field({ type: 'DateTime', resolve: (p) => p.createdAt }),
+    updatedAt: t.field({ type: 'DateTime', resolve: (p) => p.updatedAt }),
+  }),
+});
+
+builder.queryField('provisionProgress', (t) =>
+  t.field({
+    type: [ProgressRef],
+    description: 'The provision progress of the node whose BMC has this address: every step of its provisioning jobs, oldest first, or (latest: true) the one changed last. POST /controlnode/provision/progress and /progress/all.',
+    args: { bmcIp: t.arg.string({ required: true }), latest: t.arg.boolean({ required: false, defaultValue: false }) },
+    resolve: (_root, { bmcIp, latest }, ctx) => provisionProgress(ctx, bmcIp, latest ?? false),
+  }),
+);
+
+const IsoQueueRef = builder.objectRef<IsoQueueEntry>('ProvisionIsoBuild').implement({
+  description: 'An installer ISO build waiting or running in the ISO-build queue',
+  fields: (t) => ({
+    queueId: t.exposeString('queueId', { description: 'The queue entry (pg-boss job id)' }),
+    jobId: t.exposeString('jobId', { description: 'The provisioning job it builds for' }),
+    state: t.exposeString('state', { description: 'pending or active' }),
+    bmcIp: t.exposeString('bmcIp'),
+    hostname: t.exposeString('hostname'),
+    createdAt: t.field({ type: 'DateTime', resolve: (e) => e.createdAt }),
+    startedAt: t.field({ type: 'DateTime', nullable: true, resolve: (e) => e.startedAt }),
+  }),
+});
+
+builder.queryField('provisionIsoQueue', (t) =>
+  t.field({
+    type: [IsoQueueRef],
+    description: 'The ISO builds waiting and running (GET /controlnode/provision/queue), of nodes the caller may read, oldest first.',
+    resolve: (_root, _args, ctx) => isoQueue(ctx),
   }),
 );

@@ -1,4 +1,5 @@
 import type { Route } from '../../rest/routes';
+import { notFound } from '../../errors';
 import { schemaTypes, type JsonSchema } from '../../rest/schemas';
 import { snakeBodyField, toCamel } from '../../rest/route-kit';
 import { PROVISION_VENDORS } from './provision';
@@ -258,6 +259,68 @@ const jobRoutes: Route[] = [
   },
 ];
 
+
+const PROGRESS_RECORD = view({
+  bmc_ip: str, created_at: { type: 'string', format: 'date-time' },
+  id: { ...int, description: 'stable per step: the job\'s creation time in ms and the step\'s place' },
+  job_id: { ...str, description: 'active queue job id for UI cancel recovery (empty once the job ended)' },
+  message: { ...str, description: 'detailed status message' },
+  percent_complete: { ...int, description: '0-100' },
+  stage: { ...str, description: 'e.g., "Building ISO", "Mounting ISO", "Installing OS"' },
+  status: { type: 'string', enum: ['running', 'completed', 'failed', 'cancelled'] },
+  updated_at: { type: 'string', format: 'date-time' },
+}, 'ProvisionProgress');
+const progressOf = (p: Row) => ({
+  bmc_ip: p.bmcIp, created_at: p.createdAt, id: p.id, job_id: p.activeJobId, message: p.message, percent_complete: p.percentComplete,
+  stage: p.stage, status: String(p.status).toLowerCase(), updated_at: p.updatedAt,
+});
+const PROGRESS_BODY: JsonSchema = { type: 'object', additionalProperties: false, required: ['bmc_ip'], properties: { bmc_ip: { ...str, description: 'the BMC address provisioned' } } };
+const exampleProgress = { bmc_ip: '10.20.0.11', created_at: '2026-12-02T04:31:05.000Z', id: 176465220000004, job_id: 'wr_01KB3Q9XK7F2M4N6P8R0T2V4X7', message: 'waiting for the installer (the last step was "installing-base" (50%), at 2026-12-02T04:36:40.120Z)', percent_complete: 64, stage: 'Installing OS', status: 'running', updated_at: '2026-12-02T04:36:40.130Z' };
+const QUEUE_ENTRY = view({
+  queue_id: { ...str, description: 'the ISO-build queue entry' }, job_id: { ...str, description: 'the provisioning job it builds for' },
+  state: { type: 'string', enum: ['pending', 'active'] }, bmc_ip: str, hostname: str,
+  created_at: { type: 'string', format: 'date-time' }, started_at: nullable({ type: 'string', format: 'date-time' }),
+}, 'ProvisionIsoBuild');
+
+const progressRoutes: Route[] = [
+  {
+    method: 'POST', path: '/controlnode/provision/progress', operation: 'ProvisionProgress', tag: 'controlnode', body: PROGRESS_BODY,
+    summary: 'Get latest provision progress for a BMC IP',
+    description: 'Fetches the most recent provisioning state for a BMC IP: the step of its provisioning jobs that changed last (the steps of a job are its progress records; GraphQL provisionProgress(bmcIp, latest: true)). Useful for UI recovery after timeout/logout. NOT_FOUND when that BMC has no provisioning job the caller may read. Authorization: read on the node.',
+    variables: ({ body }) => ({ bmcIp: body!.bmc_ip, latest: true }),
+    respond: (data, { body }) => {
+      const list = data.provisionProgress as Row[];
+      if (!list[0]) throw notFound('provision progress', String(body!.bmc_ip));
+      return progressOf(list[0]);
+    },
+    response: PROGRESS_RECORD,
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND'],
+    restField: (field) => (field === '$bmcIp' || field === 'bmcIp' ? 'body.bmc_ip' : null),
+    example: { body: { bmc_ip: '10.20.0.11' }, response: exampleProgress },
+  },
+  {
+    method: 'POST', path: '/controlnode/provision/progress/all', operation: 'ProvisionProgress', operationId: 'ProvisionProgressAll', tag: 'controlnode', body: PROGRESS_BODY,
+    summary: 'Get all provision progress records for a BMC IP',
+    description: 'Fetches all provisioning states for a specific BMC IP, ordered by timestamp: every step of its provisioning jobs, oldest first (an empty list when none). Authorization: read on the node.',
+    variables: ({ body }) => ({ bmcIp: body!.bmc_ip, latest: false }),
+    respond: (data) => (data.provisionProgress as Row[]).map(progressOf),
+    response: { type: 'array', items: PROGRESS_RECORD },
+    refusals: ['PERMISSION_DENIED'],
+    restField: (field) => (field === '$bmcIp' || field === 'bmcIp' ? 'body.bmc_ip' : null),
+    example: { body: { bmc_ip: '10.20.0.11' }, response: [exampleProgress] },
+  },
+  {
+    method: 'GET', path: '/controlnode/provision/queue', operation: 'ProvisionIsoQueue', tag: 'controlnode',
+    summary: 'Get provision queue status',
+    description: 'Returns all pending and active ISO-build queue entries (of nodes the caller may read), oldest first.',
+    variables: () => ({}),
+    respond: (data) => (data.provisionIsoQueue as Row[]).map((e) => ({ queue_id: e.queueId, job_id: e.jobId, state: e.state, bmc_ip: e.bmcIp, hostname: e.hostname, created_at: e.createdAt, started_at: e.startedAt })),
+    response: { type: 'array', items: QUEUE_ENTRY },
+    refusals: ['PERMISSION_DENIED'],
+    example: { response: [{ queue_id: '0b2f4e1c-5d6a-4b7c-8e9f-1a2b3c4d5e6f', job_id: 'wr_01KB3Q9XK7F2M4N6P8R0T2V4X7', state: 'active', bmc_ip: '10.20.0.11', hostname: 'cn-r12-07', created_at: '2026-12-02T04:31:00.000Z', started_at: '2026-12-02T04:31:00.400Z' }] },
+  },
+];
+
 export const provisionRoutes: Route[] = [
   inventoryRoute({
     path: '/controlnode/bmc/{bmc_ip}/disks',
@@ -298,6 +361,7 @@ export const provisionRoutes: Route[] = [
   provisionRoute(null),
   ...PROVISION_VENDORS.map(provisionRoute),
   ...jobRoutes,
+  ...progressRoutes,
 ];
 
 /** GraphQL's enum value (INVENTORY_ITEM) as the wire's word (inventory-item). */
