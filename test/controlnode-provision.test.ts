@@ -288,6 +288,33 @@ describe('the job\'s callbacks and its refusals', () => {
     await t.app.services.sql.query(`DELETE FROM pgboss.job WHERE name = 'provision.iso' AND state = 'created'`);
   });
 
+  it('unprovision is the undeploy of a deployed node (new BMC credentials first, when given); its job is the release run', async () => {
+    const m = sim.machines.find((x) => x.id === 'supermicro')!;
+    const bmc = new URL(m.url).hostname;
+    const nodeId = nodeOf.get('supermicro')!;
+    const before = (await t.app.services.sql.query('SELECT bmc_credentials_ref FROM node WHERE id = $1', [nodeId])).rows[0]!.bmc_credentials_ref as string;
+    const half = await rest(t.url, token, 'POST', '/controlnode/unprovision', { bmc_ip: bmc, bmc_user: 'admin' });
+    expect([half.status, half.body.error.details.field]).toEqual([400, 'body.bmc_pass']);
+    expect((await rest(t.url, token, 'POST', '/controlnode/unprovision', { bmc_ip: '10.250.0.1' })).status).toBe(404);
+    const stuck = await rest(t.url, token, 'POST', '/controlnode/unprovision', { bmc_ip: ipOf(9) });
+    expect([stuck.status, stuck.body.error.code]).toEqual([409, 'INVALID_STATE']);
+    const r = await rest(t.url, token, 'POST', '/controlnode/unprovision', { bmc_ip: bmc, bmc_user: m.username, bmc_pass: m.password, vendor: 'supermicro' });
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ success: true, node_id: nodeId, status: 'releasing', job_id: expect.any(String) });
+    const after = (await t.app.services.sql.query('SELECT bmc_credentials_ref FROM node WHERE id = $1', [nodeId])).rows[0]!.bmc_credentials_ref as string;
+    expect(after).not.toBe(before);
+    expect((await t.app.services.sql.query('SELECT count(*)::int AS n FROM secret WHERE id = $1', [before.replace('secret://', '')])).rows[0]!.n).toBe(0);
+    const run = (await t.app.services.sql.query('SELECT kind, params FROM workflow_run WHERE id = $1', [r.body.job_id])).rows[0]!;
+    expect(run).toMatchObject({ kind: 'metal-release', params: expect.objectContaining({ verb: 'undeploy', wipe: 'quick' }) });
+    expect((await rest(t.url, token, 'GET', `/controlnode/job/${r.body.job_id}`)).body).toMatchObject({ job_type: 'unprovision', node_ip: bmc });
+    const g = await gql(t.url, token, 'mutation($i: UnprovisionControlNodeInput!) { unprovisionControlNode(input: $i) { jobId } }', { i: { bmcIp: bmc } });
+    expect(g.errors?.[0]?.extensions?.code).toBe('INVALID_STATE');
+    // No ramdisk answers here: the release is cancelled, and its cleanup powers the machine off.
+    expect((await rest(t.url, token, 'POST', `/controlnode/job/${r.body.job_id}/cancel`)).status).toBe(200);
+    for (let i = 0; i < 100 && (await rest(t.url, token, 'GET', `/controlnode/job/${r.body.job_id}`)).body.job_status !== 'cancelled'; i += 1) await new Promise((res) => setTimeout(res, 100));
+    expect((await rest(t.url, token, 'GET', `/controlnode/job/${r.body.job_id}`)).body.job_status).toBe('cancelled');
+  });
+
   const REFUSED: [string, Record<string, unknown>, string][] = [
     ['no bmc_IP', { bmc_IP: undefined }, 'body.bmc_IP'],
     ['no vendor on the plain route', { vendor: undefined }, 'body.vendor'],

@@ -32,7 +32,7 @@ export interface ControlNodeJob {
   updatedAt: Date;
 }
 
-const JOB_TYPES: Record<string, string> = { 'metal-install': 'provision' };
+const JOB_TYPES: Record<string, string> = { 'metal-install': 'provision', 'metal-release': 'unprovision' };
 
 function jobStatusOf(run: string): JobStatus {
   switch (run) {

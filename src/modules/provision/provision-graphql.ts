@@ -1,5 +1,5 @@
 import { builder } from '../../graphql/builder';
-import { provisionControlNode, PROVISION_VENDORS, type ProvisionResult } from './provision';
+import { provisionControlNode, PROVISION_VENDORS, unprovisionControlNode, type ProvisionResult } from './provision';
 import { cancelControlNodeJob, controlNodeJob, isoQueue, provisionProgress, type ControlNodeJob, type IsoQueueEntry, type ProgressRecord } from './jobs';
 
 /** The seed's POST /controlnode/provision (and its vendor variants) in GraphQL: provisionControlNode. */
@@ -150,5 +150,24 @@ builder.queryField('provisionIsoQueue', (t) =>
     type: [IsoQueueRef],
     description: 'The ISO builds waiting and running (GET /controlnode/provision/queue), of nodes the caller may read, oldest first.',
     resolve: (_root, _args, ctx) => isoQueue(ctx),
+  }),
+);
+
+const UnprovisionInput = builder.inputType('UnprovisionControlNodeInput', {
+  description: 'The seed\'s unprovision request (POST /controlnode/unprovision), camelCased',
+  fields: (t) => ({
+    bmcIp: t.string({ required: true, description: 'The BMC address of the node to unprovision' }),
+    bmcUser: t.string({ required: false, description: 'With bmcPass: replaces the node\'s BMC credentials (kept in the secret broker)' }),
+    bmcPass: t.string({ required: false }),
+    vendor: t.string({ required: false, description: 'cisco, dell, hp, lenovo or supermicro: the Redfish flavour from now on' }),
+  }),
+});
+
+builder.mutationField('unprovisionControlNode', (t) =>
+  t.field({
+    type: ProvisionPayload,
+    description: 'The metal undeploy of the node whose BMC has bmcIp (legal from deployed): its release workflow wipes the disks (quick, attested per disk; unattested ends UNVERIFIED_WIPE) and powers off, then ready. The job is that run (controlNodeJob: jobType unprovision). Decided as compute:nodes:provision on the node.',
+    args: { input: t.arg({ type: UnprovisionInput, required: true }) },
+    resolve: (_root, { input }, ctx) => unprovisionControlNode(ctx, input),
   }),
 );

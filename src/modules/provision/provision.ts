@@ -8,6 +8,7 @@ import { newId } from '../../ids';
 import { updateNode } from '../metal/node-store';
 import type { NodeChange } from '../metal/node-rows';
 import { decideMove } from '../metal/states';
+import { runMoveVerb } from '../metal/verbs';
 import { nodeResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
 import { renderPreseed } from './preseed';
@@ -188,3 +189,69 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   ].filter(Boolean);
   return { jobId: runId, nodeId: node.id, message: `provisioning node ${node.id} (job ${runId}): Building ISO${notes.length ? `; ${notes.join('; ')}` : ''}` };
 }
+
+export interface UnprovisionInput { bmcIp: string; bmcUser?: string | null; bmcPass?: string | null; vendor?: string | null }
+
+/**
+ * POST /controlnode/unprovision: the metal undeploy of the node whose BMC has this address (legal
+ * from deployed): its release workflow wipes the disks (a quick wipe, attested per disk by the
+ * ramdisk; an unattested wipe ends UNVERIFIED_WIPE, as the metal group's rule says) and powers off,
+ * then ready. bmc_user/bmc_pass, when given, replace the node's BMC credentials first (in the
+ * broker), and vendor its Redfish flavour. Decided as compute:nodes:provision on the node.
+ */
+export async function unprovisionControlNode(ctx: Context, input: UnprovisionInput): Promise<ProvisionResult> {
+  const principal = requirePrincipal(ctx);
+  if (typeof input.bmcIp !== 'string' || !isIP(input.bmcIp.trim())) throw invalidInput(f2('bmcIp'), 'is required: the BMC\'s IPv4 or IPv6 address');
+  const bmcIp = input.bmcIp.trim().toLowerCase();
+  const user = (input.bmcUser ?? '').trim() || null;
+  const pass = input.bmcPass ? input.bmcPass : null;
+  if ((user === null) !== (pass === null)) throw invalidInput(f2(user === null ? 'bmcUser' : 'bmcPass'), 'the BMC credentials are a pair: give bmc_user and bmc_pass together');
+  const vendor = (input.vendor ?? '').trim().toLowerCase();
+  if (vendor && !/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(f2('vendor'), 'must be a vendor name');
+  const { rows: found } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; poolId: string; version: number; provisionState: string; bmcDriver: string; bmcCredentialsRef: string | null }>(
+    `SELECT id, tenant_id AS "tenantId", site_id AS "siteId", pool_id AS "poolId", version, provision_state AS "provisionState",
+            bmc_driver AS "bmcDriver", bmc_credentials_ref AS "bmcCredentialsRef"
+       FROM node WHERE bmc_address = $1 AND provision_state <> 'retired' ORDER BY id`,
+    [bmcIp],
+  );
+  const node = found.find((n) => {
+    try {
+      decide(principal, 'compute:nodes:provision', nodeResource(n));
+      return true;
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'PERMISSION_DENIED') throw error;
+      return false;
+    }
+  });
+  if (!node) throw new AppError('NOT_FOUND', `no node has the BMC address ${bmcIp}`, { bmcIp });
+  const move = decideMove('undeploy', node.provisionState as never);
+  if (!move.legal) throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: unprovisioning is an undeploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
+  const data: NodeChange = {};
+  const driver = vendor ? driverOfVendor(vendor) : node.bmcDriver;
+  if (driver !== node.bmcDriver) {
+    data.bmcDriver = driver;
+    data.driverBindings = { power: driver, management: driver, virtualMedia: driver };
+  }
+  let ref: string | null = null;
+  if (user && pass) {
+    if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the BMC credentials cannot be kept');
+    ref = await ctx.secrets.put(node.tenantId, { username: user, password: pass });
+    data.bmcCredentialsRef = ref;
+  }
+  if (Object.keys(data).length) {
+    try {
+      const row = await ctx.sql.transaction((tx) => updateNode(tx, { id: node.id, version: node.version }, { data, run: null, events: [] }, ctx.requestId));
+      if (!row) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; unprovision again`, { nodeId: node.id });
+    } catch (error) {
+      if (ref) await ctx.secrets!.delete(ref, node.tenantId).catch(() => undefined);
+      throw error;
+    }
+    if (ref && node.bmcCredentialsRef) await ctx.secrets!.delete(node.bmcCredentialsRef, node.tenantId).catch(() => undefined);
+  }
+  const result = await runMoveVerb(ctx, 'undeploy', node.id, { wipe: 'quick' });
+  const jobId = result.row?.workflowId;
+  if (!jobId) throw new Error(`undeploy of node ${node.id} recorded no run`);
+  return { jobId, nodeId: node.id, message: `unprovisioning node ${node.id} (job ${jobId}): wiping its disks (quick, attested per disk), then powering off` };
+}
+
+const f2 = (name: keyof UnprovisionInput) => `input.${name}`;

@@ -321,6 +321,29 @@ const progressRoutes: Route[] = [
   },
 ];
 
+
+const UNPROVISION_FIELDS: Record<string, string> = { bmc_ip: 'bmcIp', bmc_pass: 'bmcPass', bmc_user: 'bmcUser', vendor: 'vendor' };
+const unprovisionRoute: Route = {
+  method: 'POST', path: '/controlnode/unprovision', operation: 'ControlNodeUnprovision', tag: 'controlnode',
+  summary: 'Unprovision a node',
+  description: 'Unprovision a node by wiping storage: the metal undeploy of the node whose BMC has the address bmc_ip (legal from deployed; INVALID_STATE otherwise, NOT_FOUND when no node has it). Its release workflow wipes every disk (a quick wipe, attested per disk by the ramdisk; an unattested wipe ends UNVERIFIED_WIPE) and powers off, then ready. bmc_user and bmc_pass, when given, replace the node\'s BMC credentials first (secret broker); vendor its Redfish flavour. The job is that run (GET /controlnode/job/{id}: job_type unprovision). Authorization: compute:nodes:provision on the node.',
+  body: { type: 'object', additionalProperties: false, required: ['bmc_ip'], properties: { bmc_ip: str, bmc_pass: { ...str, description: 'kept in the secret broker, never returned' }, bmc_user: str, vendor: str } },
+  variables: ({ body }) => ({ input: Object.fromEntries(Object.entries(body ?? {}).map(([k, v]) => [UNPROVISION_FIELDS[k] ?? k, v])) }),
+  respond: (data) => {
+    const r = data.unprovisionControlNode as Row;
+    const node = r.node as Row;
+    return { success: true, job_id: r.jobId, node_id: node.id, status: node.provisionState, message: r.message };
+  },
+  response: view({ success: bool, job_id: str, node_id: str, status: { ...str, description: 'the node\'s provision state: releasing' }, message: str }, 'ControlNodeUnprovisionStarted'),
+  refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_STATE', 'INVALID_CONFIG', 'CONFLICT'],
+  restField: (field) => {
+    const m = /^\$?input\.([A-Za-z]+)$/.exec(field);
+    const rest = m ? Object.entries(UNPROVISION_FIELDS).find(([, v]) => v === m[1])?.[0] : undefined;
+    return rest ? `body.${rest}` : null;
+  },
+  example: { body: { bmc_ip: '10.20.0.11', vendor: 'dell' }, response: { success: true, job_id: 'wr_01KB3Q9XK7F2M4N6P8R0T2V4X8', node_id: 'nd_01KB3Q9XK7F2M4N6P8R0T2V4X6', status: 'releasing', message: 'unprovisioning node nd_01KB3Q9XK7F2M4N6P8R0T2V4X6 (job wr_01KB3Q9XK7F2M4N6P8R0T2V4X8): wiping its disks (quick, attested per disk), then powering off' } },
+};
+
 export const provisionRoutes: Route[] = [
   inventoryRoute({
     path: '/controlnode/bmc/{bmc_ip}/disks',
@@ -362,6 +385,7 @@ export const provisionRoutes: Route[] = [
   ...PROVISION_VENDORS.map(provisionRoute),
   ...jobRoutes,
   ...progressRoutes,
+  unprovisionRoute,
 ];
 
 /** GraphQL's enum value (INVENTORY_ITEM) as the wire's word (inventory-item). */
