@@ -239,9 +239,14 @@ describe('the job\'s callbacks and its refusals', () => {
     expect(after).toMatchObject({ job_status: 'cancelled', status: 'cancelled', last_error: expect.stringMatching(/^ABORTED: /) });
     expect(m.state().virtualMedia.every((v) => !v.inserted && v.image === null)).toBe(true);
     expect((await post(`${job!.api}/job/${job!.job}/step`, job!.token, { step: 'late', state: 'active' })).status).toBe(401);
-    // Again: the same answer, nothing more sent to the BMC.
+    // Again: the same answer, nothing more sent to the BMC; PATCH job_status cancelled is the same call.
     const calls = sim.counts('cancel').total;
     expect((await rest(t.url, token, 'POST', `${jobUrl}/cancel`)).body.job_status).toBe('cancelled');
+    expect((await rest(t.url, token, 'PATCH', jobUrl, { job_status: 'cancelled' })).body.job_status).toBe('cancelled');
+    for (const [patch, field] of [[{ job_status: 'completed' }, 'body.job_status'], [{ job_status: 'cancelled', progress: 100 }, 'body.progress'], [{}, 'body.job_status']] as const) {
+      const refused = await rest(t.url, token, 'PATCH', jobUrl, patch);
+      expect([refused.status, refused.body.error.details?.field]).toEqual([400, field]);
+    }
     expect(sim.counts('cancel').total).toBe(calls);
     // A job that completed cannot be cancelled; an unknown one is not found, as is another tenant's.
     const completed = (await t.app.services.sql.query(`SELECT id FROM workflow_run WHERE kind = 'metal-install' AND status = 'succeeded' LIMIT 1`)).rows[0]!.id as string;

@@ -238,6 +238,17 @@ const JOB_PARAM = { id: { ...str, description: 'Job ID' } };
 
 const jobRoutes: Route[] = [
   {
+    method: 'PATCH', path: '/controlnode/job/{id}', operation: 'ControlNodeJobCancel', operationId: 'ControlNodeJobPatch', tag: 'controlnode', params: JOB_PARAM,
+    summary: 'Patch Job Status',
+    description: 'Patch job related status with given id. A job\'s status, stage and progress follow its workflow run\'s steps, so the one change a client may make is {"job_status": "cancelled"}: the same as POST /controlnode/job/{id}/cancel (idempotent; INVALID_STATE for a job that completed or failed). Any other field or value is INVALID_INPUT naming it. Authorization: compute:nodes:provision on the node.',
+    body: { type: 'object', additionalProperties: false, required: ['job_status'], properties: { job_status: { type: 'string', enum: ['cancelled'], description: 'cancelled: cancel the job' } } },
+    variables: ({ params }) => ({ id: params.id }),
+    respond: (data) => jobOf(data.cancelControlNodeJob as Row),
+    response: JOB_VIEW,
+    refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_STATE', 'CONFLICT'],
+    example: { params: { id: exampleJob.id }, body: { job_status: 'cancelled' }, response: { ...exampleJob, job_status: 'cancelling', status: 'Cancelling: ejecting the ISO' } },
+  },
+  {
     method: 'GET', path: '/controlnode/job/{id}', operation: 'ControlNodeJob', tag: 'controlnode', params: JOB_PARAM,
     summary: 'Get Job Status',
     description: 'Retrieve job status and details by job ID: the job is the node\'s workflow run (GraphQL controlNodeJob; its steps in MetalNode.timeline; live in jobProgress / workflowProgress). Authorization: read on the node; another tenant\'s job is NOT_FOUND.',
