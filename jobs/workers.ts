@@ -24,6 +24,8 @@ const ADVANCE_BATCH = 16;
  * slow run holding back only its own batch, and an idle service polls twice a second.
  */
 const ADVANCE_WORKERS = 2;
+/** The ISO-build queue's poll: a build takes about a second, so two more to start it are not felt. */
+const ISO_POLL_SECONDS = 2;
 /** metal.reconcile only holds jobs an older version queued: its loop looks rarely. */
 const RECONCILE_POLL_SECONDS = 30;
 
@@ -107,12 +109,12 @@ export async function startWorkers(queues: Queues, log: Logger,
   }
   const iso = deps.iso;
   if (iso) {
+    // One loop taking up to `concurrency` builds at a time (one poll for all of them, every 2 s:
+    // a build waits at most that long to start, and an idle service polls once more per 2 s).
     const { concurrency, ...rest } = iso;
-    for (let i = 0; i < concurrency; i += 1) {
-      await queues.work('provision.iso', async (jobs) => {
-        for (const job of jobs) await buildRunIso({ ...rest, sql: deps.sql, log }, job.data.runId);
-      });
-    }
+    await queues.work('provision.iso', async (jobs) => {
+      await eachSettled(jobs, (job) => buildRunIso({ ...rest, sql: deps.sql, log }, job.data.runId));
+    }, { batchSize: concurrency, pollSeconds: ISO_POLL_SECONDS });
   }
   const fabric = deps.fabric;
   if (fabric) {
