@@ -18,6 +18,7 @@ import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { bmcCertificates } from './helpers/tls';
 import { extractFromIso, readCpioNewc } from './helpers/iso';
+import { restStream, until, wsClient, wsSubscribe } from './helpers/streams';
 import { startRedfishSim, type BootEvent, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import type { FlavourName } from './sim/redfish/flavours';
 import { newId } from '../src/ids';
@@ -290,7 +291,38 @@ describe('the job\'s callbacks and its refusals', () => {
     const stranger = await makeToken(t.app.services.prisma, elsewhere.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: elsewhere.tenant.id }]);
     expect((await rest(t.url, stranger, 'GET', '/controlnode/provision/queue')).body).toEqual([]);
     expect((await rest(t.url, stranger, 'POST', '/controlnode/provision/progress/all', { bmc_ip: bmc })).body).toEqual([]);
+    // GraphQL answers the same facts.
+    const g = await gql(t.url, token, 'query($b: String!) { latest: provisionProgress(bmcIp: $b, latest: true) { stage status percentComplete activeJobId } all: provisionProgress(bmcIp: $b) { stage } provisionIsoQueue { jobId state bmcIp } }', { b: bmc });
+    expect(g.errors).toBeUndefined();
+    expect(g.data).toEqual({
+      latest: [{ stage: 'Ejecting the ISO', status: 'COMPLETED', percentComplete: 100, activeJobId: '' }],
+      all: all.body.map((p: { stage: string }) => ({ stage: p.stage })),
+      provisionIsoQueue: [{ jobId: run, state: 'pending', bmcIp: bmc }],
+    });
     await t.app.services.sql.query(`DELETE FROM pgboss.job WHERE name = 'provision.iso' AND state = 'created'`);
+  });
+
+  it('the installer\'s steps reach the REST SSE channel provision (provision_step) and the jobProgress subscription, replayed from the start', async () => {
+    const job = (await t.app.services.sql.query(`SELECT id FROM workflow_run WHERE kind = 'metal-install' AND status = 'succeeded' ORDER BY created_at LIMIT 1`)).rows[0]!.id as string;
+    const stream = restStream(t.url, token, '?channel=provision&after=0');
+    const ws = wsClient(t.url, token);
+    const sub = wsSubscribe(ws, 'subscription ($j: ID!) { jobProgress(jobId: $j) { type payload } }', { j: job });
+    try {
+      await until(() => stream.messages.filter((m) => m.data.subject === job).length === 5, 10000, 'the job\'s five callbacks on the provision channel');
+      const mine = stream.messages.filter((m) => m.data.subject === job);
+      expect(mine.every((m) => m.event === 'provision_step')).toBe(true);
+      expect(mine.map((m) => [m.data.payload.kind, m.data.payload.step ?? null])).toEqual([
+        ['step', 'partitioning'], ['step', 'installing-base'], ['step', 'installing-finish'], ['complete', null], ['firstboot', null],
+      ]);
+      const steps = () => sub.events.filter((e) => (e as { type: string }).type === 'provision.step');
+      await until(() => steps().length === 5, 10000, 'the job\'s five callbacks over graphql-ws');
+      expect(steps().map((e) => (e as { payload: { kind: string } }).payload.kind)).toEqual(['step', 'step', 'step', 'complete', 'firstboot']);
+      expect(JSON.stringify(stream.messages)).not.toContain(REPORTED_PASSWORD);
+    } finally {
+      stream.stop();
+      sub.stop();
+      await ws.dispose();
+    }
   });
 
   it('unprovision is the undeploy of a deployed node (new BMC credentials first, when given); its job is the release run', async () => {
