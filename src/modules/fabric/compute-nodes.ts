@@ -95,6 +95,22 @@ export interface ServiceSshIdentity {
 
 const IDENTITY_LOCK = 0x7373686b; // "sshk"
 
+type KeyPair = { private: string; public: string };
+
+/**
+ * An ed25519 key pair ssh2 can read back. ssh2's generator strips the leading zero bytes of the
+ * public key (mscdex/ssh2#1390, #1513), so about one pair in 256 is one its own parseKey refuses:
+ * the service would be left with a key it can never connect with. Such a pair is generated again.
+ */
+export function usableEd25519Pair(generate: () => KeyPair = () => utils.generateKeyPairSync('ed25519', { comment: 'metal-control-plane' })): KeyPair {
+  for (let attempt = 1; attempt <= 16; attempt += 1) {
+    const pair = generate();
+    const parses = (text: string) => { const k = utils.parseKey(text); return !(k instanceof Error) && !(Array.isArray(k) && k.length === 0); };
+    if (parses(pair.private) && parses(pair.public)) return pair;
+  }
+  throw new Error('could not generate an ed25519 key pair that ssh2 can read back');
+}
+
 /**
  * The service's own SSH key pair, created on first use (ed25519). The private key goes to the
  * broker in the same transaction as the row, so two first uses never leave two keys.
@@ -107,7 +123,7 @@ export async function serviceSshIdentity(prisma: PrismaClient, secrets: SecretBr
     await tx.$executeRawUnsafe('SELECT pg_advisory_xact_lock($1)', IDENTITY_LOCK);
     const raced = await tx.serviceSshKey.findUnique({ where: { id: 1 } });
     if (raced) return raced;
-    const pair = utils.generateKeyPairSync('ed25519', { comment: 'metal-control-plane' });
+    const pair = usableEd25519Pair();
     const privateKeyRef = await secrets.put(null, pair.private, tx);
     return tx.serviceSshKey.create({
       data: { id: 1, algorithm: 'ssh-ed25519', publicKey: pair.public, fingerprint: fingerprintOfPublicKeyLine(pair.public), privateKeyRef },
