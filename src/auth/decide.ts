@@ -157,3 +157,18 @@ export function readFilter(principal: Principal, type: 'site' | 'pool' | 'node')
   }
   return { tenantId, OR: or.length ? or : [{ id: { in: [] } }] };
 }
+
+/**
+ * decide for lists: false for a resource hidden from the principal (another tenant's: decide's
+ * NOT_FOUND), true when allowed; PERMISSION_DENIED still throws (the caller lacks the right, and
+ * should hear so rather than get an empty answer).
+ */
+export function visibleTo(principal: Principal, action: Action, resource: Resource, subject?: Subject): boolean {
+  try {
+    decide(principal, action, resource, subject);
+    return true;
+  } catch (error) {
+    if (error instanceof AppError && error.code === 'NOT_FOUND') return false;
+    throw error;
+  }
+}

@@ -1,6 +1,6 @@
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { decide } from '../../auth/decide';
+import { decide, visibleTo } from '../../auth/decide';
 import { AppError, notFound } from '../../errors';
 import { nodeResource } from '../tenancy/resources';
 import { runMoveVerb } from '../metal/verbs';
@@ -153,12 +153,7 @@ export async function provisionProgress(ctx: Context, bmcIp: string, latest: boo
   );
   const out: ProgressRecord[] = [];
   for (const r of rows) {
-    try {
-      decide(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId });
-    } catch (error) {
-      if (error instanceof AppError && error.code === 'NOT_FOUND') continue;
-      throw error;
-    }
+    if (!visibleTo(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId })) continue;
     const ended = r.status === 'succeeded' || r.status === 'skipped';
     const open = r.status === 'running' || r.status === 'waiting' || r.status === 'pending';
     const cancelled = r.runStatus === 'aborted' || r.runStatus === 'aborting' || r.errorCode === 'ABORTED';
@@ -188,13 +183,5 @@ export async function isoQueue(ctx: Context): Promise<IsoQueueEntry[]> {
       WHERE j.name = 'provision.iso' AND j.state IN ('created', 'retry', 'active')
       ORDER BY j.created_on`,
   );
-  return rows.filter((r) => {
-    try {
-      decide(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId });
-      return true;
-    } catch (error) {
-      if (error instanceof AppError && error.code === 'NOT_FOUND') return false;
-      throw error;
-    }
-  }).map((r) => ({ queueId: r.queueId, jobId: r.jobId, state: r.state === 'active' ? 'active' : 'pending', bmcIp: r.bmcIp, hostname: r.hostname, createdAt: r.createdAt, startedAt: r.startedAt }));
+  return rows.filter((r) => visibleTo(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId })).map((r) => ({ queueId: r.queueId, jobId: r.jobId, state: r.state === 'active' ? 'active' : 'pending', bmcIp: r.bmcIp, hostname: r.hostname, createdAt: r.createdAt, startedAt: r.startedAt }));
 }

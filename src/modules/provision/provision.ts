@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { decide } from '../../auth/decide';
+import { visibleTo } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
 import { updateNode } from '../metal/node-store';
@@ -65,6 +65,26 @@ export interface ProvisionInput {
 
 export interface ProvisionResult { jobId: string; nodeId: string; message: string }
 
+interface BmcNode {
+  id: string; tenantId: string; siteId: string; poolId: string; version: number; provisionState: string; failedFrom: string | null;
+  bmcDriver: string; bmcCredentialsRef: string | null; osRef: string | null;
+}
+
+/**
+ * The node whose BMC has this address that the caller may provision (another tenant's is not there
+ * for it; one it may only read is PERMISSION_DENIED), or undefined: the one lookup of provision and
+ * unprovision.
+ */
+async function nodeByBmc(ctx: Context, principal: ReturnType<typeof requirePrincipal>, bmcIp: string): Promise<BmcNode | undefined> {
+  const { rows } = await ctx.sql.query<BmcNode>(
+    `SELECT n.id, n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId", n.version, n.provision_state AS "provisionState",
+            n.failed_from AS "failedFrom", n.bmc_driver AS "bmcDriver", n.bmc_credentials_ref AS "bmcCredentialsRef", b.os_credentials_ref AS "osRef"
+       FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id WHERE n.bmc_address = $1 AND n.provision_state <> 'retired' ORDER BY n.id`,
+    [bmcIp],
+  );
+  return rows.find((n) => visibleTo(principal, 'compute:nodes:provision', nodeResource(n)));
+}
+
 /** The vendors of the seed's provision/<vendor> routes. */
 export const PROVISION_VENDORS = ['cisco', 'dell', 'hp', 'lenovo', 'supermicro'] as const;
 
@@ -126,23 +146,7 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
     facts[name] = v;
   }
 
-  const { rows: found } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; poolId: string; version: number; provisionState: string; failedFrom: string | null; bmcDriver: string; osRef: string | null }>(
-    `SELECT n.id, n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId", n.version, n.provision_state AS "provisionState",
-            n.failed_from AS "failedFrom", n.bmc_driver AS "bmcDriver", b.os_credentials_ref AS "osRef"
-       FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id WHERE n.bmc_address = $1 AND n.provision_state <> 'retired' ORDER BY n.id`,
-    [bmcIp],
-  );
-  // Of the nodes with this BMC address, the ones the caller may read; another tenant's is not there for it.
-  const visible = found.filter((n) => {
-    try {
-      decide(principal, 'compute:nodes:provision', nodeResource(n));
-      return true;
-    } catch (error) {
-      if (error instanceof AppError && error.code === 'PERMISSION_DENIED') throw error;
-      return false;
-    }
-  });
-  const node = visible[0];
+  const node = await nodeByBmc(ctx, principal, bmcIp);
   if (!node) throw new AppError('NOT_FOUND', `no node has the BMC address ${bmcIp}: enroll it (POST /api/compute/metal/enroll) or register it first`, { bmcIp });
   const move = decideMove('deploy', node.provisionState as never, node.failedFrom as never);
   if (!move.legal) {
@@ -208,21 +212,7 @@ export async function unprovisionControlNode(ctx: Context, input: UnprovisionInp
   if ((user === null) !== (pass === null)) throw invalidInput(f2(user === null ? 'bmcUser' : 'bmcPass'), 'the BMC credentials are a pair: give bmc_user and bmc_pass together');
   const vendor = (input.vendor ?? '').trim().toLowerCase();
   if (vendor && !/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(f2('vendor'), 'must be a vendor name');
-  const { rows: found } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; poolId: string; version: number; provisionState: string; bmcDriver: string; bmcCredentialsRef: string | null }>(
-    `SELECT id, tenant_id AS "tenantId", site_id AS "siteId", pool_id AS "poolId", version, provision_state AS "provisionState",
-            bmc_driver AS "bmcDriver", bmc_credentials_ref AS "bmcCredentialsRef"
-       FROM node WHERE bmc_address = $1 AND provision_state <> 'retired' ORDER BY id`,
-    [bmcIp],
-  );
-  const node = found.find((n) => {
-    try {
-      decide(principal, 'compute:nodes:provision', nodeResource(n));
-      return true;
-    } catch (error) {
-      if (error instanceof AppError && error.code === 'PERMISSION_DENIED') throw error;
-      return false;
-    }
-  });
+  const node = await nodeByBmc(ctx, principal, bmcIp);
   if (!node) throw new AppError('NOT_FOUND', `no node has the BMC address ${bmcIp}`, { bmcIp });
   const move = decideMove('undeploy', node.provisionState as never);
   if (!move.legal) throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: unprovisioning is an undeploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });

@@ -293,6 +293,9 @@ const QUEUE_ENTRY = view({
   created_at: { type: 'string', format: 'date-time' }, started_at: nullable({ type: 'string', format: 'date-time' }),
 }, 'ProvisionIsoBuild');
 
+/** The progress routes' one variable, $bmcIp, is the body's bmc_ip. */
+const bmcIpBodyField = (field: string) => (field === '$bmcIp' || field === 'bmcIp' ? 'body.bmc_ip' : null);
+
 const progressRoutes: Route[] = [
   {
     method: 'POST', path: '/controlnode/provision/progress', operation: 'ProvisionProgress', tag: 'controlnode', body: PROGRESS_BODY,
@@ -306,7 +309,7 @@ const progressRoutes: Route[] = [
     },
     response: PROGRESS_RECORD,
     refusals: ['PERMISSION_DENIED', 'NOT_FOUND'],
-    restField: (field) => (field === '$bmcIp' || field === 'bmcIp' ? 'body.bmc_ip' : null),
+    restField: bmcIpBodyField,
     example: { body: { bmc_ip: '10.20.0.11' }, response: exampleProgress },
   },
   {
@@ -317,7 +320,7 @@ const progressRoutes: Route[] = [
     respond: (data) => (data.provisionProgress as Row[]).map(progressOf),
     response: { type: 'array', items: PROGRESS_RECORD },
     refusals: ['PERMISSION_DENIED'],
-    restField: (field) => (field === '$bmcIp' || field === 'bmcIp' ? 'body.bmc_ip' : null),
+    restField: bmcIpBodyField,
     example: { body: { bmc_ip: '10.20.0.11' }, response: [exampleProgress] },
   },
   {
