@@ -94,8 +94,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const call = agentApi(opts.apiUrl, opts.token, opts.requestTimeoutMs);
   const log = opts.log;
   // A fresh key pair per start, kept in memory only: nothing on disk to steal, and a restart
-  // simply registers the new public key (claims sealed to the old one cannot be opened: their
-  // credentials are fetched again under the new key while the claim holds).
+  // simply registers the new public key. The service then settles the commands the previous
+  // process still held as lapsed claims (registerAgentKey): this process never saw them.
   const keys = generateAgentKeyPair();
   const registered = await call<{ registerAgentKey: { id: string } }>(REGISTER_KEY, { k: keys.publicKey });
   const agentId = registered.registerAgentKey.id;

@@ -89,6 +89,19 @@ export async function registerAgentKey(ctx: Context, publicKey: string): Promise
     throw invalidInput('publicKey', 'must be an X25519 public key: the raw 32 bytes as base64url (43 characters)');
   }
   await ctx.prisma.siteAgent.update({ where: { id: agent.id }, data: { publicKey, keyRegisteredAt: new Date() } });
+  // A new key is a new agent process: the commands its predecessor still held are nobody's now (this
+  // process never saw them), but its heartbeat would renew their leases forever. Their claims lapse
+  // here and the sweep settles them as any lapsed claim (a destructive one fails AGENT_LOST and the
+  // engine reads the state back; any other goes back to the queue), at once rather than never.
+  const { rows } = await ctx.sql.query(
+    `WITH lapsed AS (UPDATE command SET lease_expires_at = now(), updated_at = now() WHERE claimed_by = $1 AND status = 'claimed' RETURNING 1)
+     SELECT count(*)::int AS n FROM lapsed`,
+    [agent.id],
+  );
+  if ((rows[0]!.n as number) > 0) {
+    const swept = await sweepCommands(ctx.sql, agent.siteId);
+    ctx.log.warn({ agentId: agent.id, lapsed: rows[0]!.n, ...swept }, 'a site agent started again: the commands its previous process held were settled as lapsed');
+  }
   return agent.id;
 }
 
