@@ -25,6 +25,13 @@ export interface RunParams {
   batchId?: string;
   requestId?: string;
   chainedFrom?: string;
+  /**
+   * The control-node job a chain of runs belongs to (its first run's id): provision of a BMC no
+   * node had enrolls it, and the job is that enrollment's chain plus the install after it.
+   */
+  jobId?: string;
+  /** A run to start when this chain reaches ready (provision's install after the enrollment), carried along the chain. */
+  then?: { kind: WorkflowKind; params: Record<string, unknown> };
 }
 
 export interface RunInfo {

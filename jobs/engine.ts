@@ -3,7 +3,7 @@ import type { Sql, SqlTx } from '../src/db/sql';
 import { AppError } from '../src/errors';
 import { newId } from '../src/ids';
 import { checkEventPayload } from '../src/events/outbox';
-import { updateNode } from '../src/modules/metal/node-store';
+import { updateNode, type NodeEvent } from '../src/modules/metal/node-store';
 import { nodeViewColumns, toNodeRow, type NodeRow } from '../src/modules/metal/node-rows';
 import { readPolicy, type PoolPolicy } from '../src/modules/tenancy/pool';
 import { reportsOf } from '../src/modules/boot/entries';
@@ -592,20 +592,31 @@ async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
   if (decision.action === 'fail') return failRun(l, { kind: 'failed', code: decision.code, message: decision.message });
   if (decision.action !== 'move') throw new Error(`decideWorkflowMove answered ${decision.action} to a success`);
   const chain = decision.to ? WORKFLOW_CHAINS[kind] : undefined;
-  const nextRun = chain ? { id: newId('WorkflowRun'), kind: chain } : null;
+  const { then, jobId, verb, requestId } = l.run.params;
+  // A chain that reaches ready with a run to start then (provision's install after enrolling a new
+  // BMC) goes on into that run's state, as the verb that run stands for would move it from ready.
+  const thenRun = !chain && then && decision.to === 'ready' && isWorkflowKind(then.kind) ? then : null;
+  const nextRun = chain ? { id: newId('WorkflowRun'), kind: chain } : thenRun ? { id: newId('WorkflowRun'), kind: thenRun.kind } : null;
+  const to = thenRun ? WORKFLOW_KINDS[thenRun.kind].state : decision.to;
   const ended = await endRun(l, 'succeeded');
   if (decision.to || finish.data) {
+    const events: NodeEvent[] = decision.to && decision.event
+      ? [{ type: decision.event, payload: { workflowId: l.run.id, kind, from, to: decision.to, ...(nextRun && !thenRun ? { next: { workflowId: nextRun.id, kind: nextRun.kind } } : {}) } }]
+      : [];
+    if (thenRun && nextRun) {
+      events.push({ type: `node.provision.${to}`, payload: { workflowId: nextRun.id, kind: nextRun.kind, from: decision.to, to, ...(jobId ? { jobId } : {}), verb: thenRun.params.verb ?? null } });
+    }
     const moved = await updateNode(l.tx, { id: l.node.id, version: l.node.version }, {
-      data: { ...(finish.data ?? {}), ...(decision.to ? { provisionState: decision.to } : {}) },
+      data: { ...(finish.data ?? {}), ...(to ? { provisionState: to } : {}) },
       run: nextRun ? {
         ...nextRun,
-        params: { ...(l.run.params.verb ? { verb: l.run.params.verb } : {}), chainedFrom: l.run.id, ...(l.run.params.requestId ? { requestId: l.run.params.requestId } : {}) },
+        params: thenRun
+          ? { ...thenRun.params, chainedFrom: l.run.id, ...(jobId ? { jobId } : {}), ...(requestId ? { requestId } : {}) }
+          : { ...(verb ? { verb } : {}), chainedFrom: l.run.id, ...(jobId ? { jobId } : {}), ...(then ? { then } : {}), ...(requestId ? { requestId } : {}) },
         batchId: l.run.batchId,
       } : null,
-      events: decision.to && decision.event
-        ? [{ type: decision.event, payload: { workflowId: l.run.id, kind, from, to: decision.to, ...(nextRun ? { next: { workflowId: nextRun.id, kind: nextRun.kind } } : {}) } }]
-        : [],
-    }, l.run.params.requestId ?? null);
+      events,
+    }, requestId ?? null);
     if (!moved) throw new Error(`node ${l.node.id} changed under the run's lock`);
   }
   return ended;

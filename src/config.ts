@@ -82,6 +82,12 @@ export interface Config {
    */
   controlnodeBmcCaFile: string | undefined;
   controlnodeBmcInsecure: boolean;
+  /**
+   * The BMC user and password provision enrolls a BMC address with that no node has yet
+   * (CONTROLNODE_BMC_CREDENTIALS_FILE: one line `user:password`, read at each use so a rotated
+   * file is picked up); unset, such an address is NOT_FOUND and has to be registered or enrolled.
+   */
+  controlnodeBmcCredentialsFile: string | undefined;
   /** The installer's base files (linux, initrd.gz, isolinux.bin, ldlinux.c32): INSTALLER_BASE_DIR, else Debian's packages. */
   installerBaseDir: string | undefined;
   /** Installer ISOs built at once per worker process (CONTROLNODE_ISO_CONCURRENCY). */
@@ -183,6 +189,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     controlnodePoolId: env.CONTROLNODE_POOL_ID?.trim() || undefined,
     controlnodeBmcCaFile: env.CONTROLNODE_BMC_CA_FILE ? path.resolve(env.CONTROLNODE_BMC_CA_FILE) : undefined,
     controlnodeBmcInsecure,
+    controlnodeBmcCredentialsFile: env.CONTROLNODE_BMC_CREDENTIALS_FILE ? path.resolve(env.CONTROLNODE_BMC_CREDENTIALS_FILE) : undefined,
     installerBaseDir: env.INSTALLER_BASE_DIR ? path.resolve(env.INSTALLER_BASE_DIR) : undefined,
     controlnodeIsoConcurrency: intEnv(env, 'CONTROLNODE_ISO_CONCURRENCY', 2, 1),
     controlnodeInstallStuckS: intEnv(env, 'CONTROLNODE_INSTALL_STUCK_S', 1800, 10),

@@ -12,12 +12,11 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { gunzipSync } from 'node:zlib';
 import { startTestApp, capturingLogger, type TestApp } from './helpers/app';
 import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { bmcCertificates } from './helpers/tls';
-import { extractFromIso, readCpioNewc } from './helpers/iso';
+import { playInstall, postJson, readInstallerJob, type InstallerJob } from './helpers/installer';
 import { restStream, until, wsClient, wsSubscribe } from './helpers/streams';
 import { startRedfishSim, type BootEvent, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import type { FlavourName } from './sim/redfish/flavours';
@@ -43,37 +42,12 @@ const nodeOf = new Map<string, string>();
 const installer = new Map<string, (boot: BootEvent) => Promise<void>>();
 const installs: Promise<void>[] = [];
 
-interface Job { token: string; api: string; job: string; bmcIp: string }
-
-/** The job's callback token and address, from the ISO the BMC mounted (fetched with a Range request, as a BMC does). */
-async function readJob(image: string): Promise<Job> {
-  const res = await fetch(image, { headers: { range: 'bytes=0-' } });
-  if (res.status !== 206) throw new Error(`the ISO answered ${res.status} to a Range request`);
-  const file = path.join(dir, `${Math.random().toString(36).slice(2)}.iso`);
-  fs.writeFileSync(file, Buffer.from(await res.arrayBuffer()));
-  const extra = readCpioNewc(gunzipSync(await extractFromIso(file, '/install/preseed.gz', `${file}.preseed.gz`)));
-  const get = (name: string) => extra.find((f) => f.name === name)!.data.toString('utf8');
-  // The ISO holds the OS password only as its SHA-512 crypt hash.
-  const all = Buffer.concat(extra.map((f) => f.data));
-  if (all.includes(Buffer.from(OS_PASSWORD)) || !/passwd\/user-password-crypted password \$6\$/.test(get('preseed.cfg'))) throw new Error('the ISO holds the OS password in plain, or no crypt hash');
-  const env = Object.fromEntries(get('metal/job.env').trim().split('\n').map((l) => { const [k, v] = l.split('='); return [k!, v!.replace(/^'|'$/g, '')]; }));
-  return { token: get('metal/callback-token'), api: env.METAL_API!, job: env.METAL_JOB!, bmcIp: env.METAL_BMC_IP! };
-}
-
-const post = (url: string, bearer: string | null, body: unknown) =>
-  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(bearer ? { authorization: `Bearer ${bearer}` } : {}) }, body: JSON.stringify(body) });
-
+type Job = InstallerJob;
+/** The job's callback token and address, from the ISO the BMC mounted (which holds the OS password only as its crypt hash). */
+const readJob = (image: string) => readInstallerJob(image, dir, [OS_PASSWORD]);
+const post = postJson;
 /** The installer as the preseed's scripts play it: steps, completion, then the installed system's first boot. */
-async function install(job: Job, osIp: string): Promise<void> {
-  for (const [step, percent, state] of [['partitioning', 20, 'active'], ['installing-base', 60, 'active'], ['installing-finish', 90, 'done']] as const) {
-    const r = await post(`${job.api}/job/${job.job}/step`, job.token, { step, percent, state });
-    if (r.status !== 200) throw new Error(`step ${step}: ${r.status} ${await r.text()}`);
-  }
-  const done = await post(`${job.api}/job/${job.job}/complete`, job.token, { os_ip: osIp, os_password: REPORTED_PASSWORD });
-  if (done.status !== 200) throw new Error(`complete: ${done.status} ${await done.text()}`);
-  const first = await post(`${job.api}/firstboot`, job.token, { job_id: job.job, bmc_ip: job.bmcIp, os_ip: osIp });
-  if (first.status !== 200) throw new Error(`firstboot: ${first.status} ${await first.text()}`);
-}
+const install = (job: Job, osIp: string) => playInstall(job, osIp, REPORTED_PASSWORD);
 
 beforeAll(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cn-provision-'));

@@ -4,7 +4,7 @@ import { requirePrincipal } from '../../context';
 import { absent, decide } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
-import { createNode } from './node-store';
+import { createNode, type Runner } from './node-store';
 import { isSecretRef } from '../../../clients/secrets/broker';
 import { checkIpmiNode, IpmiConfigError } from '../../../clients/bmc/ipmi';
 import { checkRedfishNode, isRedfishDriver, RedfishNodeError } from '../../../clients/bmc/redfish/check';
@@ -107,7 +107,16 @@ function bindingsFor(driver: string, profile: DriverBindings | null): DriverBind
  * transaction with its node.enrolled event and its metal-enroll run (and the job naming it). Decided as compute:nodes:provision
  * on the pool. Inline credentials go to the secret broker before anything else is written.
  */
-export async function enroll(ctx: Context, input: EnrollInput): Promise<string> {
+export interface EnrollOptions {
+  /** The enroll run's id, chosen by the caller (control-node provision: its job). */
+  runId?: string;
+  /** More intent for the enroll run and the runs it chains to (provision's install: `then`). */
+  runParams?: RunParams;
+  /** Written in the node's transaction, after the node (provision's bmc_info record). */
+  inTransaction?: (tx: Runner, nodeId: string) => Promise<void>;
+}
+
+export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptions = {}): Promise<string> {
   const principal = requirePrincipal(ctx);
   // Enroll is the fleet's first call (2,000 machines at once): its reads and its transaction go
   // through Sql's named statements, not Prisma (about 20 ms of CPU per enroll went to Prisma's client).
@@ -212,9 +221,10 @@ export async function enroll(ctx: Context, input: EnrollInput): Promise<string> 
         driverBindings: { ...bindingsFor(driver, profile?.driverBindings ?? null) },
       }, {
         // The enroll workflow's run carries the intent; its job names only the run.
-        run: { id: newId('WorkflowRun'), kind: 'metal-enroll', params: { verb: 'enroll' } satisfies RunParams },
+        run: { id: opts.runId ?? newId('WorkflowRun'), kind: 'metal-enroll', params: { verb: 'enroll', ...opts.runParams } satisfies RunParams },
         events: [{ type: VERBS.enroll.event, payload: { verb: 'enroll', to: VERBS.enroll.to, bmc: { address, driver } } }],
       }, ctx.requestId);
+      if (opts.inTransaction) await opts.inTransaction(tx, id);
     });
   const stored = typeof credentials === 'string' ? null : credentialsRef;
   try {

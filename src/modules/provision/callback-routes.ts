@@ -67,7 +67,7 @@ export class InstallerHttp {
     if (!session) return unauthorized(req, res, requestId);
     if (url.search) throw new AppError('INVALID_INPUT', 'query: this route takes no query parameters', { field: 'query' });
     const parsed = await readJsonBody(req);
-    const base = { jobId: session.runId, bmcIp: session.bmcAddress };
+    const base = { jobId: session.jobId, ...(session.jobId !== session.runId ? { runId: session.runId } : {}), bmcIp: session.bmcAddress };
     if (kind === 'step') {
       const step = checkStepCallback(parsed);
       return this.store(req, res, requestId, session, kind, { ...step }, { ...base, kind, ...step });

@@ -76,11 +76,18 @@ export function checkFirstbootCallback(raw: unknown): FirstbootCallback {
 }
 
 /** The job a callback token belongs to, while its ISO is live: for the checks before a report is stored. */
-export interface InstallSession { isoId: string; runId: string; nodeId: string; tenantId: string; bmcAddress: string }
+export interface InstallSession {
+  isoId: string;
+  /** The install run the ISO was built for (the callback paths' id). */
+  runId: string;
+  /** The job it belongs to: the run itself, or the enrollment a new BMC's provision started with. */
+  jobId: string;
+  nodeId: string; tenantId: string; bmcAddress: string;
+}
 
 export async function installSession(db: Runner, token: string): Promise<InstallSession | null> {
   const { rows } = await db.query(
-    `SELECT i.id AS "isoId", i.run_id AS "runId", n.id AS "nodeId", n.tenant_id AS "tenantId", n.bmc_address AS "bmcAddress"
+    `SELECT i.id AS "isoId", i.run_id AS "runId", COALESCE(w.params->>'jobId', w.id) AS "jobId", n.id AS "nodeId", n.tenant_id AS "tenantId", n.bmc_address AS "bmcAddress"
        FROM installer_iso i JOIN workflow_run w ON w.id = i.run_id JOIN node n ON n.id = w.node_id
       WHERE i.callback_token_hash = $1 AND i.revoked_at IS NULL AND i.expires_at > now()`,
     [hashToken(token)],
@@ -107,7 +114,7 @@ export async function storeInstallReport(db: Runner, token: string, runId: strin
        RETURNING id, run_id, created_at
      ), ev AS (
        INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-       SELECT 'provision.step', n.tenant_id, n.site_id, n.pool_id, n.id, rep.run_id, $5::jsonb
+       SELECT 'provision.step', n.tenant_id, n.site_id, n.pool_id, n.id, COALESCE(w.params->>'jobId', w.id), $5::jsonb
          FROM rep JOIN workflow_run w ON w.id = rep.run_id JOIN node n ON n.id = w.node_id
      ), ${wakeRunCtes('(SELECT run_id FROM rep)')}
      SELECT rep.id::text AS id, rep.created_at FROM rep`,

@@ -4,6 +4,8 @@ import { decide, visibleTo } from '../../auth/decide';
 import { AppError, notFound } from '../../errors';
 import { nodeResource } from '../tenancy/resources';
 import { runMoveVerb } from '../metal/verbs';
+import { WORKFLOW_CHAINS, type WorkflowKind } from '../metal/states';
+import { WORKFLOWS } from '../../../jobs/workflows';
 
 /**
  * The control-node API's jobs (seed 004: GET /controlnode/job/{id}, POST /job/{id}/cancel) on the
@@ -34,6 +36,21 @@ export interface ControlNodeJob {
 
 const JOB_TYPES: Record<string, string> = { 'metal-install': 'provision', 'metal-release': 'unprovision' };
 
+/**
+ * The runs a job is made of, in order: one (provision of a known node: its metal-install; an
+ * unprovision: its metal-release), or, for provision of a BMC no node had, the enrollment's chain
+ * (enroll, inspect, commission) and the install it goes on to (params.then).
+ */
+function plannedKinds(root: { kind: string; params: Record<string, unknown> }): string[] {
+  const kinds = [root.kind];
+  for (let k = WORKFLOW_CHAINS[root.kind as WorkflowKind]; k; k = WORKFLOW_CHAINS[k]) kinds.push(k);
+  const then = root.params.then as { kind?: string } | undefined;
+  if (then?.kind) kinds.push(then.kind);
+  return kinds;
+}
+const jobTypeOf = (root: { kind: string; params: Record<string, unknown> }) => JOB_TYPES[plannedKinds(root).at(-1)!];
+const stepCount = (kind: string) => WORKFLOWS[kind as WorkflowKind]?.steps.length ?? 0;
+
 function jobStatusOf(run: string): JobStatus {
   switch (run) {
     case 'queued': return 'pending';
@@ -54,39 +71,57 @@ interface RunRow {
   steps: { title: string; status: string; cleanup: boolean }[]; percent: number | null;
 }
 
-async function loadJob(ctx: Context, id: string): Promise<RunRow> {
+/** A job: its runs, oldest first (the first is the job, its id the job's id), and the kinds still to come. */
+interface JobRows { root: RunRow; runs: RunRow[]; last: RunRow; pending: string[] }
+
+async function loadJob(ctx: Context, id: string): Promise<JobRows> {
   const principal = requirePrincipal(ctx);
-  const { rows: [row] } = await ctx.sql.query<RunRow>(
-    `SELECT w.id, w.kind, w.status, w.params, w.batch_id AS "batchId", w.created_at AS "createdAt", w.updated_at AS "updatedAt",
+  // The job of a run of a chain is its first run's (params.jobId); the runs of a job are the node's.
+  const { rows } = await ctx.sql.query<RunRow>(
+    `WITH job AS (SELECT COALESCE(params->>'jobId', id) AS id, node_id FROM workflow_run WHERE id = $1)
+     SELECT w.id, w.kind, w.status, w.params, w.batch_id AS "batchId", w.created_at AS "createdAt", w.updated_at AS "updatedAt",
             w.last_error_code AS "lastErrorCode", w.last_error_message AS "lastErrorMessage",
             n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId", n.bmc_address AS "bmcAddress", n.provision_state AS "provisionState",
             CASE WHEN n.workflow_id = w.id THEN n.last_error_code END AS "nodeErrorCode", CASE WHEN n.workflow_id = w.id THEN n.last_error_message END AS "nodeErrorMessage",
             (SELECT COALESCE(jsonb_agg(jsonb_build_object('title', s.title, 'status', s.status, 'cleanup', s.cleanup) ORDER BY s.idx), '[]') FROM workflow_step s WHERE s.run_id = w.id) AS steps,
             (SELECT (r.payload->>'percent')::int FROM install_report r WHERE r.run_id = w.id AND r.kind = 'step' ORDER BY r.id DESC LIMIT 1) AS percent
-       FROM workflow_run w JOIN node n ON n.id = w.node_id WHERE w.id = $1`,
+       FROM job JOIN workflow_run w ON w.node_id = job.node_id AND (w.id = job.id OR w.params->>'jobId' = job.id)
+       JOIN node n ON n.id = w.node_id
+      ORDER BY w.created_at, w.id`,
     [id],
   );
-  if (!row || !JOB_TYPES[row.kind]) throw notFound('job', id);
-  decide(principal, 'read', nodeResource({ id: row.nodeId, tenantId: row.tenantId, siteId: row.siteId, poolId: row.poolId }), { type: 'WorkflowRun', id });
-  return row;
+  const root = rows[0];
+  if (!root || (root.params.jobId && root.params.jobId !== root.id) || !jobTypeOf(root)) throw notFound('job', id);
+  decide(principal, 'read', nodeResource({ id: root.nodeId, tenantId: root.tenantId, siteId: root.siteId, poolId: root.poolId }), { type: 'WorkflowRun', id });
+  const last = rows.at(-1)!;
+  return { root, runs: rows, last, pending: plannedKinds(root).slice(rows.length) };
 }
 
-function view(r: RunRow): ControlNodeJob {
-  const steps = r.steps.filter((s) => !s.cleanup);
+/** What a job was asked to do, as recorded (no secret): the install's params, or the run's. */
+function requestOf(root: RunRow): Record<string, unknown> {
+  const params = (root.params.then as { params?: Record<string, unknown> } | undefined)?.params ?? root.params;
+  const { verb: _verb, callbackBase: _cb, chainedFrom: _c, jobId: _j, then: _t, requestId: _r, ...request } = params;
+  return request;
+}
+
+function view(job: JobRows): ControlNodeJob {
+  const { root, last } = job;
+  const steps = job.runs.flatMap((r) => r.steps.filter((s) => !s.cleanup));
+  const total = steps.length + job.pending.reduce((n, k) => n + stepCount(k), 0);
   const done = steps.filter((s) => s.status === 'succeeded' || s.status === 'skipped').length;
-  const current = steps.find((s) => s.status === 'running' || s.status === 'waiting' || s.status === 'pending');
-  const installing = current?.title === 'Installing OS' && r.percent !== null ? Math.min(100, Math.max(0, r.percent)) / 100 : 0;
-  const jobStatus = jobStatusOf(r.status);
-  const progress = jobStatus === 'completed' ? 100 : steps.length ? Math.floor((100 * (done + installing)) / steps.length) : 0;
-  const { verb: _verb, callbackBase: _cb, ...request } = r.params;
+  const current = last.steps.find((s) => !s.cleanup && (s.status === 'running' || s.status === 'waiting' || s.status === 'pending'));
+  const installing = current?.title === 'Installing OS' && last.percent !== null ? Math.min(100, Math.max(0, last.percent)) / 100 : 0;
+  // A run of the chain that succeeded with more to come is the job still running (the next run is written in the same transaction).
+  const jobStatus = last.status === 'succeeded' && job.pending.length ? 'running' : jobStatusOf(last.status);
+  const progress = jobStatus === 'completed' ? 100 : total ? Math.floor((100 * (done + installing)) / total) : 0;
   return {
-    id: r.id, jobType: JOB_TYPES[r.kind]!, jobStatus,
+    id: root.id, jobType: jobTypeOf(root)!, jobStatus,
     status: jobStatus === 'running' || jobStatus === 'pending' ? (current?.title ?? 'Starting') : jobStatus === 'cancelling' ? 'Cancelling: ejecting the ISO' : jobStatus,
-    progress, metadata: JSON.stringify(request), nodeId: r.nodeId, nodeIp: r.bmcAddress, parentId: r.batchId ?? '',
-    resourceName: String(r.params.hostname ?? ''), totalJobs: 1,
-    lastError: r.lastErrorCode ? `${r.lastErrorCode}: ${r.lastErrorMessage ?? ''}`
-      : jobStatus !== 'running' && jobStatus !== 'pending' && jobStatus !== 'completed' && r.nodeErrorCode ? `${r.nodeErrorCode}: ${r.nodeErrorMessage ?? ''}` : null,
-    createdAt: r.createdAt, updatedAt: r.updatedAt,
+    progress, metadata: JSON.stringify(requestOf(root)), nodeId: root.nodeId, nodeIp: root.bmcAddress, parentId: root.batchId ?? '',
+    resourceName: String(requestOf(root).hostname ?? ''), totalJobs: 1,
+    lastError: last.lastErrorCode ? `${last.lastErrorCode}: ${last.lastErrorMessage ?? ''}`
+      : jobStatus !== 'running' && jobStatus !== 'pending' && jobStatus !== 'completed' && last.nodeErrorCode ? `${last.nodeErrorCode}: ${last.nodeErrorMessage ?? ''}` : null,
+    createdAt: root.createdAt, updatedAt: last.updatedAt,
   };
 }
 
@@ -100,12 +135,13 @@ export async function controlNodeJob(ctx: Context, id: string): Promise<ControlN
  * a job already cancelling or cancelled answers as it is; one that ended otherwise is INVALID_STATE.
  */
 export async function cancelControlNodeJob(ctx: Context, id: string): Promise<ControlNodeJob> {
-  const run = await loadJob(ctx, id);
-  if (run.status === 'aborting' || run.status === 'aborted' || run.status === 'superseded') return view(run);
+  const job = await loadJob(ctx, id);
+  const run = job.last;
+  if (run.status === 'aborting' || run.status === 'aborted' || run.status === 'superseded') return view(job);
   if (run.status === 'succeeded' || run.status === 'failed') {
-    throw new AppError('INVALID_STATE', `job ${id} has already ${run.status === 'succeeded' ? 'completed' : 'failed'}: there is nothing to cancel`, { jobId: id, jobStatus: jobStatusOf(run.status) });
+    throw new AppError('INVALID_STATE', `job ${job.root.id} has already ${run.status === 'succeeded' ? 'completed' : 'failed'}: there is nothing to cancel`, { jobId: job.root.id, jobStatus: jobStatusOf(run.status) });
   }
-  await runMoveVerb(ctx, 'abort', run.nodeId, { reason: `job ${id} cancelled` });
+  await runMoveVerb(ctx, 'abort', run.nodeId, { reason: `job ${job.root.id} cancelled` });
   return view(await loadJob(ctx, id));
 }
 
@@ -136,21 +172,41 @@ export async function provisionProgress(ctx: Context, bmcIp: string, latest: boo
   const principal = requirePrincipal(ctx);
   const ip = bmcIp.trim().toLowerCase();
   const { rows } = await ctx.sql.query<{
-    nodeId: string; tenantId: string; siteId: string; poolId: string; runId: string; runStatus: string; runCreated: Date;
-    idx: number; title: string; status: string; errorCode: string | null; message: string | null; startedAt: Date | null; updatedAt: Date; total: number; percent: number | null;
+    nodeId: string; tenantId: string; siteId: string; poolId: string; runId: string; jobId: string; kind: string; then: { kind: string } | null;
+    runStatus: string; runCreated: Date; idx: number; title: string; status: string; errorCode: string | null; message: string | null;
+    startedAt: Date | null; updatedAt: Date; total: number; percent: number | null;
   }>(
     `SELECT n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId",
-            w.id AS "runId", w.status AS "runStatus", w.created_at AS "runCreated",
+            w.id AS "runId", COALESCE(w.params->>'jobId', w.id) AS "jobId", w.kind, w.params->'then' AS then, w.status AS "runStatus", w.created_at AS "runCreated",
             s.idx, s.title, s.status, s.error_code AS "errorCode", s.message, s.started_at AS "startedAt", s.updated_at AS "updatedAt",
             (SELECT count(*)::int FROM workflow_step x WHERE x.run_id = w.id AND NOT x.cleanup) AS total,
             (SELECT (r.payload->>'percent')::int FROM install_report r WHERE r.run_id = w.id AND r.kind = 'step' ORDER BY r.id DESC LIMIT 1) AS percent
-       FROM node n JOIN workflow_run w ON w.node_id = n.id AND w.kind = 'metal-install'
+       FROM node n
+       -- Provisioning jobs: a known node's install, or a new BMC's enrollment chain and the install it goes on to.
+       JOIN workflow_run w ON w.node_id = n.id AND (w.kind = 'metal-install' OR w.params ? 'then')
        -- A step is a record once it started (the steps an abort or a failure skipped never did).
        JOIN workflow_step s ON s.run_id = w.id AND NOT s.cleanup AND s.started_at IS NOT NULL
       WHERE n.bmc_address = $1
-      ORDER BY w.created_at, s.idx`,
+      ORDER BY w.created_at, w.id, s.idx`,
     [ip],
   );
+  // Each run's place in its job: the steps of the job's runs before it, and the job's whole count
+  // (with the runs still to come), so a record's percent is the job's.
+  const runs = new Map<string, { jobId: string; total: number }>();
+  for (const r of rows) runs.set(r.runId, { jobId: r.jobId, total: r.total });
+  const offset = new Map<string, number>();
+  const jobTotal = new Map<string, number>();
+  for (const [runId, r] of runs) {
+    offset.set(runId, jobTotal.get(r.jobId) ?? 0);
+    jobTotal.set(r.jobId, (jobTotal.get(r.jobId) ?? 0) + r.total);
+  }
+  const seen = new Map<string, number>();
+  for (const r of rows) {
+    if (r.runId !== r.jobId || seen.has(r.jobId)) continue;
+    const kinds = plannedKinds({ kind: r.kind, params: r.then ? { then: r.then } : {} });
+    const have = [...runs.values()].filter((x) => x.jobId === r.jobId).length;
+    seen.set(r.jobId, kinds.slice(have).reduce((n, k) => n + stepCount(k), 0));
+  }
   const out: ProgressRecord[] = [];
   for (const r of rows) {
     if (!visibleTo(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId })) continue;
@@ -159,10 +215,11 @@ export async function provisionProgress(ctx: Context, bmcIp: string, latest: boo
     const cancelled = r.runStatus === 'aborted' || r.runStatus === 'aborting' || r.errorCode === 'ABORTED';
     const status = ended ? 'completed' : cancelled && (open || r.status === 'failed') ? 'cancelled' : r.status === 'failed' ? 'failed' : open && !ACTIVE.includes(r.runStatus) ? 'cancelled' : 'running';
     const inStep = open && r.title === 'Installing OS' && r.percent !== null ? r.percent / 100 : 0;
+    const total = (jobTotal.get(r.jobId) ?? r.total) + (seen.get(r.jobId) ?? 0);
     out.push({
       id: new Date(r.runCreated).getTime() * 100 + r.idx,
-      bmcIp: ip, jobId: r.runId, activeJobId: ACTIVE.includes(r.runStatus) ? r.runId : '',
-      stage: r.title, status, percentComplete: Math.floor((100 * (r.idx + (ended ? 1 : inStep))) / Math.max(1, r.total)),
+      bmcIp: ip, jobId: r.jobId, activeJobId: ACTIVE.includes(r.runStatus) ? r.jobId : '',
+      stage: r.title, status, percentComplete: Math.floor((100 * ((offset.get(r.runId) ?? 0) + r.idx + (ended ? 1 : inStep))) / Math.max(1, total)),
       message: r.message ?? '', createdAt: r.startedAt ?? r.updatedAt, updatedAt: r.updatedAt,
     });
   }
@@ -177,7 +234,7 @@ export interface IsoQueueEntry { queueId: string; jobId: string; state: 'pending
 export async function isoQueue(ctx: Context): Promise<IsoQueueEntry[]> {
   const principal = requirePrincipal(ctx);
   const { rows } = await ctx.sql.query<{ queueId: string; jobId: string; state: string; createdAt: Date; startedAt: Date | null; bmcIp: string; hostname: string; nodeId: string; tenantId: string; siteId: string; poolId: string }>(
-    `SELECT j.id::text AS "queueId", j.data->>'runId' AS "jobId", j.state::text AS state, j.created_on AS "createdAt", j.started_on AS "startedAt",
+    `SELECT j.id::text AS "queueId", COALESCE(w.params->>'jobId', w.id) AS "jobId", j.state::text AS state, j.created_on AS "createdAt", j.started_on AS "startedAt",
             n.bmc_address AS "bmcIp", COALESCE(w.params->>'hostname', '') AS hostname, n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId"
        FROM pgboss.job j JOIN workflow_run w ON w.id = j.data->>'runId' JOIN node n ON n.id = w.node_id
       WHERE j.name = 'provision.iso' AND j.state IN ('created', 'retry', 'active')

@@ -44,7 +44,7 @@ const ProvisionInput = builder.inputType('ProvisionControlNodeInput', {
 
 const ProvisionPayload = builder.objectRef<ProvisionResult>('ProvisionControlNodePayload').implement({
   fields: (t) => ({
-    jobId: t.exposeString('jobId', { description: 'The job: the node\'s metal-install workflow run (workflowProgress, the timeline)' }),
+    jobId: t.exposeString('jobId', { description: 'The job: the node\'s metal-install workflow run (workflowProgress, the timeline); for a BMC no node had, the enrollment run whose chain ends in the install' }),
     message: t.exposeString('message'),
     node: t.prismaField({ type: 'Node', resolve: (query, p, _a, ctx) => ctx.prisma.node.findUniqueOrThrow({ ...query, where: { id: p.nodeId } }) }),
   }),
@@ -55,7 +55,7 @@ const VendorEnum = builder.enumType('ProvisionVendor', { values: PROVISION_VENDO
 builder.mutationField('provisionControlNode', (t) =>
   t.field({
     type: ProvisionPayload,
-    description: 'Installs Debian on the node whose BMC has bmcIp: a metal deploy (legal from ready) whose installer is a per-job ISO (preseed, xorriso) booted over the BMC\'s virtual media in the vendor\'s Redfish flavour (vendor, or the route\'s). The job reports its steps (Building ISO, Mounting ISO, Installing OS...) in its run\'s timeline and through workflowProgress. Decided as compute:nodes:provision on the node.',
+    description: 'Installs Debian on the node whose BMC has bmcIp: a metal deploy (legal from ready) whose installer is a per-job ISO (preseed, xorriso) booted over the BMC\'s virtual media in the vendor\'s Redfish flavour (vendor, or the route\'s). A BMC address no node has is enrolled first into CONTROLNODE_POOL_ID\'s pool with CONTROLNODE_BMC_CREDENTIALS_FILE\'s credentials (NOT_FOUND without them), and its job goes through verify, inspect and commission before the install. The job reports its steps (Building ISO, Mounting ISO, Installing OS...) in its run\'s timeline and through workflowProgress. Decided as compute:nodes:provision on the node.',
     args: { input: t.arg({ type: ProvisionInput, required: true }), vendor: t.arg({ type: VendorEnum, required: false, description: 'The vendor of the route (provision/<vendor>): it wins over input.vendor' }) },
     resolve: (_root, { input, vendor }, ctx) => provisionControlNode(ctx, input, vendor ? String(vendor).toLowerCase() : null),
   }),

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
 import { isIP } from 'node:net';
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
@@ -12,7 +13,8 @@ import { runMoveVerb } from '../metal/verbs';
 import { nodeResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
 import { renderPreseed } from './preseed';
-import { driverOfVendor } from './register';
+import { controlnodeBmcOptions, driverOfVendor } from './register';
+import { enroll } from '../metal/enroll';
 import type { InstallParams } from '../../../jobs/workflows/install';
 
 /**
@@ -147,7 +149,12 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   }
 
   const node = await nodeByBmc(ctx, principal, bmcIp);
-  if (!node) throw new AppError('NOT_FOUND', `no node has the BMC address ${bmcIp}: enroll it (POST /api/compute/metal/enroll) or register it first`, { bmcIp });
+  const installParams = (generated: boolean): InstallParams & Record<string, unknown> => ({
+    verb: 'provision', vendor, hostname, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
+    gpuPassthrough: input.gpuPassthrough ?? null, callbackBase, stuckSeconds: ctx.config.controlnodeInstallStuckS, role: 'controlnode-os',
+    passwordGenerated: generated, ...facts,
+  });
+  if (!node) return provisionNewBmc(ctx, { bmcIp, vendor, driver, hostname, osUsername, osPassword, nicMac, installParams, rootPass: !!input.rootPass });
   const move = decideMove('deploy', node.provisionState as never, node.failedFrom as never);
   if (!move.legal) {
     throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: provisioning is a deploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
@@ -158,11 +165,7 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   const generated = osPassword === null;
   const ref = await ctx.secrets.put(node.tenantId, { username: osUsername, password: osPassword ?? randomBytes(18).toString('base64url') });
   const runId = newId('WorkflowRun');
-  const params: InstallParams & Record<string, unknown> = {
-    verb: 'provision', vendor, hostname, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
-    gpuPassthrough: input.gpuPassthrough ?? null, callbackBase, stuckSeconds: ctx.config.controlnodeInstallStuckS, role: 'controlnode-os',
-    passwordGenerated: generated, ...facts,
-  };
+  const params = installParams(generated);
   const data: NodeChange = { provisionState: 'deploying' };
   if (node.bmcDriver !== driver) {
     data.bmcDriver = driver;
@@ -187,11 +190,91 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
     throw error;
   }
   if (node.osRef) await ctx.secrets.delete(node.osRef, node.tenantId).catch(() => undefined);
+  return { jobId: runId, nodeId: node.id, message: `provisioning node ${node.id} (job ${runId}): Building ISO${notesOf(generated, !!input.rootPass)}` };
+}
+
+const notesOf = (generated: boolean, rootPass: boolean) => {
   const notes = [
     generated ? 'no os_password was given: a random one was generated and kept in the secret broker' : null,
-    input.rootPass ? 'root_pass is not used: root\'s login is disabled and the user gets sudo' : null,
+    rootPass ? 'root_pass is not used: root\'s login is disabled and the user gets sudo' : null,
   ].filter(Boolean);
-  return { jobId: runId, nodeId: node.id, message: `provisioning node ${node.id} (job ${runId}): Building ISO${notes.length ? `; ${notes.join('; ')}` : ''}` };
+  return notes.length ? `; ${notes.join('; ')}` : '';
+};
+
+/** The default BMC user and password for new BMC addresses (CONTROLNODE_BMC_CREDENTIALS_FILE: `user:password`), read at each use. */
+export async function defaultBmcCredentials(file: string): Promise<{ username: string; password: string }> {
+  let text: string;
+  try {
+    text = await fs.readFile(file, 'utf8');
+  } catch {
+    throw new AppError('INVALID_CONFIG', `CONTROLNODE_BMC_CREDENTIALS_FILE (${file}) cannot be read`);
+  }
+  const line = text.split(/\r?\n/).find((l) => l.trim() !== '') ?? '';
+  const colon = line.indexOf(':');
+  const username = colon > 0 ? line.slice(0, colon).trim() : '';
+  const password = colon > 0 ? line.slice(colon + 1) : '';
+  // Never the file's content in the message: it is a password.
+  if (!username || !password || /[\x00-\x1f]/.test(username + password)) throw new AppError('INVALID_CONFIG', `CONTROLNODE_BMC_CREDENTIALS_FILE (${file}) must hold one line user:password`);
+  return { username, password };
+}
+
+interface NewBmc {
+  bmcIp: string; vendor: string; driver: string; hostname: string; osUsername: string; osPassword: string | null; nicMac: string | null; rootPass: boolean;
+  installParams: (generated: boolean) => InstallParams & Record<string, unknown>;
+}
+
+/**
+ * Provision of a BMC address no node has (issue 11: "a BMC address not yet known is enrolled into
+ * a configured default site and pool with the vendor's Redfish flavour first"): a metal enroll
+ * into CONTROLNODE_POOL_ID's pool (and site) with the vendor's driver, the site's BMC TLS trust and
+ * the default credentials of CONTROLNODE_BMC_CREDENTIALS_FILE (into the broker), and the
+ * installer NIC's MAC as the machine's (without one it waits for confirmMac). Its run is the
+ * job: enroll, inspect and commission chain as for any node, and the install is its `then`, which
+ * the engine starts when the chain reaches ready. Without both settings such an address is
+ * NOT_FOUND, as is one a node the caller cannot see has (it is not enrolled twice).
+ */
+async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult> {
+  const { controlnodeBmcCredentialsFile: file, controlnodePoolId: poolId } = ctx.config;
+  const unknown = () => new AppError('NOT_FOUND', `no node has the BMC address ${n.bmcIp}: register it (POST /controlnode/register) or enroll it (POST /api/compute/metal/enroll) first${file && poolId ? '' : ', or set CONTROLNODE_POOL_ID and CONTROLNODE_BMC_CREDENTIALS_FILE so provision enrolls new BMC addresses'}`, { bmcIp: n.bmcIp });
+  if (!file || !poolId) throw unknown();
+  const { rows: [taken] } = await ctx.sql.query('SELECT 1 FROM node WHERE bmc_address = $1 AND provision_state <> \'retired\' LIMIT 1', [n.bmcIp]);
+  if (taken) throw unknown();
+  if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
+  const credentials = await defaultBmcCredentials(file);
+  const driverOptions = await controlnodeBmcOptions(ctx.config);
+  const { rows: [pool] } = await ctx.sql.query<{ tenantId: string }>('SELECT tenant_id AS "tenantId" FROM pool WHERE id = $1', [poolId]);
+  if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
+  const generated = n.osPassword === null;
+  const ref = await ctx.secrets.put(pool.tenantId, { username: n.osUsername, password: n.osPassword ?? randomBytes(18).toString('base64url') });
+  const jobId = newId('WorkflowRun');
+  let nodeId: string;
+  try {
+    nodeId = await enroll(ctx, {
+      // The installer's NIC (selected_nic_mac / mac_address) is the operator's word for the machine's
+      // MAC, as enroll's macs are; without one the enrollment waits for confirmMac like any other.
+      poolId, name: n.hostname, bmc: { address: n.bmcIp, driver: n.driver, credentials, driverOptions }, macs: n.nicMac ? [n.nicMac] : [],
+    }, {
+      runId: jobId,
+      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(generated) } },
+      inTransaction: async (tx, id) => {
+        // One node per BMC address: a concurrent provision of the same new address loses here.
+        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${n.bmcIp}`]);
+        const { rows: [{ count }] } = await tx.query<{ count: number }>('SELECT count(*)::int AS count FROM node WHERE bmc_address = $1 AND provision_state <> \'retired\'', [n.bmcIp]);
+        if (count > 1) throw new AppError('CONFLICT', `the BMC address ${n.bmcIp} was enrolled concurrently; provision again`, { bmcIp: n.bmcIp });
+        await tx.query(
+          'INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)',
+          [id, pool.tenantId, n.vendor, n.hostname, n.osUsername, ref],
+        );
+      },
+    });
+  } catch (error) {
+    await ctx.secrets.delete(ref, pool.tenantId).catch(() => undefined);
+    throw error;
+  }
+  return {
+    jobId, nodeId,
+    message: `enrolling the new BMC ${n.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${notesOf(generated, n.rootPass)}`,
+  };
 }
 
 export interface UnprovisionInput { bmcIp: string; bmcUser?: string | null; bmcPass?: string | null; vendor?: string | null }

@@ -117,6 +117,8 @@ export interface MachineSimOptions {
   behaviour?: MachineBehaviour | ((id: string, index: number) => MachineBehaviour);
   /** Each PXE boot, for a test's site agent to report as a sighting. */
   onPxe?: (event: PxeEvent) => void;
+  /** Every boot the BMC starts, after the machine's own handling (a test's installer plays media boots). */
+  onBoot?: (bmc: SimMachine, boot: BootEvent) => void;
 }
 
 export interface MachineSim {
@@ -429,7 +431,11 @@ export async function startMachineSim(opts: MachineSimOptions): Promise<MachineS
     ...opts.redfish,
     machines: list,
     // A power-on is the BMC's business; the boot itself runs after it, off the BMC's request.
-    onBoot: (bmc, boot) => { const m = byId.get(bmc.id); if (m) setImmediate(() => m.powerOn(boot)); },
+    onBoot: (bmc, boot) => {
+      const m = byId.get(bmc.id);
+      if (m) setImmediate(() => m.powerOn(boot));
+      opts.onBoot?.(bmc, boot);
+    },
   });
   redfish.machines.forEach((bmc, index) => {
     const given = { ...opts.redfish?.defaults, ...list[index] };
