@@ -111,9 +111,13 @@ export async function startWorkers(queues: Queues, log: Logger,
   if (iso) {
     // One loop taking up to `concurrency` builds at a time (one poll for all of them, every 2 s:
     // a build waits at most that long to start, and an idle service polls once more per 2 s).
+    // A full batch means more may be waiting: the loop fetches again as soon as it is done
+    // instead of after the poll's 2 s (a backlog of 20 builds lost 2 s between every batch).
     const { concurrency, ...rest } = iso;
-    await queues.work('provision.iso', async (jobs) => {
+    let isoLoop: string | null = null;
+    isoLoop = await queues.work('provision.iso', async (jobs) => {
       await eachSettled(jobs, (job) => buildRunIso({ ...rest, sql: deps.sql, log }, job.data.runId));
+      if (isoLoop && jobs.length >= concurrency) queues.notify(isoLoop);
     }, { batchSize: concurrency, pollSeconds: ISO_POLL_SECONDS });
   }
   const fabric = deps.fabric;
