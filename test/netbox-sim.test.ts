@@ -2,7 +2,8 @@
  * The NetBox API server fixture (test/sim/netbox) over real HTTP: the shapes the NetBox client
  * (clients/netbox) will be tested against, so each one the client relies on is pinned here: the list
  * envelope and both paginations, the ip -> interface -> device walk, module type profiles by version,
- * the token schemes and NetBox's refusals, and the faults.
+ * the token schemes and NetBox's refusals, the faults, and IPAM: prefixes, unassigned addresses and
+ * their filters, available-ips allocation (and its refusals, per version) and releasing an address.
  */
 import http from 'node:http';
 import { canConnect } from './helpers/client';
@@ -11,12 +12,13 @@ import { startNetboxSim, type NetboxDeviceFixture, type NetboxSim, type NetboxVe
 type Json = Record<string, any>;
 interface Call { status: number; headers: http.IncomingHttpHeaders; body: any; text: string; ms: number }
 
-/** GET through node:http, so the Host and X-Forwarded-* headers are the test's to set. */
-function get(url: string, init: { auth?: string | null; headers?: Record<string, string>; method?: string; timeoutMs?: number } = {}): Promise<Call> {
+/** GET (or another method, with a body) through node:http, so the Host and X-Forwarded-* headers are the test's to set. */
+function get(url: string, init: { auth?: string | null; headers?: Record<string, string>; method?: string; timeoutMs?: number; body?: string } = {}): Promise<Call> {
   const t0 = Date.now();
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { Accept: 'application/json', ...init.headers };
     if (init.auth) headers.Authorization = init.auth;
+    if (init.body !== undefined) headers['Content-Length'] = String(Buffer.byteLength(init.body));
     const req = http.request(url, { method: init.method ?? 'GET', headers, timeout: init.timeoutMs ?? 5000 }, (res) => {
       let text = '';
       res.setEncoding('utf8');
@@ -28,12 +30,16 @@ function get(url: string, init: { auth?: string | null; headers?: Record<string,
     });
     req.on('timeout', () => req.destroy(new Error('timeout')));
     req.on('error', reject);
-    req.end();
+    req.end(init.body);
   });
 }
 
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** POST a JSON body (JSON.stringify'd unless it is a string already). */
+const post = (url: string, auth: string | null, body: unknown, headers: Record<string, string> = { 'Content-Type': 'application/json' }) =>
+  get(url, { method: 'POST', auth, headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
 
 /** Eight interfaces whose natural order (eth1, eth2, eth10, ...) is not their id order. */
 const NODE: NetboxDeviceFixture = {
@@ -389,5 +395,360 @@ describe('faults', () => {
       if (!stopped) await sim.stop();
     }
     expect(await canConnect(sim.url)).toBe(false);
+  });
+});
+
+const VERSIONS: NetboxVersion[] = ['4.2', '4.3', '4.5', '4.6'];
+/** IPAddressSerializer Meta.fields (owner from 4.5). */
+const ipKeys = (v: NetboxVersion) => ['id', 'url', 'display_url', 'display', 'family', 'address', 'vrf', 'tenant', 'status', 'role',
+  'assigned_object_type', 'assigned_object_id', 'assigned_object', 'nat_inside', 'nat_outside', 'dns_name', 'description',
+  ...(v >= '4.5' ? ['owner'] : []), 'comments', 'tags', 'custom_fields', 'created', 'last_updated'];
+const INSUFFICIENT = { detail: 'Insufficient resources are available to satisfy the request' };
+
+describe('IPAM: prefixes', () => {
+  it('PrefixSerializer fields per version (scope, owner from 4.5), every ipam.prefix custom field, children/_depth, brief, Meta.ordering', async () => {
+    for (const version of VERSIONS) {
+      await withSim({ version }, async (sim) => {
+        const a = `Token ${sim.v1Token}`;
+        const block = sim.addPrefix({ prefix: '10.40.0.0/16', status: 'container', description: 'Site block' });
+        const lan = sim.addPrefix({ prefix: '10.40.7.0/24', customFields: { gateway: '10.40.7.1', dns_servers: '10.40.0.53, 10.40.0.54' } });
+        const small = sim.addPrefix({ prefix: '10.40.8.5/30', isPool: true, customFields: { gateway: '10.40.8.5' } });
+        const list = await get(`${sim.url}/api/ipam/prefixes/`, { auth: a });
+        expect(list.status).toBe(200);
+        expect(list.body.results.map((p: Json) => p.prefix)).toEqual(['10.40.0.0/16', '10.40.7.0/24', '10.40.8.4/30']); // host bits cleared
+        const p = list.body.results[1];
+        expect({ version, keys: Object.keys(p) }).toEqual({ version, keys: [
+          'id', 'url', 'display_url', 'display', 'family', 'prefix', 'vrf', 'scope_type', 'scope_id', 'scope', 'tenant', 'vlan', 'status',
+          'role', 'is_pool', 'mark_utilized', 'description', ...(version >= '4.5' ? ['owner'] : []), 'comments', 'tags', 'custom_fields',
+          'created', 'last_updated', 'children', '_depth',
+        ] });
+        expect(p).toMatchObject({
+          id: lan.id, url: `${sim.url}/api/ipam/prefixes/${lan.id}/`, display_url: `${sim.url}/ipam/prefixes/${lan.id}/`, display: '10.40.7.0/24',
+          family: { value: 4, label: 'IPv4' }, vrf: null, scope_type: null, scope_id: null, scope: null, tenant: null, vlan: null,
+          status: { value: 'active', label: 'Active' }, role: null, is_pool: false, mark_utilized: false, description: '', comments: '', tags: [],
+          custom_fields: { dns_servers: '10.40.0.53, 10.40.0.54', gateway: '10.40.7.1' }, children: 0, _depth: 1,
+        });
+        expect(Object.keys(p.custom_fields)).toEqual(['dns_servers', 'gateway']);
+        expect(list.body.results[0]).toMatchObject({ status: { value: 'container', label: 'Container' }, children: 2, _depth: 0, custom_fields: { dns_servers: null, gateway: null } });
+        expect(list.body.results[2]).toMatchObject({ is_pool: true, custom_fields: { dns_servers: null, gateway: '10.40.8.5' } });
+        if (version >= '4.5') expect(p.owner).toBeNull();
+        const detail = await get(`${sim.url}/api/ipam/prefixes/${small.id}/`, { auth: a });
+        expect(detail.body).toEqual(list.body.results[2]);
+        const brief = await get(`${sim.url}/api/ipam/prefixes/?brief=1&id=${block.id}`, { auth: a });
+        expect(brief.body.results).toEqual([{ id: block.id, url: `${sim.url}/api/ipam/prefixes/${block.id}/`, display: '10.40.0.0/16', family: { value: 4, label: 'IPv4' }, prefix: '10.40.0.0/16', description: 'Site block', _depth: 0 }]);
+        expect(await get(`${sim.url}/api/ipam/prefixes/999/`, { auth: a })).toMatchObject({ status: 404, body: { detail: 'No Prefix matches the given query.' } });
+      });
+    }
+  });
+
+  it('filters: id, prefix (exact network; host bits set match nothing), q (description, text, containing), status, within, contains', async () => {
+    await withSim({}, async (sim) => {
+      const a = `Token ${sim.v1Token}`;
+      const block = sim.addPrefix({ prefix: '10.40.0.0/16', status: 'container', description: 'Site block' });
+      const lan = sim.addPrefix({ prefix: '10.40.7.0/24' });
+      const small = sim.addPrefix({ prefix: '10.40.8.4/30' });
+      const ids = async (query: string) => {
+        const r = await get(`${sim.url}/api/ipam/prefixes/?${query}`, { auth: a });
+        expect({ query, status: r.status }).toEqual({ query, status: 200 });
+        return r.body.results.map((p: Json) => p.id);
+      };
+      expect(await ids(`id=${lan.id}&id=${small.id}`)).toEqual([lan.id, small.id]);
+      expect(await ids('prefix=10.40.7.0/24')).toEqual([lan.id]);
+      expect(await ids('prefix=10.40.7.0%2F24&prefix=10.40.8.4/30')).toEqual([lan.id, small.id]);
+      expect(await ids('prefix=10.40.7.9/24')).toEqual([]);
+      expect(await ids('prefix=nonsense')).toEqual([]);
+      expect(await ids('q=10.40.7.9')).toEqual([block.id, lan.id]);
+      expect(await ids('q=site')).toEqual([block.id]);
+      expect(await ids('q=40.8')).toEqual([small.id]);
+      expect(await ids('status=container')).toEqual([block.id]);
+      expect(await ids('within=10.40.0.0/16')).toEqual([lan.id, small.id]);
+      expect(await ids('within_include=10.40.7.0/24')).toEqual([lan.id]);
+      expect(await ids('contains=10.40.8.5')).toEqual([block.id, small.id]);
+      expect(await ids('mask_length=24')).toEqual([lan.id]);
+      const bad = await get(`${sim.url}/api/ipam/prefixes/?status=nope`, { auth: a });
+      expect(bad).toMatchObject({ status: 400, body: { status: ['Select a valid choice. nope is not one of the available choices.'] } });
+      expect(() => sim.addPrefix({ prefix: '10.40.7.0/24' })).toThrow(/Duplicate prefix found in global table: 10\.40\.7\.0\/24/);
+      expect(() => sim.addPrefix({ prefix: '2001:db8::/64' })).toThrow(/IPv6 prefixes are not simulated/);
+    });
+  });
+});
+
+describe('IPAM: IP addresses not assigned to an interface', () => {
+  let sim: NetboxSim;
+  let loose: number;
+  let bmc: Json;
+  beforeAll(async () => {
+    sim = await startNetboxSim({ version: '4.6', devices: [{ ...NODE, bmcIp: '10.40.7.3/24' }] });
+    loose = sim.addIpAddress({ address: '10.40.7.10/24', dnsName: 'CN-One.lab', description: 'control node cn-one', status: 'reserved' }).id;
+    sim.addIpAddress({ address: '10.41.0.9/16', role: 'vip' });
+    bmc = (await get(`${sim.url}/api/ipam/ip-addresses/?address=10.40.7.3`, { auth: `Token ${sim.v1Token}` })).body.results[0];
+  });
+  afterAll(() => sim.stop());
+  const ids = async (query: string) => {
+    const r = await get(`${sim.url}/api/ipam/ip-addresses/?${query}`, { auth: `Token ${sim.v1Token}` });
+    expect({ query, status: r.status }).toEqual({ query, status: 200 });
+    return r.body.results.map((ip: Json) => ip.address);
+  };
+
+  it('renders assigned_object_type/_id/assigned_object null and status, role, dns_name (lowercased), description from the row; assigned ones are unchanged', async () => {
+    const r = await get(`${sim.url}/api/ipam/ip-addresses/${loose}/`, { auth: `Token ${sim.v1Token}` });
+    expect(Object.keys(r.body)).toEqual(ipKeys('4.6'));
+    expect(r.body).toMatchObject({
+      address: '10.40.7.10/24', status: { value: 'reserved', label: 'Reserved' }, role: null, assigned_object_type: null,
+      assigned_object_id: null, assigned_object: null, dns_name: 'cn-one.lab', description: 'control node cn-one', owner: null, comments: '',
+    });
+    expect((await get(`${sim.url}/api/ipam/ip-addresses/?address=10.41.0.9`, { auth: `Token ${sim.v1Token}` })).body.results[0].role).toEqual({ value: 'vip', label: 'VIP' });
+    expect(bmc).toMatchObject({ assigned_object_type: 'dcim.interface', status: { value: 'active', label: 'Active' }, dns_name: '', description: '' });
+    expect(bmc.assigned_object.name).toBe('bmc');
+    expect(() => sim.addIpAddress({ address: '10.40.7.10/32' })).toThrow(/Duplicate IP address found in global table: 10\.40\.7\.10\/24/);
+  });
+
+  it('parent: addresses whose host is in the network (any mask, the value\'s host bits cleared); one unparseable value empties the result', async () => {
+    expect(await ids('parent=10.40.7.0/24')).toEqual(['10.40.7.3/24', '10.40.7.10/24']);
+    expect(await ids('parent=10.40.7.200/24')).toEqual(['10.40.7.3/24', '10.40.7.10/24']);
+    expect(await ids('parent=10.40.7.8/29')).toEqual(['10.40.7.10/24']);
+    expect(await ids('parent=10.41.0.0/24&parent=10.40.7.3')).toEqual(['10.40.7.3/24', '10.41.0.9/16']);
+    expect(await ids('parent=10.40.7.0/255.255.255.0')).toEqual(['10.40.7.3/24', '10.40.7.10/24']);
+    expect(await ids('parent=10.40.7.0/24&parent=bogus')).toEqual([]);
+    expect(await ids('parent=2001:db8::/32')).toEqual([]);
+  });
+
+  it('dns_name and description: exact (case-sensitive) and NetBox\'s lookups; status, role, assigned, q', async () => {
+    expect(await ids('dns_name=cn-one.lab')).toEqual(['10.40.7.10/24']);
+    expect(await ids('dns_name=CN-One.lab')).toEqual([]);
+    expect(await ids('dns_name__ie=CN-ONE.LAB')).toEqual(['10.40.7.10/24']);
+    expect(await ids('dns_name__ic=ONE')).toEqual(['10.40.7.10/24']);
+    expect(await ids('dns_name__isw=cn-')).toEqual(['10.40.7.10/24']);
+    expect(await ids('dns_name__n=cn-one.lab')).toEqual(['10.40.7.3/24', '10.41.0.9/16']);
+    expect(await ids('dns_name__empty=true')).toEqual(['10.40.7.3/24', '10.41.0.9/16']);
+    expect(await ids('dns_name__empty=false')).toEqual(['10.40.7.10/24']);
+    expect(await ids('parent=10.40.7.0/24&dns_name=cn-one.lab')).toEqual(['10.40.7.10/24']);
+    expect(await ids('description=control node cn-one')).toEqual(['10.40.7.10/24']);
+    expect(await ids('description__ic=NODE')).toEqual(['10.40.7.10/24']);
+    expect(await ids('status=reserved')).toEqual(['10.40.7.10/24']);
+    expect(await ids('status=active&status=reserved')).toEqual(['10.40.7.3/24', '10.40.7.10/24', '10.41.0.9/16']);
+    expect(await ids('role=vip')).toEqual(['10.41.0.9/16']);
+    expect(await ids('assigned=false')).toEqual(['10.40.7.10/24', '10.41.0.9/16']);
+    expect(await ids('assigned=true')).toEqual(['10.40.7.3/24']);
+    expect(await ids('q=cn-one')).toEqual(['10.40.7.10/24']);
+    expect(await ids('q=10.41')).toEqual(['10.41.0.9/16']);
+    expect(await ids(`device_id=${bmc.assigned_object.device.id}`)).toEqual(['10.40.7.3/24']);
+    const bad = await get(`${sim.url}/api/ipam/ip-addresses/?status=up`, { auth: `Token ${sim.v1Token}` });
+    expect(bad).toMatchObject({ status: 400, body: { status: ['Select a valid choice. up is not one of the available choices.'] } });
+  });
+});
+
+describe('IPAM: available-ips', () => {
+  it('GET: [{family, address, vrf}] with the prefix length, not paginated, limit as get_results_limit reads it; network/broadcast out unless /31, /32 or a pool', async () => {
+    await withSim({ pageSize: 4, maxPageSize: 5 }, async (sim) => {
+      const a = `Bearer ${sim.v2Token}`;
+      const p = sim.addPrefix({ prefix: '10.40.5.0/29' });
+      sim.addIpAddress({ address: '10.40.5.2/32' }); // another mask: its host is still taken
+      const r = await get(`${sim.url}/api/ipam/prefixes/${p.id}/available-ips/`, { auth: a });
+      expect(r.status).toBe(200);
+      expect(r.headers.allow).toBe('GET, POST, HEAD, OPTIONS');
+      expect(r.body).toEqual(['10.40.5.1', '10.40.5.3', '10.40.5.4', '10.40.5.5'].map((ip) => ({ family: 4, address: `${ip}/29`, vrf: null })));
+      const avail = async (id: number, query = '') => (await get(`${sim.url}/api/ipam/prefixes/${id}/available-ips/${query}`, { auth: a })).body.map((x: Json) => x.address);
+      expect(await avail(p.id, '?limit=2')).toEqual(['10.40.5.1/29', '10.40.5.3/29']);
+      expect(await avail(p.id, '?limit=0')).toHaveLength(5); // 0 means MAX_PAGE_SIZE
+      expect(await avail(p.id, '?limit=100')).toHaveLength(5); // capped at MAX_PAGE_SIZE
+      expect(await avail(p.id, '?limit=abc')).toHaveLength(4); // PAGINATE_COUNT
+      expect(await avail(p.id, '?limit=-1')).toEqual(['10.40.5.1/29', '10.40.5.3/29', '10.40.5.4/29', '10.40.5.5/29', '10.40.5.6/29']);
+      expect(await avail(sim.addPrefix({ prefix: '10.40.6.0/31' }).id)).toEqual(['10.40.6.0/31', '10.40.6.1/31']);
+      expect(await avail(sim.addPrefix({ prefix: '10.40.6.9/32' }).id)).toEqual(['10.40.6.9/32']);
+      expect(await avail(sim.addPrefix({ prefix: '10.40.6.12/30', isPool: true }).id)).toEqual(['10.40.6.12/30', '10.40.6.13/30', '10.40.6.14/30', '10.40.6.15/30']);
+      // A prefix is not an address: a /32 prefix inside the pool takes nothing.
+      expect(await avail(sim.addPrefix({ prefix: '10.40.6.16/30', isPool: true }).id)).toHaveLength(4);
+      sim.addPrefix({ prefix: '10.40.6.17/32' });
+      expect(await avail((await get(`${sim.url}/api/ipam/prefixes/?prefix=10.40.6.16/30`, { auth: a })).body.results[0].id)).toHaveLength(4);
+      expect(await get(`${sim.url}/api/ipam/prefixes/999/available-ips/`, { auth: a })).toMatchObject({ status: 404, body: { detail: 'No Prefix matches the given query.' } });
+    });
+  });
+
+  it('POST: the first free addresses, skipping taken ones, with the prefix\'s length; 201 with IPAddressSerializer (an object for an object, a list for a list); the rows are listed; requests keep the body', async () => {
+    await withSim({ version: '4.6' }, async (sim) => {
+      const a = `Bearer ${sim.v2Token}`;
+      const p = sim.addPrefix({ prefix: '10.40.7.0/24', customFields: { gateway: '10.40.7.1' } });
+      sim.addIpAddress({ address: '10.40.7.1/24', description: 'gateway' }); // NetBox does not read the custom field: the gateway must be an address
+      sim.addDevice({ name: 'bmc-host', bmcIp: '10.40.7.3/24' });
+      const url = `${sim.url}/api/ipam/prefixes/${p.id}/available-ips/`;
+      const sent = { status: 'active', dns_name: 'CN-One', description: 'control node cn-one', address: '192.0.2.1/8', vrf: 7, no_such_field: true };
+      const one = await post(url, a, sent);
+      expect(one.status).toBe(201);
+      expect(Object.keys(one.body)).toEqual(ipKeys('4.6'));
+      expect(one.body).toMatchObject({
+        address: '10.40.7.2/24', display: '10.40.7.2/24', family: { value: 4, label: 'IPv4' }, vrf: null, status: { value: 'active', label: 'Active' },
+        dns_name: 'cn-one', description: 'control node cn-one', assigned_object_type: null, assigned_object_id: null, assigned_object: null,
+        url: `${sim.url}/api/ipam/ip-addresses/${one.body.id}/`, tags: [], custom_fields: {}, owner: null,
+      });
+      expect(one.body.created).toBe(one.body.last_updated);
+      const sentRecord = sim.requests.find((r) => r.method === 'POST')!;
+      expect(sentRecord).toMatchObject({ path: `/api/ipam/prefixes/${p.id}/available-ips/`, authorization: a });
+      expect(JSON.parse(sentRecord.body!)).toEqual(sent);
+      expect(sim.requests.find((r) => r.method === 'GET')?.body ?? null).toBeNull();
+
+      const two = await post(url, a, [{}, { status: 'reserved', role: 'vip' }]);
+      expect(two.status).toBe(201);
+      expect(two.body.map((x: Json) => [x.address, x.status.value, x.role?.value ?? null])).toEqual([['10.40.7.4/24', 'active', null], ['10.40.7.5/24', 'reserved', 'vip']]);
+      // No Content-Type (or no body): DRF's request.data is {}.
+      const bare = await get(url, { method: 'POST', auth: a });
+      expect([bare.status, bare.body.address]).toEqual([201, '10.40.7.6/24']);
+      const listed = await get(`${sim.url}/api/ipam/ip-addresses/?parent=10.40.7.0/24`, { auth: a });
+      expect(listed.body.results.map((x: Json) => x.address)).toEqual(['10.40.7.1/24', '10.40.7.2/24', '10.40.7.3/24', '10.40.7.4/24', '10.40.7.5/24', '10.40.7.6/24']);
+      expect(listed.body.results[1]).toEqual(one.body);
+      expect((await get(`${url}?limit=1`, { auth: a })).body).toEqual([{ family: 4, address: '10.40.7.7/24', vrf: null }]);
+      // An empty list asks for nothing and gets nothing.
+      expect(await post(url, a, [])).toMatchObject({ status: 201, body: [] });
+    });
+  });
+
+  it('too few free addresses: 409 {"detail": "Insufficient resources are available to satisfy the request"} on every simulated line, and nothing is created', async () => {
+    for (const version of VERSIONS) {
+      await withSim({ version }, async (sim) => {
+        const a = `Token ${sim.v1Token}`;
+        const p = sim.addPrefix({ prefix: '10.40.8.0/30' }); // .1 and .2
+        const url = `${sim.url}/api/ipam/prefixes/${p.id}/available-ips/`;
+        const three = await post(url, a, [{}, {}, {}]);
+        expect({ version, status: three.status, body: three.body }).toEqual({ version, status: 409, body: INSUFFICIENT });
+        expect((await get(`${sim.url}/api/ipam/ip-addresses/`, { auth: a })).body.count).toBe(0);
+        const two = await post(url, a, [{ description: 'a' }, { description: 'b' }]);
+        expect({ version, status: two.status, addresses: two.body.map((x: Json) => x.address) }).toEqual({ version, status: 201, addresses: ['10.40.8.1/30', '10.40.8.2/30'] });
+        const more = await post(url, a, {});
+        expect({ version, status: more.status, body: more.body }).toEqual({ version, status: 409, body: INSUFFICIENT });
+        // The write serializer runs first: a bad body on a full prefix is a 400, not the 409.
+        expect((await post(url, a, 'x')).status).toBe(400);
+      });
+    }
+  });
+
+  it('refusals before the allocation: read-only tokens 403, anonymous 403 even without LOGIN_REQUIRED, unknown prefix 404, a non-numeric one is no route, 415', async () => {
+    await withSim({ version: '4.6', loginRequired: false }, async (sim) => {
+      const p = sim.addPrefix({ prefix: '10.40.7.0/24' });
+      const url = `${sim.url}/api/ipam/prefixes/${p.id}/available-ips/`;
+      const denied = { status: 403, body: { detail: 'You do not have permission to perform this action.' } };
+      expect(await post(url, `Token ${sim.readOnlyToken}`, {})).toMatchObject(denied);
+      expect(await post(url, `Bearer ${sim.readOnlyV2Token}`, {})).toMatchObject(denied);
+      expect((await get(url, { auth: `Token ${sim.readOnlyToken}` })).status).toBe(200);
+      expect((await get(`${sim.url}/api/ipam/prefixes/`, { auth: `Bearer ${sim.readOnlyV2Token}` })).status).toBe(200);
+      // Permissions come before the handler: a read-only token gets the 403 where a write token gets the 405.
+      expect(await post(`${sim.url}/api/dcim/devices/`, `Token ${sim.readOnlyToken}`, {})).toMatchObject(denied);
+      expect(await post(`${sim.url}/api/dcim/devices/`, `Token ${sim.v1Token}`, {})).toMatchObject({ status: 405, body: { detail: 'Method "POST" not allowed.' } });
+      expect(await post(url, null, {})).toMatchObject({ status: 403, body: { detail: 'Authentication credentials were not provided.' } });
+      expect((await get(url)).status).toBe(200); // anonymous reads pass without LOGIN_REQUIRED
+      expect(await post(`${sim.url}/api/ipam/prefixes/98765/available-ips/`, `Token ${sim.v1Token}`, {})).toMatchObject({ status: 404, body: { detail: 'No Prefix matches the given query.' } });
+      const noRoute = await post(`${sim.url}/api/ipam/prefixes/abc/available-ips/`, `Token ${sim.v1Token}`, {});
+      expect([noRoute.status, noRoute.headers['content-type']]).toEqual([404, 'text/html; charset=utf-8']);
+      expect(await post(url, `Token ${sim.v1Token}`, 'status=active', { 'Content-Type': 'text/plain' })).toMatchObject({ status: 415, body: { detail: 'Unsupported media type "text/plain" in request.' } });
+      // JSONParser: 'JSON parse error - ' and Python's json message (these are CPython 3.12's).
+      const parseErrors: [string, string][] = [
+        ['{"status": ', 'Expecting value: line 1 column 12 (char 11)'],
+        ['{"a": x}', 'Expecting value: line 1 column 7 (char 6)'],
+        ['{', 'Expecting property name enclosed in double quotes: line 1 column 2 (char 1)'],
+        ['  ', 'Expecting value: line 1 column 3 (char 2)'],
+        ['[1,]', 'Expecting value: line 1 column 4 (char 3)'],
+        ['{"a":1,}', 'Expecting property name enclosed in double quotes: line 1 column 8 (char 7)'],
+        ['"\\x"', 'Invalid \\escape: line 1 column 2 (char 1)'],
+        ['[1] 2', 'Extra data: line 1 column 5 (char 4)'],
+        ['{"a" 1}', "Expecting ':' delimiter: line 1 column 6 (char 5)"],
+        ['[NaN]', "Out of range float values are not JSON compliant: 'NaN'"],
+        ['"abc', 'Unterminated string starting at: line 1 column 1 (char 0)'],
+        ['{"a":1\n,"b": }', 'Expecting value: line 2 column 7 (char 13)'],
+      ];
+      for (const [text, message] of parseErrors) {
+        const broken = await post(url, `Token ${sim.v1Token}`, text);
+        expect({ text, status: broken.status, body: broken.body }).toEqual({ text, status: 400, body: { detail: `JSON parse error - ${message}` } });
+      }
+      expect(await post(`${sim.url}/api/ipam/prefixes/${p.id}/available-ips/`, `Token ${sim.v1Token}`, { status: 'bogus' }, { 'Content-Type': 'application/json; charset=utf-8' }))
+        .toMatchObject({ status: 400, body: { status: ['bogus is not a valid choice.'] } });
+      expect((await get(`${sim.url}/api/ipam/ip-addresses/`, { auth: `Token ${sim.v1Token}` })).body.count).toBe(0);
+    });
+  });
+
+  it('bad bodies: DRF\'s 400 shapes (the write serializer\'s positional list, then IPAddressSerializer\'s dict or list), per version', async () => {
+    for (const version of VERSIONS) {
+      await withSim({ version }, async (sim) => {
+        const a = `Token ${sim.v1Token}`;
+        const p = sim.addPrefix({ prefix: '10.40.7.0/24' });
+        const url = `${sim.url}/api/ipam/prefixes/${p.id}/available-ips/`;
+        const expect400 = async (body: unknown, want: unknown) => {
+          const r = await post(url, a, body);
+          expect({ version, sent: body, status: r.status, body: r.body }).toEqual({ version, sent: body, status: 400, body: want });
+        };
+        await expect400('"abc"', [{ non_field_errors: ['Invalid data. Expected a dictionary, but got str.'] }]);
+        await expect400([5, {}], [{ non_field_errors: ['Invalid data. Expected a dictionary, but got int.'] }, {}]);
+        await expect400('null', [['This field may not be null.']]);
+        await expect400({ status: 'bogus' }, { status: ['bogus is not a valid choice.'] });
+        await expect400([{}, { status: 'Active' }], [{}, { status: ['Active is not a valid choice.'] }]);
+        await expect400({ status: { value: 'active' } }, { status: ['Value must be passed directly (e.g. "foo": 123); do not use a dictionary or list.'] });
+        await expect400({ status: null }, { status: ['This field may not be blank.'] });
+        await expect400({ status: 'slaac' }, { status: ['Only IPv6 addresses can be assigned SLAAC status'] });
+        await expect400({ dns_name: 'cn one' }, { dns_name: ['Only alphanumeric characters, asterisks, hyphens, periods, and underscores are allowed in DNS names'] });
+        await expect400({ dns_name: true, description: 'x'.repeat(201) }, { dns_name: ['Not a valid string.'], description: ['Ensure this field has no more than 200 characters.'] });
+        await expect400({ tenant: 5 }, { tenant: ['Related object not found using the provided numeric ID: 5'] });
+        await expect400({ tenant: { name: 'Ops' } }, { tenant: ["Related object not found using the provided attributes: {'name': 'Ops'}"] });
+        await expect400({ tags: 'a' }, { tags: { non_field_errors: ['Expected a list of items but got type "str".'] } });
+        await expect400({ custom_fields: 'x' }, { custom_fields: ['Invalid data format. Custom field data must be passed as a dictionary mapping field names to their values.'] });
+        await expect400({ assigned_object_type: 'dcim.device', assigned_object_id: -1 }, { assigned_object_type: ['Invalid content type: dcim.device'], assigned_object_id: ['Ensure this value is greater than or equal to 0.'] });
+        const cf = await post(url, a, { custom_fields: { rack_unit: 3 } });
+        if (version >= '4.5') {
+          expect({ version, status: cf.status, body: cf.body }).toEqual({ version, status: 400, body: { custom_fields: { rack_unit: "Custom field 'rack_unit' does not exist for this object type." } } });
+        } else {
+          expect({ version, status: cf.status, custom_fields: cf.body.custom_fields }).toEqual({ version, status: 201, custom_fields: {} });
+        }
+        if (version >= '4.5') {
+          await expect400({ prefix_length: 16 }, [{ prefix_length: 'Prefix length must be greater than or equal to the parent mask length (24)' }]);
+          await expect400({ prefix_length: 33 }, [{ prefix_length: 'Invalid prefix length (33) for IPv6' }]);
+          await expect400([{}, { prefix_length: 'x' }], [{}, { prefix_length: ['A valid integer is required.'] }]);
+          expect((await post(url, a, { prefix_length: 32 })).body.address).toMatch(/^10\.40\.7\.\d+\/32$/);
+        } else {
+          await expect400({ description: '' }, [{ description: ['This field may not be blank.'] }]);
+          await expect400([{}, { description: [] }], [{}, { description: ['Not a valid string.'] }]);
+          expect((await post(url, a, { prefix_length: 32 })).body.address).toMatch(/^10\.40\.7\.\d+\/24$/); // unknown before 4.5.1: ignored
+        }
+      });
+    }
+  });
+
+  it('assigned_object_type/_id assign the new address to an interface; a pool\'s network address cannot be', async () => {
+    await withSim({}, async (sim) => {
+      const a = `Token ${sim.v1Token}`;
+      sim.addDevice(NODE);
+      const eth1 = (await get(`${sim.url}/api/dcim/interfaces/?name=eth1`, { auth: a })).body.results[0];
+      const p = sim.addPrefix({ prefix: '10.40.7.0/24' });
+      const r = await post(`${sim.url}/api/ipam/prefixes/${p.id}/available-ips/`, a, { assigned_object_type: 'dcim.interface', assigned_object_id: eth1.id });
+      expect(r.status).toBe(201);
+      expect(r.body).toMatchObject({ address: '10.40.7.1/24', assigned_object_type: 'dcim.interface', assigned_object_id: eth1.id, assigned_object: { id: eth1.id, name: 'eth1' } });
+      expect((await get(eth1.url, { auth: a })).body.count_ipaddresses).toBe(1);
+      const pool = sim.addPrefix({ prefix: '10.40.9.0/24', isPool: true });
+      const net = await post(`${sim.url}/api/ipam/prefixes/${pool.id}/available-ips/`, a, { assigned_object_type: 'dcim.interface', assigned_object_id: eth1.id });
+      expect(net).toMatchObject({ status: 400, body: { non_field_errors: ['10.40.9.0 is a network ID, which may not be assigned to an interface.'] } });
+    });
+  });
+});
+
+describe('IPAM: DELETE /api/ipam/ip-addresses/{id}/', () => {
+  it('204 without a body, then 404; the address is free again; a device\'s oob_ip is cleared; read-only 403; other writes still 405', async () => {
+    await withSim({ version: '4.6' }, async (sim) => {
+      const a = `Bearer ${sim.v2Token}`;
+      const device = sim.addDevice({ name: 'node-x', bmcIp: '10.40.7.9/24' });
+      const p = sim.addPrefix({ prefix: '10.40.7.0/29' });
+      const url = `${sim.url}/api/ipam/prefixes/${p.id}/available-ips/`;
+      const ip = (await post(url, a, { dns_name: 'cn-x' })).body;
+      expect(ip.address).toBe('10.40.7.1/29');
+      expect(await get(ip.url, { method: 'DELETE', auth: `Bearer ${sim.readOnlyV2Token}` })).toMatchObject({ status: 403, body: { detail: 'You do not have permission to perform this action.' } });
+      const del = await get(ip.url, { method: 'DELETE', auth: a });
+      expect([del.status, del.text, del.headers['content-length']]).toEqual([204, '', '0']);
+      expect(sim.requests.at(-1)).toMatchObject({ method: 'DELETE', path: `/api/ipam/ip-addresses/${ip.id}/`, body: null });
+      expect(await get(ip.url, { auth: a })).toMatchObject({ status: 404, body: { detail: 'No IPAddress matches the given query.' } });
+      expect(await get(ip.url, { method: 'DELETE', auth: a })).toMatchObject({ status: 404, body: { detail: 'No IPAddress matches the given query.' } });
+      expect(await get(`${sim.url}/api/ipam/ip-addresses/abc/`, { method: 'DELETE', auth: a })).toMatchObject({ status: 404, body: { detail: 'Not found.' } });
+      expect((await post(url, a, {})).body.address).toBe('10.40.7.1/29');
+      const oob = (await get(`${sim.url}/api/dcim/devices/${device}/`, { auth: a })).body.oob_ip;
+      expect((await get(oob.url, { method: 'DELETE', auth: a })).status).toBe(204);
+      expect((await get(`${sim.url}/api/dcim/devices/${device}/`, { auth: a })).body.oob_ip).toBeNull();
+      expect(await get(`${sim.url}/api/dcim/devices/${device}/`, { method: 'DELETE', auth: a })).toMatchObject({ status: 405, body: { detail: 'Method "DELETE" not allowed.' } });
+      expect(await get(`${sim.url}/api/ipam/ip-addresses/`, { method: 'PUT', auth: a })).toMatchObject({ status: 405, body: { detail: 'Method "PUT" not allowed.' } });
+      expect(await get(`${sim.url}/api/ipam/prefixes/${p.id}/`, { method: 'DELETE', auth: a })).toMatchObject({ status: 405 });
+    });
   });
 });

@@ -91,8 +91,70 @@
  *    then natural name, inventory items by device id then name, modules by bay, IPs by address), so an
  *    offset page is not in id order; with start it is pk order.
  *
+ *  - IPAM prefixes and allocation (IPv4 only; addPrefix refuses IPv6):
+ *      Prefix shape: netbox/ipam/api/serializers_/ip.py PrefixSerializer. 4.2 replaced site with
+ *        scope_type/scope_id/scope (release notes 4.2); 4.5 adds owner after description (the 4.5
+ *        PrimaryModelSerializer version of ip.py); nothing else changed for Prefix through 4.6 (REST API
+ *        changes in version-4.3/4.5/4.6.md). brief_fields (id, url, display, family, prefix, description,
+ *        _depth). children/_depth are the cached counts of contained / containing prefixes (same VRF).
+ *        Meta.ordering (vrf nulls first, prefix, pk): netbox/ipam/models/ip.py. Prefix.save() clears host
+ *        bits. custom_fields renders every custom field defined for ipam.prefix, null when unset, in
+ *        CustomField order (group_name, weight, name): the fixture defines one per name ever given to
+ *        addPrefix. Filters (netbox/ipam/filtersets.py PrefixFilterSet): id, prefix (filter_prefix:
+ *        netaddr.IPNetwork(v), no .cidr, so 10.40.0.5/24 matches nothing), q (search: description
+ *        icontains, text(prefix) contains, or net_contains_or_equals), status, is_pool, mark_utilized,
+ *        description (+ lookups), contains, within, within_include, mask_length.
+ *      IPAddress: assigned_object_type/_id/assigned_object are null when unassigned (the GFK through
+ *        netbox/netbox/api/gfk_fields.py); status, role, dns_name, description, comments come from the
+ *        row. Filters (IPAddressFilterSet): parent (search_by_parent: each value netaddr.IPNetwork(v.strip())
+ *        .cidr, address__net_host_contained; one unparseable value empties the result), dns_name and
+ *        description (Meta.fields, so exact plus NetBox's generated lookups __n __ic __nic __ie __nie __isw
+ *        __nisw __iew __niew __empty __regex __iregex: netbox/netbox/filtersets.py), status, role,
+ *        assigned, q (dns_name/description icontains, address istartswith).
+ *      /api/ipam/prefixes/<int:pk>/available-ips/ (netbox/ipam/api/urls.py; a non-numeric pk is no route):
+ *        netbox/ipam/api/views.py AvailableObjectsView / AvailableIPAddressesView (PR #12935, since 3.6,
+ *        so every line simulated here). get_available_ips() (netbox/ipam/models/ip.py): the prefix's
+ *        IPSet minus the hosts of IP addresses net_host_contained in it (any mask), minus (IPv4, not a
+ *        pool, shorter than /31) the network and broadcast addresses; ascending. IP ranges are not
+ *        simulated (mark_populated ones would be taken too).
+ *        GET: [{family: 4, address: 'a.b.c.d/<prefix len>', vrf: null}] (AvailableIPSerializer), not
+ *          paginated; get_results_limit(): int(limit) (default PAGINATE_COUNT, a non-integer means that
+ *          too) or MAX_PAGE_SIZE, capped at MAX_PAGE_SIZE; a negative limit lists everything.
+ *        POST: body an object or a list of them (DRF JSONParser; no Content-Type or an empty body is {};
+ *          another type 415; bad JSON 400 "JSON parse error - " and CPython's json message). In order:
+ *          token write permission (403), the prefix (404 "No Prefix matches the given query."), the write
+ *          serializer with many=True (400, a positional list: [{}, {...}]),
+ *          then with fewer free addresses than objects asked 409 {"detail": "Insufficient resources are
+ *          available to satisfy the request"} (the same text and status on 4.2, 4.3, 4.5 and 4.6; 3.1.1
+ *          moved 204 to 409, pynetbox issue #422; older lines answered 400 then 204 "An insufficient number
+ *          of IP addresses are available within the prefix ..."), then address = '<free ip>/<len>' and
+ *          vrf = the prefix's, then IPAddressSerializer (400: a dict for an object, a positional list for
+ *          a list), then 201 with the created object or list. Unknown fields are ignored.
+ *          Write serializer: 4.2/4.3 AvailableIPSerializer (only description is writable: a string, not
+ *          blank); 4.5/4.6 AvailableIPRequestSerializer (4.5.1, issue #21144): an optional prefix_length
+ *          (an integer, at least the prefix's length, at most 32; its errors are plain strings, and the
+ *          over-32 one says "IPv6", as the source does), used as the address's length.
+ *          IPAddressSerializer: status/role are NetBox ChoiceFields (netbox/netbox/api/fields.py: "x is not
+ *          a valid choice.", null means blank), dns_name (DNSValidator, ipam/validators.py; 255), description
+ *          (200), comments, tenant/owner/tags (nothing of those exists here: NetBox's "Related object not
+ *          found ..." from utilities/api.py get_related_object_by_attrs), assigned_object_type/_id
+ *          (dcim.interface, virtualization.vminterface, ipam.fhrpgroup; an id of no object is stored and
+ *          renders assigned_object null), custom_fields (a dict; no custom field exists for ipam.ipaddress:
+ *          4.5.8+ refuses unknown names, PR #21861 / issue #21529, {"custom_fields": {"x": "Custom field
+ *          'x' does not exist for this object type."}}, 4.2/4.3 accept and drop them). IPAddress.clean():
+ *          network ID / broadcast assigned to an interface, SLAAC on IPv4. save() lowercases dns_name.
+ *          nat_inside is not simulated (anything but null is a 400 saying so).
+ *      DELETE /api/ipam/ip-addresses/{id}/: 204 without a body (a device's oob_ip is SET_NULL), unknown id
+ *        404 "No IPAddress matches the given query.".
+ *  - Write permission: netbox/netbox/api/authentication.py TokenPermissions: DRF's initial() checks
+ *    permissions before the method's handler, so an unsafe method with a read-only token (write_enabled
+ *    False) is 403 "You do not have permission to perform this action." and an anonymous one 403
+ *    "Authentication credentials were not provided." (authenticated_users_only) on every endpoint,
+ *    405 ones included; a write token then gets the 405 where the fixture has no write.
+ *
  * Assumed: LOGIN_REQUIRED=False also grants anonymous reads (EXEMPT_VIEW_PERMISSIONS = ['*']).
- * Not simulated: writes, brief/fields/omit beyond top-level keys, permissions, virtual chassis peers.
+ * Not simulated: writes other than available-ips POST and ip-address DELETE, brief/fields/omit beyond
+ * top-level keys, object permissions, virtual chassis peers, VRFs, IPv6 allocation, IP ranges.
  */
 import http from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -149,6 +211,32 @@ export interface NetboxDeviceFixture {
   modules?: NetboxModuleFixture[];
 }
 
+export interface NetboxPrefixFixture {
+  /** 'a.b.c.d/len' (IPv4); host bits are cleared, as Prefix.save() does */
+  prefix: string;
+  id?: number;
+  /** is_pool: every address is usable (network and broadcast included); default false */
+  isPool?: boolean;
+  markUtilized?: boolean;
+  /** 'container' | 'active' | 'reserved' | 'deprecated' (default 'active') */
+  status?: string;
+  description?: string;
+  /** e.g. { gateway: '10.40.0.1' }; each name becomes a custom field of ipam.prefix (null on the others) */
+  customFields?: Record<string, unknown>;
+}
+
+export interface NetboxIpAddressFixture {
+  /** 'a.b.c.d/len' as NetBox stores it (IPv4), not assigned to anything */
+  address: string;
+  id?: number;
+  /** 'active' | 'reserved' | 'deprecated' | 'dhcp' | 'slaac' (default 'active') */
+  status?: string;
+  role?: string | null;
+  /** lowercased, as IPAddress.save() does */
+  dnsName?: string;
+  description?: string;
+}
+
 export interface NetboxFaults {
   /** Delay answers whose path+query matches (substring or RegExp) by ms (a slow page). */
   slow?: { match: string | RegExp; delayMs: number }[];
@@ -165,8 +253,8 @@ export interface NetboxSim {
   v1Token: string;
   /** a valid 'nbt_<key>.<token>' v2 token (only accepted when version >= 4.5) */
   v2Token: string;
-  /** path includes the query string */
-  requests: { method: string; path: string; authorization: string | null; at: number }[];
+  /** path includes the query string; body is the request body as text (null when there was none) */
+  requests: { method: string; path: string; authorization: string | null; at: number; body: string | null }[];
   setFaults(f: NetboxFaults): void;
   /** returns its id */
   addDevice(d: NetboxDeviceFixture): number;
@@ -179,6 +267,14 @@ export interface NetboxSim {
   expiredV1Token: string;
   /** A v2 token that exists but has expired ("Token expired"; 4.5+, anonymous before). */
   expiredV2Token: string;
+  /** A valid v1 token with write_enabled False: reads pass, POST/DELETE are 403. */
+  readOnlyToken: string;
+  /** The same as a v2 token (4.5+, anonymous before). */
+  readOnlyV2Token: string;
+  /** An IPAM prefix (GET ipam/prefixes/, POST its available-ips/); returns its id. */
+  addPrefix(p: NetboxPrefixFixture): { id: number };
+  /** An IP address assigned to nothing (it takes its host out of any prefix holding it); returns its id. */
+  addIpAddress(ip: NetboxIpAddressFixture): { id: number };
 }
 
 export interface NetboxSimOptions {
@@ -189,6 +285,7 @@ export interface NetboxSimOptions {
   /** MAX_PAGE_SIZE, default 1000 (0: limit=0 returns everything) */
   maxPageSize?: number;
   devices?: NetboxDeviceFixture[];
+  prefixes?: NetboxPrefixFixture[];
   /** LOGIN_REQUIRED, default true */
   loginRequired?: boolean;
 }
@@ -231,6 +328,14 @@ const INTERFACE_TYPES: Record<string, string> = {
   '800gbase-x-qsfpdd': 'QSFP-DD (800GE)', '800gbase-x-osfp': 'OSFP (800GE)',
   'infiniband-hdr': 'HDR (200 Gbps)', 'infiniband-ndr': 'NDR (400 Gbps)', other: 'Other',
 };
+/** netbox/ipam/choices.py */
+const PREFIX_STATUS: Record<string, string> = { container: 'Container', active: 'Active', reserved: 'Reserved', deprecated: 'Deprecated' };
+const IP_STATUS: Record<string, string> = { active: 'Active', reserved: 'Reserved', deprecated: 'Deprecated', dhcp: 'DHCP', slaac: 'SLAAC' };
+const IP_ROLE: Record<string, string> = {
+  loopback: 'Loopback', secondary: 'Secondary', anycast: 'Anycast', vip: 'VIP', vrrp: 'VRRP', hsrp: 'HSRP', glbp: 'GLBP', carp: 'CARP',
+};
+/** ipam/constants.py IPADDRESS_ASSIGNMENT_MODELS */
+const IP_ASSIGNMENT_TYPES = ['dcim.interface', 'virtualization.vminterface', 'ipam.fhrpgroup'];
 /** DeviceStatusChoices / ModuleStatusChoices / InventoryItemStatusChoices share these. */
 const STATUS_LABELS: Record<string, string> = {
   offline: 'Offline', active: 'Active', planned: 'Planned', staged: 'Staged', failed: 'Failed',
@@ -277,7 +382,29 @@ interface DeviceType extends Base { manufacturer: Manufacturer; model: string; s
 interface Device extends Base { name: string; serial: string; type: DeviceType; role: DeviceRole; site: Site; oob: IpAddress | null }
 interface Iface extends Base { device: Device; name: string; label: string; type: string; enabled: boolean; mgmtOnly: boolean; speed: number | null; description: string; macs: Mac[]; primary: Mac | null }
 interface Mac extends Base { mac: string; iface: Iface }
-interface IpAddress extends Base { address: string; iface: Iface }
+interface IpAddress extends Base {
+  address: string;
+  /** the interface assigned_object resolves to (null: unassigned, another type, or an id of nothing) */
+  iface: Iface | null;
+  assignedType: string | null;
+  assignedId: number | null;
+  status: string;
+  role: string | null;
+  dnsName: string;
+  description: string;
+  comments: string;
+}
+interface Prefix extends Base {
+  /** canonical 'a.b.c.d/len' with the host bits cleared */
+  prefix: string;
+  net: number;
+  len: number;
+  isPool: boolean;
+  markUtilized: boolean;
+  status: string;
+  description: string;
+  customFields: Record<string, Json>;
+}
 interface ItemRole extends Base { name: string; slug: string; color: string }
 interface Item extends Base { device: Device; name: string; label: string; role: ItemRole | null; manufacturer: Manufacturer | null; partId: string; serial: string; assetTag: string | null; description: string }
 interface Profile extends Base { name: string; schema: ProfileSchema | null }
@@ -355,6 +482,40 @@ function inetOrder(a: string, b: string): number {
   return ((xn & mask) >>> 0) - ((yn & mask) >>> 0) || x.len - y.len || xn - yn;
 }
 
+const ipStr = (n: number) => [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.');
+const maskOf = (len: number) => (len === 0 ? 0 : (0xffffffff << (32 - len)) >>> 0);
+/** The first and last address of a network. */
+function span(net: number, len: number): { first: number; last: number } {
+  const first = (net & maskOf(len)) >>> 0;
+  return { first, last: first + 2 ** (32 - len) - 1 };
+}
+/** The host (as a number) of a stored IPv4 'a.b.c.d/len', or null. */
+function hostOf(address: string): number | null {
+  return v4(address.split('/')[0] ?? '');
+}
+/**
+ * netaddr.IPNetwork(value): 'a.b.c.d', 'a.b.c.d/len', 'a.b.c.d/netmask' or '/hostmask' (IPv4); an
+ * IPv6 value parses too (this store holds no IPv6, so it matches nothing); anything else is null.
+ */
+function parseNetwork(value: string): { host: number; len: number } | 'v6' | null {
+  const [h, l, more] = value.split('/');
+  if (more !== undefined || h === undefined) return null;
+  const host = v4(h);
+  if (host === null) {
+    if (!h.includes(':') || canonicalHost(h) === null) return null;
+    return l === undefined || (/^\d{1,3}$/.test(l) && Number(l) <= 128) ? 'v6' : null;
+  }
+  if (l === undefined) return { host, len: 32 };
+  if (/^\d{1,2}$/.test(l) && Number(l) <= 32) return { host, len: Number(l) };
+  const m = v4(l);
+  if (m === null) return null;
+  for (let len = 0; len <= 32; len++) {
+    if (m === maskOf(len)) return { host, len }; // netmask
+    if (m === (~maskOf(len) >>> 0)) return { host, len }; // hostmask (ACL style)
+  }
+  return null;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Filters (django-filter field semantics)
 
@@ -401,6 +562,36 @@ function charFilter<T>(get: (o: T) => string, iexact = false): Filter<T> {
     return rows.filter((o) => want.has(iexact ? get(o).toLowerCase() : get(o)));
   };
 }
+/**
+ * A model CharField in a filterset's Meta.fields: the exact MultiValueCharFilter plus the lookups
+ * netbox/netbox/filtersets.py generates (FILTER_CHAR_BASED_LOOKUP_MAP; n* ones exclude; values OR'd).
+ */
+function charLookups<T>(name: string, get: (o: T) => string): Record<string, Filter<T>> {
+  const lower = (x: string) => x.toLowerCase();
+  const tests: Record<string, (field: string, want: string) => boolean> = {
+    '': (f, w) => f === w,
+    n: (f, w) => f === w,
+    ic: (f, w) => lower(f).includes(lower(w)),
+    nic: (f, w) => lower(f).includes(lower(w)),
+    ie: (f, w) => lower(f) === lower(w),
+    nie: (f, w) => lower(f) === lower(w),
+    isw: (f, w) => lower(f).startsWith(lower(w)),
+    nisw: (f, w) => lower(f).startsWith(lower(w)),
+    iew: (f, w) => lower(f).endsWith(lower(w)),
+    niew: (f, w) => lower(f).endsWith(lower(w)),
+    regex: (f, w) => { try { return new RegExp(w).test(f); } catch { return false; } },
+    iregex: (f, w) => { try { return new RegExp(w, 'i').test(f); } catch { return false; } },
+  };
+  const out: Record<string, Filter<T>> = {};
+  for (const [lookup, test] of Object.entries(tests)) {
+    const negate = lookup.startsWith('n') && lookup !== '';
+    out[lookup ? `${name}__${lookup}` : name] = (values, rows) =>
+      rows.filter((o) => values.some((w) => test(get(o), w)) !== negate);
+  }
+  // __empty is a BooleanFilter: true/false (a value it does not know applies no filter)
+  out[`${name}__empty`] = boolFilter((o: T) => get(o) === '');
+  return out;
+}
 /** BooleanFilter: a value NullBooleanField does not know applies no filter. */
 function boolFilter<T>(get: (o: T) => boolean): Filter<T> {
   return (values, rows) => {
@@ -446,6 +637,9 @@ class Store {
   readonly interfaces: Table<Iface>;
   readonly macs: Table<Mac>;
   readonly ips: Table<IpAddress>;
+  readonly prefixes: Table<Prefix>;
+  /** The custom fields defined for ipam.prefix (every name addPrefix was given). */
+  readonly prefixCustomFieldNames = new Set<string>();
   readonly itemRoles: Table<ItemRole>;
   readonly items: Table<Item>;
   readonly profiles: Table<Profile>;
@@ -527,7 +721,7 @@ class Store {
     /** Device.oob_ip / primary_ip*: brief fields, plus dns_name and the NAT addresses from 4.6. */
     const deviceIp = (c: Ctx, ip: IpAddress): Obj => ({
       ...briefRef(c, 'ipam/ip-addresses', ip, ip.address), family: family(ip), address: ip.address,
-      ...(since(v, '4.6') ? { nat_inside: null, nat_outside: [], dns_name: '' } : {}), description: '',
+      ...(since(v, '4.6') ? { nat_inside: null, nat_outside: [], dns_name: ip.dnsName } : {}), description: ip.description,
     });
     this.devices = t<Device>({
       objectName: 'Device', api: 'dcim/devices', ui: 'dcim/devices',
@@ -616,12 +810,13 @@ class Store {
     });
     this.ips = t<IpAddress>({
       objectName: 'IPAddress', api: 'ipam/ip-addresses', ui: 'ipam/ip-addresses',
-      brief: (ip, c) => ({ ...briefRef(c, 'ipam/ip-addresses', ip, ip.address), family: family(ip), address: ip.address, description: '' }),
+      brief: (ip, c) => ({ ...briefRef(c, 'ipam/ip-addresses', ip, ip.address), family: family(ip), address: ip.address, description: ip.description }),
       full: (ip, c) => ({
         ...ref(c, 'ipam/ip-addresses', 'ipam/ip-addresses', ip, ip.address), family: family(ip), address: ip.address, vrf: null,
-        tenant: null, status: choice('active', { active: 'Active' }), role: null, assigned_object_type: 'dcim.interface',
-        assigned_object_id: ip.iface.id, assigned_object: ifaceBrief(c, ip.iface), nat_inside: null, nat_outside: [],
-        dns_name: '', description: '', ...owner(), comments: '', ...common(ip),
+        tenant: null, status: choice(ip.status, IP_STATUS), role: ip.role ? choice(ip.role, IP_ROLE) : null,
+        assigned_object_type: ip.assignedType, assigned_object_id: ip.assignedId,
+        assigned_object: ip.iface ? ifaceBrief(c, ip.iface) : null, nat_inside: null, nat_outside: [],
+        dns_name: ip.dnsName, description: ip.description, ...owner(), comments: ip.comments, ...common(ip),
       }),
       order: (a, b) => inetOrder(a.address, b.address) || byId(a, b),
       filters: {
@@ -635,12 +830,90 @@ class Store {
           }
           return canonicalHost(val.trim()) === stored.host;
         })),
-        device_id: numberFilter((o) => o.iface.device.id),
-        device: charFilter((o) => o.iface.device.name),
-        interface_id: choiceById(() => this.interfaces.all(), (o) => o.iface.id),
-        assigned_object_id: numberFilter((o) => o.iface.id),
+        // search_by_parent: address__net_host_contained of each IPNetwork(value.strip()).cidr; one bad value: none.
+        parent: (values, rows) => {
+          const nets = values.map((x) => parseNetwork(x.trim()));
+          if (nets.some((n) => n === null)) return [];
+          const v4nets = nets.filter((n): n is { host: number; len: number } => n !== null && n !== 'v6').map((n) => span(n.host, n.len));
+          return rows.filter((o) => { const h = hostOf(o.address); return h !== null && v4nets.some((r) => h >= r.first && h <= r.last); });
+        },
+        device_id: numberFilter((o) => o.iface?.device.id ?? null),
+        device: (values, rows) => rows.filter((o) => o.iface !== null && values.includes(o.iface.device.name)),
+        interface_id: choiceById(() => this.interfaces.all(), (o) => o.iface?.id ?? null),
+        assigned_object_id: numberFilter((o) => o.assignedId),
+        assigned: boolFilter((o) => o.assignedType !== null || o.assignedId !== null),
+        status: multipleChoice(IP_STATUS, (o) => o.status),
+        role: multipleChoice(IP_ROLE, (o) => o.role ?? ''),
+        ...charLookups<IpAddress>('dns_name', (o) => o.dnsName),
+        ...charLookups<IpAddress>('description', (o) => o.description),
+        // IPAddressFilterSet.search: dns_name or description icontains, or address istartswith.
+        q: (values, rows) => {
+          const term = values.at(-1)!;
+          if (!term.trim()) return rows;
+          const t = term.toLowerCase();
+          return rows.filter((o) => o.dnsName.toLowerCase().includes(t) || o.description.toLowerCase().includes(t) || o.address.toLowerCase().startsWith(t));
+        },
       },
-      search: (o) => [o.address],
+    });
+
+    const prefixFamily: Obj = { value: 4, label: 'IPv4' };
+    const within = (inner: Prefix, outer: Prefix) => outer.len < inner.len && span(outer.net, outer.len).first === span(inner.net, outer.len).first;
+    const children = (p: Prefix) => this.prefixes.all().filter((x) => within(x, p)).length;
+    const depth = (p: Prefix) => this.prefixes.all().filter((x) => within(p, x)).length;
+    /** Every custom field of ipam.prefix (CustomField ordering: group_name, weight, name), null where unset. */
+    const prefixCustomFields = (p: Prefix): Obj => Object.fromEntries([...this.prefixCustomFieldNames].sort().map((n) => [n, p.customFields[n] ?? null]));
+    const prefixNet = (value: string) => { const n = parseNetwork(value); return n === null || n === 'v6' ? n : span(n.host, n.len); };
+    /** net_contains_or_equals (or, strict, net_contains): the prefix holds the network r. */
+    const holds = (p: Prefix, r: { first: number; last: number }, strict: boolean) => {
+      const own = span(p.net, p.len);
+      return own.first <= r.first && own.last >= r.last && (!strict || own.first !== r.first || own.last !== r.last);
+    };
+    this.prefixes = t<Prefix>({
+      objectName: 'Prefix', api: 'ipam/prefixes', ui: 'ipam/prefixes',
+      brief: (p, c) => ({ ...briefRef(c, 'ipam/prefixes', p, p.prefix), family: prefixFamily, prefix: p.prefix, description: p.description, _depth: depth(p) }),
+      full: (p, c) => ({
+        ...ref(c, 'ipam/prefixes', 'ipam/prefixes', p, p.prefix), family: prefixFamily, prefix: p.prefix, vrf: null,
+        scope_type: null, scope_id: null, scope: null, tenant: null, vlan: null, status: choice(p.status, PREFIX_STATUS), role: null,
+        is_pool: p.isPool, mark_utilized: p.markUtilized, description: p.description, ...owner(), comments: '', tags: [],
+        custom_fields: prefixCustomFields(p), created: p.created, last_updated: p.updated, children: children(p), _depth: depth(p),
+      }),
+      // (F('vrf').asc(nulls_first=True), 'prefix', 'pk'): no VRFs here.
+      order: (a, b) => inetOrder(a.prefix, b.prefix) || byId(a, b),
+      filters: {
+        id: numberFilter((o) => o.id),
+        // filter_prefix: prefix__in=[IPNetwork(v)] with the host bits kept; an unparseable value is skipped.
+        prefix: (values, rows) => {
+          const want = values.map((x) => parseNetwork(x)).filter((n): n is { host: number; len: number } => n !== null && n !== 'v6');
+          return rows.filter((o) => want.some((n) => n.host === o.net && n.len === o.len));
+        },
+        q: (values, rows) => {
+          const value = values.at(-1)!;
+          if (!value.trim()) return rows;
+          const net = prefixNet(value.trim());
+          return rows.filter((o) => o.description.toLowerCase().includes(value.toLowerCase()) || o.prefix.includes(value.trim())
+            || (net !== null && net !== 'v6' && holds(o, net, false)));
+        },
+        status: multipleChoice(PREFIX_STATUS, (o) => o.status),
+        is_pool: boolFilter((o) => o.isPool),
+        mark_utilized: boolFilter((o) => o.markUtilized),
+        ...charLookups<Prefix>('description', (o) => o.description),
+        // search_contains: with a '/' net_contains_or_equals(cidr), without one net_contains(IPAddress(value)).
+        contains: (values, rows) => {
+          const value = values.at(-1)!.trim();
+          if (!value) return rows;
+          const net = value.includes('/') ? prefixNet(value) : (v4(value) !== null ? { first: v4(value)!, last: v4(value)! } : (canonicalHost(value) !== null ? 'v6' : null));
+          return net === null || net === 'v6' ? [] : rows.filter((o) => holds(o, net, !value.includes('/')));
+        },
+        within: (values, rows) => {
+          const net = prefixNet(values.at(-1)!.trim());
+          return net === null || net === 'v6' ? [] : rows.filter((o) => { const r = span(o.net, o.len); return r.first >= net.first && r.last <= net.last && (r.first !== net.first || r.last !== net.last); });
+        },
+        within_include: (values, rows) => {
+          const net = prefixNet(values.at(-1)!.trim());
+          return net === null || net === 'v6' ? [] : rows.filter((o) => { const r = span(o.net, o.len); return r.first >= net.first && r.last <= net.last; });
+        },
+        mask_length: numberFilter((o) => o.len),
+      },
     });
 
     const itemRoleBrief = (c: Ctx, r: ItemRole): Obj => ({ ...briefRef(c, 'dcim/inventory-item-roles', r, r.name), name: r.name, slug: r.slug, description: '' });
@@ -776,7 +1049,7 @@ class Store {
     });
 
     this.tables = [this.manufacturers, this.sites, this.deviceRoles, this.deviceTypes, this.devices, this.interfaces,
-      this.macs, this.ips, this.itemRoles, this.items, this.profiles, this.moduleTypes, this.bays, this.modules];
+      this.macs, this.ips, this.prefixes, this.itemRoles, this.items, this.profiles, this.moduleTypes, this.bays, this.modules];
 
     // What a fresh install plus a little setup holds.
     if (since(v, '4.3')) for (const p of shippedProfiles(v)) this.profiles.insert((b) => ({ ...b, name: p.name, schema: p.schema }));
@@ -822,6 +1095,72 @@ class Store {
     return this.moduleTypes.insert((b) => ({ ...b, manufacturer, model: f.model, profile, attributes }));
   }
 
+  addPrefix(f: NetboxPrefixFixture): { id: number } {
+    const n = parseNetwork(f.prefix);
+    if (n === 'v6') throw new Error(`IPv6 prefixes are not simulated (got ${f.prefix})`);
+    if (n === null || !f.prefix.includes('/')) throw new Error(`prefix must be an IPv4 network with its length (got ${f.prefix})`);
+    // Prefix.clean(): no /0; ENFORCE_GLOBAL_UNIQUE (default True): no duplicate in the global table.
+    if (n.len === 0) throw new Error('Cannot create prefix with /0 mask.');
+    const net = span(n.host, n.len).first;
+    const prefix = `${ipStr(net)}/${n.len}`;
+    if (this.prefixes.all().some((p) => p.prefix === prefix)) throw new Error(`Duplicate prefix found in global table: ${prefix}`);
+    const status = f.status ?? 'active';
+    if (!(status in PREFIX_STATUS)) throw new Error(`unknown prefix status ${status}`);
+    for (const k of Object.keys(f.customFields ?? {})) this.prefixCustomFieldNames.add(k);
+    const p = this.prefixes.insert((b) => ({
+      ...b, prefix, net, len: n.len, isPool: f.isPool ?? false, markUtilized: f.markUtilized ?? false, status,
+      description: f.description ?? '', customFields: JSON.parse(JSON.stringify(f.customFields ?? {})) as Record<string, Json>,
+    }), f.id);
+    return { id: p.id };
+  }
+
+  addIpAddress(f: NetboxIpAddressFixture): { id: number } {
+    if (!/^[^/]+\/\d{1,2}$/.test(f.address) || hostOf(f.address) === null || Number(f.address.split('/')[1]) > 32) {
+      throw new Error(`address must be an IPv4 address with its prefix length, as NetBox stores it (got ${f.address})`);
+    }
+    const status = f.status ?? 'active';
+    if (!(status in IP_STATUS)) throw new Error(`unknown IP address status ${status}`);
+    if (f.role && !(f.role in IP_ROLE)) throw new Error(`unknown IP address role ${f.role}`);
+    const host = hostOf(f.address)!;
+    // ENFORCE_GLOBAL_UNIQUE: IPAddress.clean() refuses a second address with the same host in the global table.
+    const dup = this.ips.all().find((x) => hostOf(x.address) === host);
+    if (dup) throw new Error(`Duplicate IP address found in global table: ${dup.address}`);
+    const ip = this.ips.insert((b) => ({
+      ...b, address: `${ipStr(host)}/${f.address.split('/')[1]}`, iface: null, assignedType: null, assignedId: null, status,
+      role: f.role ?? null, dnsName: (f.dnsName ?? '').toLowerCase(), description: f.description ?? '', comments: '',
+    }), f.id);
+    return { id: ip.id };
+  }
+
+  /** Prefix.get_available_ips() (netbox/ipam/models/ip.py), the first `limit` of them (all when limit <= 0). */
+  availableIps(p: Prefix, limit: number): number[] {
+    const { first, last } = span(p.net, p.len);
+    const taken = new Set(this.ips.all().map((ip) => hostOf(ip.address)).filter((h): h is number => h !== null && h >= first && h <= last));
+    // Pool and IPv4 /31-/32 sets are fully usable; otherwise the network and broadcast addresses are not.
+    const full = p.isPool || p.len >= 31;
+    const out: number[] = [];
+    for (let h = full ? first : first + 1; h <= (full ? last : last - 1); h++) {
+      if (taken.has(h)) continue;
+      out.push(h);
+      if (limit > 0 && out.length >= limit) break;
+    }
+    return out;
+  }
+
+  /** The created row of a validated IPAddressSerializer payload. */
+  createIp(v: IpValues): IpAddress {
+    return this.ips.insert((b) => ({
+      ...b, updated: b.created, address: v.address, iface: v.iface, assignedType: v.assignedType, assignedId: v.assignedId,
+      status: v.status, role: v.role, dnsName: v.dnsName.toLowerCase(), description: v.description, comments: v.comments,
+    }));
+  }
+
+  /** IPAddressViewSet.destroy: Device.oob_ip is on_delete=SET_NULL. */
+  deleteIp(ip: IpAddress): void {
+    this.ips.rows.delete(ip.id);
+    for (const d of this.devices.all()) if (d.oob === ip) d.oob = null;
+  }
+
   addDevice(d: NetboxDeviceFixture): number {
     if (this.devices.all().some((x) => x.name === d.name)) throw new Error(`a device named ${d.name} exists`);
     if (!/^[^/]+\/\d{1,3}$/.test(d.bmcIp) || canonicalHost(d.bmcIp.split('/')[0]!) === null) {
@@ -855,7 +1194,12 @@ class Store {
         iface.macs.push(mac);
         iface.primary = mac;
       }
-      if (f.name === bmcName) device.oob = this.ips.insert((b) => ({ ...b, address: d.bmcIp, iface }));
+      if (f.name === bmcName) {
+        device.oob = this.ips.insert((b) => ({
+          ...b, address: d.bmcIp, iface, assignedType: 'dcim.interface', assignedId: iface.id, status: 'active', role: null,
+          dnsName: '', description: '', comments: '',
+        }));
+      }
     }
     for (const f of d.inventoryItems ?? []) {
       this.items.insert((b) => ({
@@ -886,6 +1230,276 @@ function validateAttributes(p: Profile, attrs: Record<string, unknown>): void {
       : prop.type === 'boolean' ? typeof val === 'boolean' : prop.type === 'string' ? typeof val === 'string' : true;
     if (!ok) throw new Error(`profile ${p.name}: attribute ${k} must be of type ${prop.type}`);
     if (prop.enum && !prop.enum.includes(val as string | number)) throw new Error(`profile ${p.name}: attribute ${k} must be one of ${prop.enum.join(', ')}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes: DRF field semantics (rest_framework/fields.py, serializers.py) and NetBox's fields
+
+/** What a validated IPAddressSerializer payload creates. */
+interface IpValues {
+  address: string; iface: Iface | null; assignedType: string | null; assignedId: number | null;
+  status: string; role: string | null; dnsName: string; description: string; comments: string;
+}
+type FieldResult<T> = { ok: T } | { err: Json };
+
+/** type(x).__name__ of the value Python's json module would have made. */
+function pyType(x: Json): string {
+  if (x === null) return 'NoneType';
+  if (typeof x === 'boolean') return 'bool';
+  if (typeof x === 'number') return Number.isInteger(x) ? 'int' : 'float';
+  if (typeof x === 'string') return 'str';
+  return Array.isArray(x) ? 'list' : 'dict';
+}
+/** repr(x) */
+function pyRepr(x: Json): string {
+  if (typeof x === 'string') return x.includes("'") && !x.includes('"') ? `"${x}"` : `'${x.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`;
+  if (Array.isArray(x)) return `[${x.map(pyRepr).join(', ')}]`;
+  if (x !== null && typeof x === 'object') return `{${Object.entries(x).map(([k, v]) => `${pyRepr(k)}: ${pyRepr(v)}`).join(', ')}}`;
+  return pyStr(x);
+}
+/** str(x) */
+function pyStr(x: Json): string {
+  if (x === null) return 'None';
+  if (x === true) return 'True';
+  if (x === false) return 'False';
+  if (typeof x === 'string') return x;
+  if (typeof x === 'number') return String(x);
+  return pyRepr(x);
+}
+const isDict = (x: Json | undefined): x is { [k: string]: Json } => x !== null && typeof x === 'object' && !Array.isArray(x);
+
+/** serializers.CharField (trim_whitespace) with the model field's validators first, as ModelSerializer builds it. */
+function drfChar(value: Json, o: { allowBlank: boolean; maxLength?: number; validators?: ((s: string) => string | null)[] }): FieldResult<string> {
+  if (typeof value === 'string' && value.trim() === '') return o.allowBlank ? { ok: '' } : { err: ['This field may not be blank.'] };
+  if (value === null) return { err: ['This field may not be null.'] };
+  if (typeof value === 'boolean' || typeof value === 'object') return { err: ['Not a valid string.'] };
+  const s = pyStr(value).trim();
+  const errors: string[] = [];
+  for (const check of o.validators ?? []) { const e = check(s); if (e) errors.push(e); }
+  if (o.maxLength !== undefined && [...s].length > o.maxLength) errors.push(`Ensure this field has no more than ${o.maxLength} characters.`);
+  if (s.includes('\0')) errors.push('Null characters are not allowed.');
+  const surrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.exec(s);
+  if (surrogate) errors.push(`Surrogate characters are not allowed: U+${surrogate[0].charCodeAt(0).toString(16).toUpperCase()}.`);
+  return errors.length ? { err: errors } : { ok: s };
+}
+/** serializers.IntegerField */
+function drfInt(value: Json, o: { allowNull: boolean; min?: number }): FieldResult<number | null> {
+  if (value === null) return o.allowNull ? { ok: null } : { err: ['This field may not be null.'] };
+  if (typeof value === 'string' && value.length > 1000) return { err: ['String value too large.'] };
+  const n = typeof value === 'boolean' || typeof value === 'object' ? null : pyInt(pyStr(value).replace(/\.0*\s*$/, ''));
+  if (n === null) return { err: ['A valid integer is required.'] };
+  if (o.min !== undefined && n < o.min) return { err: [`Ensure this value is greater than or equal to ${o.min}.`] };
+  return { ok: n };
+}
+/** netbox/netbox/api/fields.py ChoiceField (null is blank unless allow_null). */
+function nbChoice(value: Json, choices: Record<string, string>, allowBlank: boolean): FieldResult<string> {
+  const data = value === null ? '' : value;
+  if (data === '') return allowBlank ? { ok: '' } : { err: ['This field may not be blank.'] };
+  if (typeof data === 'object') return { err: ['Value must be passed directly (e.g. "foo": 123); do not use a dictionary or list.'] };
+  let d: Json = data;
+  if (typeof d === 'string') {
+    if (d.toLowerCase() === 'true') d = true;
+    else if (d.toLowerCase() === 'false') d = false;
+    else d = pyInt(d) ?? d;
+  }
+  if (typeof d === 'string' && Object.prototype.hasOwnProperty.call(choices, d)) return { ok: d };
+  return { err: [`${pyStr(d)} is not a valid choice.`] };
+}
+/** utilities/api.py get_related_object_by_attrs() over a model that has no rows here (Tenant, Owner, Tag). */
+function relatedNotFound(value: Json): string {
+  if (isDict(value)) {
+    const flat = (d: { [k: string]: Json }, prefix: string): [string, Json][] =>
+      Object.entries(d).flatMap(([k, v]) => (isDict(v) ? flat(v, `${prefix}${k}__`) : [[`${prefix}${k}`, v] as [string, Json]]));
+    return `Related object not found using the provided attributes: ${pyRepr(Object.fromEntries(flat(value, '')))}`;
+  }
+  const pk = typeof value === 'number' ? Math.trunc(value) : typeof value === 'boolean' ? Number(value) : typeof value === 'string' ? pyInt(value) : null;
+  if (pk === null || !Number.isFinite(pk)) {
+    return `Related objects must be referenced by numeric ID or by dictionary of attributes. Received an unrecognized value: ${pyStr(value)}`;
+  }
+  return `Related object not found using the provided numeric ID: ${pk}`;
+}
+/** ipam/validators.py DNSValidator */
+const dnsValidator = (s: string) => (/^([0-9A-Za-z_-]+|\*)(\.[0-9A-Za-z_-]+)*\.?$/.test(s) ? null
+  : 'Only alphanumeric characters, asterisks, hyphens, periods, and underscores are allowed in DNS names');
+
+/**
+ * The write serializer of AvailableIPAddressesView for one requested object: 4.2/4.3
+ * AvailableIPSerializer (description: CharField(required=False)), 4.5/4.6 AvailableIPRequestSerializer
+ * (prefix_length). {} when it is valid.
+ */
+function availableIpRequestErrors(item: Json, v: NetboxVersion, parent: Prefix): Json {
+  if (item === null) return ['This field may not be null.'];
+  if (!isDict(item)) return { non_field_errors: [`Invalid data. Expected a dictionary, but got ${pyType(item)}.`] };
+  if (!since(v, '4.5')) {
+    if (!('description' in item)) return {};
+    const d = drfChar(item.description!, { allowBlank: false });
+    return 'err' in d ? { description: d.err } : {};
+  }
+  if (!('prefix_length' in item)) return {};
+  const n = drfInt(item.prefix_length!, { allowNull: false });
+  if ('err' in n) return { prefix_length: n.err };
+  // Raised as ValidationError({'prefix_length': '...'}): a string, not a list. The over-32 text is the source's.
+  if (n.ok! < parent.len) return { prefix_length: `Prefix length must be greater than or equal to the parent mask length (${parent.len})` };
+  if (n.ok! > 32) return { prefix_length: `Invalid prefix length (${n.ok}) for IPv6` };
+  return {};
+}
+
+/** IPAddressSerializer(data=...).is_valid() for a payload whose address and vrf the view has set. */
+function validateIp(item: { [k: string]: Json }, address: string, v: NetboxVersion, store: Store): { errors: Obj } | { values: IpValues } {
+  const errors: Obj = {};
+  const has = (k: string) => Object.prototype.hasOwnProperty.call(item, k);
+  const values: IpValues = { address, iface: null, assignedType: null, assignedId: null, status: 'active', role: null, dnsName: '', description: '', comments: '' };
+  // Meta.fields order: address, vrf, tenant, status, role, assigned_object_type, assigned_object_id, nat_inside,
+  // dns_name, description, owner, comments, tags, custom_fields.
+  if (has('tenant') && item.tenant !== null) errors.tenant = [relatedNotFound(item.tenant!)];
+  if (has('status')) { const r = nbChoice(item.status!, IP_STATUS, false); if ('err' in r) errors.status = r.err; else values.status = r.ok; }
+  if (has('role')) { const r = nbChoice(item.role!, IP_ROLE, true); if ('err' in r) errors.role = r.err; else values.role = r.ok || null; }
+  if (has('assigned_object_type') && item.assigned_object_type !== null) {
+    const t = item.assigned_object_type!;
+    if (typeof t !== 'string' || t.split('.').length !== 2) errors.assigned_object_type = ["Invalid value. Specify a content type as '<app_label>.<model_name>'."];
+    else if (!IP_ASSIGNMENT_TYPES.includes(t)) errors.assigned_object_type = [`Invalid content type: ${t}`];
+    else values.assignedType = t;
+  }
+  if (has('assigned_object_id')) {
+    const r = drfInt(item.assigned_object_id!, { allowNull: true, min: 0 });
+    if ('err' in r) errors.assigned_object_id = r.err; else values.assignedId = r.ok;
+  }
+  if (has('nat_inside') && item.nat_inside !== null) errors.nat_inside = ['nat_inside is not simulated by the NetBox fixture'];
+  if (has('dns_name')) {
+    const r = drfChar(item.dns_name!, { allowBlank: true, maxLength: 255, validators: [dnsValidator] });
+    if ('err' in r) errors.dns_name = r.err; else values.dnsName = r.ok;
+  }
+  if (has('description')) { const r = drfChar(item.description!, { allowBlank: true, maxLength: 200 }); if ('err' in r) errors.description = r.err; else values.description = r.ok; }
+  if (since(v, '4.5') && has('owner') && item.owner !== null) errors.owner = [relatedNotFound(item.owner!)];
+  if (has('comments')) { const r = drfChar(item.comments!, { allowBlank: true }); if ('err' in r) errors.comments = r.err; else values.comments = r.ok; }
+  if (has('tags')) {
+    const tags = item.tags!;
+    if (tags === null) errors.tags = ['This field may not be null.'];
+    else if (!Array.isArray(tags)) errors.tags = { non_field_errors: [`Expected a list of items but got type "${pyType(tags)}".`] };
+    else {
+      // A tag that is not found raises Django's ValidationError, which the list does not catch: the first wins.
+      const found = tags.find((x) => x !== null);
+      if (found !== undefined) errors.tags = [relatedNotFound(found)];
+      else if (tags.length) errors.tags = tags.map(() => ['This field may not be null.']);
+    }
+  }
+  if (has('custom_fields')) {
+    const cf = item.custom_fields!;
+    if (!isDict(cf)) errors.custom_fields = ['Invalid data format. Custom field data must be passed as a dictionary mapping field names to their values.'];
+    else if (since(v, '4.5') && Object.keys(cf).length) {
+      // No custom field exists for ipam.ipaddress here; 4.5.8+ refuses unknown names (4.2/4.3 store them unseen).
+      errors.custom_fields = Object.fromEntries(Object.keys(cf).sort().map((k) => [k, `Custom field '${k}' does not exist for this object type.`]));
+    }
+  }
+  if (Object.keys(errors).length) return { errors };
+  // ValidatedModelSerializer.validate(): IPAddress.full_clean().
+  if (values.assignedType === 'dcim.interface' && values.assignedId !== null) values.iface = store.interfaces.rows.get(values.assignedId) ?? null;
+  const host = hostOf(address)!;
+  const len = Number(address.split('/')[1]);
+  if (values.iface && len < 31) {
+    const { first, last } = span(host, len);
+    if (host === first) return { errors: { non_field_errors: [`${ipStr(host)} is a network ID, which may not be assigned to an interface.`] } };
+    if (host === last) return { errors: { non_field_errors: [`${ipStr(host)} is a broadcast address, which may not be assigned to an interface.`] } };
+  }
+  if (values.status === 'slaac') return { errors: { status: ['Only IPv6 addresses can be assigned SLAAC status'] } };
+  return { values };
+}
+
+/**
+ * The message of Python 3.12's json.loads() for a text JSON.parse refused (json/decoder.py and
+ * scanner.py: "<what>: line L column C (char N)"), with DRF's parse_constant refusing NaN/Infinity.
+ */
+function pythonJsonError(text: string): string {
+  class Stop extends Error { constructor(readonly what: string, readonly at: number) { super(what); } }
+  const ws = (i: number) => { while (i < text.length && ' \t\n\r'.includes(text[i]!)) i++; return i; };
+  const str = (start: number): number => {
+    let i = start + 1;
+    for (;;) {
+      if (i >= text.length) throw new Stop('Unterminated string starting at', start);
+      const ch = text[i]!;
+      if (ch === '"') return i + 1;
+      if (ch < ' ') throw new Stop('Invalid control character at', i);
+      if (ch === '\\') {
+        const e = text[i + 1];
+        if (e === undefined) throw new Stop('Unterminated string starting at', start);
+        if (e === 'u') {
+          if (!/^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) throw new Stop('Invalid \\uXXXX escape', i + 1);
+          i += 6;
+          continue;
+        }
+        if (!'"\\/bfnrt'.includes(e)) throw new Stop('Invalid \\escape', i); // the C scanner (Modules/_json.c) gives no repr
+        i += 2;
+        continue;
+      }
+      i++;
+    }
+  };
+  const value = (i: number): number => {
+    const ch = text[i];
+    if (ch === '"') return str(i);
+    if (ch === '{') {
+      i = ws(i + 1);
+      if (text[i] === '}') return i + 1;
+      for (;;) {
+        if (text[i] !== '"') throw new Stop('Expecting property name enclosed in double quotes', i);
+        i = ws(str(i));
+        if (text[i] !== ':') throw new Stop("Expecting ':' delimiter", i);
+        i = ws(value(ws(i + 1)));
+        if (text[i] === '}') return i + 1;
+        if (text[i] !== ',') throw new Stop("Expecting ',' delimiter", i);
+        i = ws(i + 1);
+      }
+    }
+    if (ch === '[') {
+      i = ws(i + 1);
+      if (text[i] === ']') return i + 1;
+      for (;;) {
+        i = ws(value(i));
+        if (text[i] === ']') return i + 1;
+        if (text[i] !== ',') throw new Stop("Expecting ',' delimiter", i);
+        i = ws(i + 1);
+      }
+    }
+    for (const [word, constant] of [['null', false], ['true', false], ['false', false], ['NaN', true], ['Infinity', true], ['-Infinity', true]] as const) {
+      if (text.startsWith(word, i)) {
+        if (constant) throw new Stop(`Out of range float values are not JSON compliant: '${word}'`, -1);
+        return i + word.length;
+      }
+    }
+    const m = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?/.exec(text.slice(i));
+    if (!m) throw new Stop('Expecting value', i);
+    return i + m[0].length;
+  };
+  try {
+    const end = ws(value(ws(0)));
+    if (end !== text.length) throw new Stop('Extra data', end);
+    return 'Expecting value: line 1 column 1 (char 0)'; // not reached for a text JSON.parse refused
+  } catch (e) {
+    if (!(e instanceof Stop)) throw e;
+    if (e.at < 0) return e.what;
+    const pos = [...text.slice(0, e.at)].length; // Python counts code points
+    const before = text.slice(0, e.at);
+    const line = before.split('\n').length;
+    const col = line === 1 ? pos + 1 : [...before.slice(before.lastIndexOf('\n') + 1)].length + 1;
+    return `${e.what}: line ${line} column ${col} (char ${pos})`;
+  }
+}
+
+/**
+ * DRF's request.data for a JSON body (rest_framework/request.py _parse, parsers.JSONParser): no body or
+ * no Content-Type is {}; a type no parser takes is 415.
+ */
+function parseBody(body: Buffer, contentType: string | undefined): { data: Json } | { reply: Reply } {
+  if (!body.length || !contentType) return { data: {} };
+  const [type, sub] = (contentType.split(';')[0] ?? '').trim().toLowerCase().split('/');
+  const json = (type === 'application' || type === '*') && (sub === 'json' || sub === '*');
+  if (!json) return { reply: { status: 415, body: { detail: `Unsupported media type "${contentType}" in request.` } } };
+  const text = body.toString('utf8');
+  try {
+    return { data: JSON.parse(text) as Json };
+  } catch {
+    return { reply: { status: 400, body: { detail: `JSON parse error - ${pythonJsonError(text)}` } } };
   }
 }
 
@@ -960,14 +1574,21 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
   const release = RELEASE[version];
   const store = new Store(version);
   for (const d of opts.devices ?? []) store.addDevice(d);
+  for (const p of opts.prefixes ?? []) store.addPrefix(p);
 
   const v1Token = randomBytes(20).toString('hex');
   const expiredV1Token = randomBytes(20).toString('hex');
+  const readOnlyV1Token = randomBytes(20).toString('hex');
   const v2Key = alnum(12); const v2Secret = alnum(40);
   const expiredV2Key = alnum(12); const expiredV2Secret = alnum(40);
-  const v1Tokens = new Map<string, { expired: boolean }>([[v1Token, { expired: false }], [expiredV1Token, { expired: true }]]);
-  const v2Tokens = new Map<string, { token: string; expired: boolean }>([
-    [v2Key, { token: v2Secret, expired: false }], [expiredV2Key, { token: expiredV2Secret, expired: true }],
+  const readOnlyV2Key = alnum(12); const readOnlyV2Secret = alnum(40);
+  // users/models/tokens.py: write_enabled (default True) on both token versions.
+  const v1Tokens = new Map<string, { expired: boolean; write: boolean }>([
+    [v1Token, { expired: false, write: true }], [expiredV1Token, { expired: true, write: true }], [readOnlyV1Token, { expired: false, write: false }],
+  ]);
+  const v2Tokens = new Map<string, { token: string; expired: boolean; write: boolean }>([
+    [v2Key, { token: v2Secret, expired: false, write: true }], [expiredV2Key, { token: expiredV2Secret, expired: true, write: true }],
+    [readOnlyV2Key, { token: readOnlyV2Secret, expired: false, write: false }],
   ]);
 
   const requests: NetboxSim['requests'] = [];
@@ -976,8 +1597,8 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
   const timers = new Set<NodeJS.Timeout>();
   const sockets = new Set<Socket>();
 
-  /** The user, or 'anon', or the AuthenticationFailed detail. */
-  function authenticate(header: string | undefined): 'user' | 'anon' | { fail: string } {
+  /** The user (through a token that may write, or a read-only one), or 'anon', or the AuthenticationFailed detail. */
+  function authenticate(header: string | undefined): 'user' | 'reader' | 'anon' | { fail: string } {
     const auth = (header ?? '').trim().split(/\s+/).filter(Boolean);
     if (!auth.length) return 'anon';
     if (!since(version, '4.5')) {
@@ -988,7 +1609,7 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
       const t = v1Tokens.get(auth[1]!);
       if (!t) return { fail: 'Invalid token' };
       if (t.expired) return { fail: 'Token expired' };
-      return 'user';
+      return t.write ? 'user' : 'reader';
     }
     if (!['token', 'bearer'].includes(auth[0]!.toLowerCase())) return 'anon';
     if (auth.length !== 2) return { fail: 'Invalid authorization header: Must be in the form "Bearer <key>.<token>" or "Token <token>"' };
@@ -996,14 +1617,14 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
     if (!value.startsWith('nbt_')) {
       const t = v1Tokens.get(value);
       if (!t) return { fail: 'Invalid v1 token' };
-      return t.expired ? { fail: 'Token expired' } : 'user';
+      return t.expired ? { fail: 'Token expired' } : t.write ? 'user' : 'reader';
     }
     const rest = value.slice('nbt_'.length);
     const dot = rest.indexOf('.');
     if (dot < 0) return { fail: "Invalid authorization header: Could not parse key from v2 token. Did you mean to use 'Token' instead of 'Bearer'?" };
     const t = v2Tokens.get(rest.slice(0, dot));
     if (!t || t.token !== rest.slice(dot + 1)) return { fail: 'Invalid v2 token' };
-    return t.expired ? { fail: 'Token expired' } : 'user';
+    return t.expired ? { fail: 'Token expired' } : t.write ? 'user' : 'reader';
   }
 
   function paginate(rows: Base[], q: URLSearchParams, absolute: string, render: (o: Base) => Obj): Reply {
@@ -1121,10 +1742,14 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
 
   const tablesByApi = new Map(store.tables.filter((t) => !t.spec.since || since(version, t.spec.since)).map((t) => [t.spec.api, t]));
 
-  type Route = { kind: 'root' } | { kind: 'status' } | { kind: 'list'; table: Table<Base> } | { kind: 'detail'; table: Table<Base>; pk: string };
+  type Route = { kind: 'root' } | { kind: 'status' } | { kind: 'list'; table: Table<Base> } | { kind: 'detail'; table: Table<Base>; pk: string }
+    | { kind: 'available-ips'; pk: number };
   function route(path: string): Route | null {
     if (path === '/api/') return { kind: 'root' };
     if (path === '/api/status/') return { kind: 'status' };
+    // ipam/api/urls.py: path('prefixes/<int:pk>/available-ips/', ...)
+    const avail = /^\/api\/ipam\/prefixes\/(\d+)\/available-ips\/$/.exec(path);
+    if (avail) return { kind: 'available-ips', pk: Number(avail[1]) };
     const m = /^\/api\/([a-z]+\/[a-z-]+)\/(?:([^/.]+)\/)?$/.exec(path);
     if (!m) return null;
     const table = tablesByApi.get(m[1]!) as Table<Base> | undefined;
@@ -1132,7 +1757,48 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
     return m[2] === undefined ? { kind: 'list', table } : { kind: 'detail', table, pk: m[2] };
   }
 
-  async function answer(req: http.IncomingMessage): Promise<Reply> {
+  /** AvailableIPAddressesView.get / .post (netbox/ipam/api/views.py AvailableObjectsView). */
+  function availableIps(req: http.IncomingMessage, body: Buffer, pk: number, c: Ctx): Reply {
+    const allow = { Allow: 'GET, POST, HEAD, OPTIONS' };
+    const parent = store.prefixes.rows.get(pk);
+    if (req.method === 'GET' || req.method === 'HEAD') {
+      if (!parent) return { status: 404, body: { detail: 'No Prefix matches the given query.' }, headers: allow };
+      // get_results_limit(): int(limit) or MAX_PAGE_SIZE, capped at MAX_PAGE_SIZE; a ValueError means PAGINATE_COUNT.
+      const asked = c.query.has('limit') ? pyInt(c.query.getAll('limit').at(-1)!) : pageSize;
+      let limit = asked === null ? pageSize : asked || maxPageSize;
+      if (maxPageSize) limit = Math.min(limit, maxPageSize);
+      const ips = store.availableIps(parent, limit);
+      return { status: 200, body: ips.map((h) => ({ family: 4, address: `${ipStr(h)}/${parent.len}`, vrf: null })), headers: allow };
+    }
+    if (req.method !== 'POST') return { status: 405, body: { detail: `Method "${req.method}" not allowed.` }, headers: allow };
+    if (!parent) return { status: 404, body: { detail: 'No Prefix matches the given query.' }, headers: allow };
+    const parsed = parseBody(body, req.headers['content-type']);
+    if ('reply' in parsed) return { ...parsed.reply, headers: allow };
+    const many = Array.isArray(parsed.data);
+    const requested: Json[] = many ? (parsed.data as Json[]) : [parsed.data];
+    // write_serializer_class(data=requested, many=True): a positional list of errors.
+    const first = requested.map((item) => availableIpRequestErrors(item, version, parent));
+    if (first.some((e) => !isDict(e) || Object.keys(e).length)) return { status: 400, body: first, headers: allow };
+    // Under the advisory lock: get_available_objects(parent, limit=len(requested)).
+    const free = store.availableIps(parent, requested.length);
+    if (free.length < requested.length) {
+      return { status: 409, body: { detail: 'Insufficient resources are available to satisfy the request' }, headers: allow };
+    }
+    // prep_object_data(): address = '<free ip>/<prefix_length (4.5.1+) or the parent's mask length>', vrf = the parent's.
+    const results = (requested as { [k: string]: Json }[]).map((item, i) => {
+      const len = since(version, '4.5') && item.prefix_length !== undefined ? drfInt(item.prefix_length, { allowNull: false }) : null;
+      const address = `${ipStr(free[i]!)}/${len && 'ok' in len && len.ok ? len.ok : parent.len}`;
+      return validateIp(item, address, version, store);
+    });
+    if (results.some((r) => 'errors' in r)) {
+      const errors = results.map((r) => ('errors' in r ? r.errors : {}));
+      return { status: 400, body: many ? errors : errors[0], headers: allow };
+    }
+    const created = results.map((r) => store.createIp((r as { values: IpValues }).values)).map((ip) => store.ips.spec.full(ip, c));
+    return { status: 201, body: many ? created : created[0], headers: allow };
+  }
+
+  async function answer(req: http.IncomingMessage, body: Buffer): Promise<Reply> {
     const raw = req.url ?? '/';
     const qi = raw.indexOf('?');
     const path = qi < 0 ? raw : raw.slice(0, qi);
@@ -1167,13 +1833,27 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
     const who = authenticate(req.headers.authorization);
     if (typeof who === 'object') return { status: 403, body: { detail: who.fail } };
     if (who === 'anon' && loginRequired) return { status: 403, body: { detail: 'Authentication credentials were not provided.' } };
-
-    if (req.method !== 'GET' && req.method !== 'HEAD') return { status: 405, body: { detail: `Method "${req.method}" not allowed.` } };
+    // TokenPermissions (DRF initial(), before the handler): unsafe methods need a user and a token that may write.
+    if (!['GET', 'HEAD', 'OPTIONS'].includes(req.method ?? 'GET')) {
+      if (who === 'anon') return { status: 403, body: { detail: 'Authentication credentials were not provided.' } };
+      if (who === 'reader') return { status: 403, body: { detail: 'You do not have permission to perform this action.' } };
+    }
 
     const proto = String(req.headers['x-forwarded-proto'] ?? '').split(',')[0]!.trim() === 'https' ? 'https' : 'http';
     const host = String(req.headers['x-forwarded-host'] ?? req.headers.host ?? '127.0.0.1').split(',')[0]!.trim();
     const base = `${proto}://${host}`;
     const c: Ctx = { base, v: version, store, query };
+
+    if (r.kind === 'available-ips') return availableIps(req, body, r.pk, c);
+    if (r.kind === 'detail' && r.table === (store.ips as unknown as Table<Base>) && req.method === 'DELETE') {
+      const headers = { Allow: 'GET, PUT, PATCH, DELETE, HEAD, OPTIONS' };
+      if (!/^\d+$/.test(r.pk)) return { status: 404, body: { detail: 'Not found.' }, headers };
+      const ip = store.ips.rows.get(Number(r.pk));
+      if (!ip) return { status: 404, body: { detail: 'No IPAddress matches the given query.' }, headers };
+      store.deleteIp(ip);
+      return { status: 204, headers };
+    }
+    if (req.method !== 'GET' && req.method !== 'HEAD') return { status: 405, body: { detail: `Method "${req.method}" not allowed.` } };
 
     switch (r.kind) {
       case 'root': {
@@ -1209,7 +1889,7 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
       payload = reply.html;
     } else if (reply.body !== undefined) {
       headers['Content-Type'] = 'application/json';
-      headers.Allow = 'GET, HEAD';
+      headers.Allow ??= 'GET, HEAD';
       payload = JSON.stringify(reply.body);
     }
     headers['Content-Length'] = String(Buffer.byteLength(payload));
@@ -1218,11 +1898,19 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
   }
 
   const server = http.createServer((req, res) => {
-    requests.push({ method: req.method ?? 'GET', path: req.url ?? '/', authorization: req.headers.authorization ?? null, at: Date.now() });
-    req.resume();
-    if (faults.hang) return; // accepted and never answered; stop() destroys the socket
-    answer(req).then((reply) => { if (!res.destroyed) send(req, res, reply); }, (e: unknown) => {
-      if (!res.destroyed) send(req, res, { status: 500, body: { error: String(e), exception: e instanceof Error ? e.name : 'Exception', netbox_version: release.full, python_version: release.python } });
+    const entry: NetboxSim['requests'][number] = { method: req.method ?? 'GET', path: req.url ?? '/', authorization: req.headers.authorization ?? null, at: Date.now(), body: null };
+    requests.push(entry);
+    const hung = faults.hang === true; // accepted and never answered; stop() destroys the socket
+    const chunks: Buffer[] = [];
+    req.on('data', (d: Buffer) => chunks.push(d));
+    req.on('error', () => undefined);
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      if (body.length) entry.body = body.toString('utf8');
+      if (hung) return;
+      answer(req, body).then((reply) => { if (!res.destroyed) send(req, res, reply); }, (e: unknown) => {
+        if (!res.destroyed) send(req, res, { status: 500, body: { error: String(e), exception: e instanceof Error ? e.name : 'Exception', netbox_version: release.full, python_version: release.python } });
+      });
     });
   });
   server.on('connection', (s: Socket) => { sockets.add(s); s.once('close', () => sockets.delete(s)); });
@@ -1240,12 +1928,16 @@ export async function startNetboxSim(opts: NetboxSimOptions = {}): Promise<Netbo
     v2Token: `nbt_${v2Key}.${v2Secret}`,
     expiredV1Token,
     expiredV2Token: `nbt_${expiredV2Key}.${expiredV2Secret}`,
+    readOnlyToken: readOnlyV1Token,
+    readOnlyV2Token: `nbt_${readOnlyV2Key}.${readOnlyV2Secret}`,
     requests,
     setFaults(f: NetboxFaults) {
       faults = { slow: f.slow?.map((s) => ({ ...s })), fail500: f.fail500 ? { ...f.fail500 } : undefined, hang: f.hang };
       fail500Left = f.fail500?.count ?? 0;
     },
     addDevice: (d) => store.addDevice(d),
+    addPrefix: (p) => store.addPrefix(p),
+    addIpAddress: (ip) => store.addIpAddress(ip),
     stop() {
       stopped ??= new Promise<void>((resolve) => {
         for (const t of timers) clearTimeout(t);
