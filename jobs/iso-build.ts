@@ -83,7 +83,7 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
     const token = randomBytes(32).toString('base64url');
     const preseed = renderPreseed({
       hostname: p.hostname, osUsername: p.osUsername, osPassword: secret.password, disks: p.disks, poolType: p.poolType,
-      nicMac: p.nicMac, nicName: p.nicName, network: { mode: 'dhcp' }, gpuPassthrough: p.gpuPassthrough,
+      nicMac: p.nicMac, nicName: p.nicName, network: p.network ?? { mode: 'dhcp' }, gpuPassthrough: p.gpuPassthrough,
       callback: { baseUrl: p.callbackBase ?? publicUrl, jobId: runId, token }, bmcIp: run.bmc_address as string,
     });
     await fs.mkdir(deps.isoDir, { recursive: true });

@@ -402,6 +402,25 @@ describe('control-node provisioning with every BMC call carried by a separate si
     expect(Date.now() - started).toBeLessThan(60_000);
   });
 
+  it('refuses a node of a site no agent serves (the built-in agent off, no heartbeat): INVALID_STATE, nothing written', async () => {
+    const { prisma } = t.app.services;
+    const tenantId = (await q('SELECT tenant_id FROM node WHERE id = $1', [nodeOf.get('dell')]))[0]!.tenant_id as string;
+    const site = await prisma.site.create({ data: { id: newId('Site'), tenantId, name: 'unserved' } });
+    const pool = await prisma.pool.create({ data: { id: newId('Pool'), tenantId, siteId: site.id, name: 'unserved-pool' } });
+    const id = newId('MetalNode');
+    await prisma.node.create({
+      data: {
+        id, tenantId, siteId: site.id, poolId: pool.id, name: 'unserved', provisionState: 'ready', bmcAddress: '127.77.3.200', bmcDriver: 'redfish',
+        driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' },
+      },
+    });
+    const r = await rest(t.url, token, 'POST', '/controlnode/provision/dell', { ...body(sim.machines[0]!), bmc_IP: '127.77.3.200' });
+    expect([r.status, r.body.error.code]).toEqual([409, 'INVALID_STATE']);
+    expect(r.body.error.message).toMatch(/no site agent serves site .*the job's BMC calls would never run/);
+    expect(await q('SELECT id FROM workflow_run WHERE node_id = $1', [id])).toEqual([]);
+    expect((await q('SELECT provision_state FROM node WHERE id = $1', [id]))[0]).toEqual({ provision_state: 'ready' });
+  });
+
   it('no BMC request of the whole file came from the service process', () => {
     expect(seen.length).toBeGreaterThan(0);
     expect(seen.filter((s) => !s.owner.startsWith('agent:'))).toEqual([]);

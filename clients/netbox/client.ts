@@ -21,7 +21,7 @@ import { Agent, request, type Dispatcher } from 'undici';
  *   no message ever carries the token.
  */
 
-export type NetboxErrorKind = 'unreachable' | 'timeout' | 'unauthorized' | 'bad-answer' | 'status';
+export type NetboxErrorKind = 'unreachable' | 'timeout' | 'unauthorized' | 'bad-answer' | 'status' | 'exhausted';
 
 export class NetboxError extends Error {
   constructor(readonly kind: NetboxErrorKind, message: string, readonly status?: number) {
@@ -57,6 +57,10 @@ export interface NetboxDevice {
   /** The interface the BMC address is assigned to. */
   bmcInterface: string | null;
 }
+
+export interface NetboxPrefix { id: number; prefix: string; isPool: boolean; customFields: Record<string, unknown> }
+export interface NetboxAddress { id: number; address: string; dnsName: string }
+const addressOf = (r: Record<string, unknown>): NetboxAddress => ({ id: r.id as number, address: r.address as string, dnsName: typeof r.dns_name === 'string' ? r.dns_name : '' });
 
 export interface NetboxInventory {
   device: NetboxDevice;
@@ -157,6 +161,53 @@ export class NetboxClient {
     };
   }
 
+  /** A prefix by its id (its CIDR, whether it is a pool, its custom fields), or null when NetBox has none. */
+  async prefix(id: number): Promise<NetboxPrefix | null> {
+    const deadline = Date.now() + this.deadlineMs;
+    let body: Obj;
+    try {
+      body = await this.get(`ipam/prefixes/${id}/`, deadline);
+    } catch (error) {
+      if (error instanceof NetboxError && error.status === 404) return null;
+      throw error;
+    }
+    if (typeof body.prefix !== 'string') throw new NetboxError('bad-answer', `NetBox's prefix ${id} has no prefix`);
+    const custom = body.custom_fields && typeof body.custom_fields === 'object' ? (body.custom_fields as Obj) : {};
+    return { id, prefix: body.prefix, isPool: body.is_pool === true, customFields: custom };
+  }
+
+  /** The IP addresses within `prefix` (NetBox's parent filter) whose DNS name is `dnsName`. */
+  async addressesNamed(prefix: string, dnsName: string): Promise<NetboxAddress[]> {
+    const rows = await this.list('ipam/ip-addresses/', { parent: prefix, dns_name: dnsName }, Date.now() + this.deadlineMs);
+    return rows.filter((r) => typeof r.id === 'number' && typeof r.address === 'string' && r.dns_name === dnsName).map(addressOf);
+  }
+
+  /**
+   * Allocates the next available address of prefix `prefixId` (POST ipam/prefixes/{id}/available-ips/,
+   * NetBox's own allocation under its advisory lock), with `fields` (status, dns_name, description).
+   * A prefix with no address left is a NetboxError of kind 'exhausted'.
+   */
+  async allocateIp(prefixId: number, fields: Obj): Promise<NetboxAddress> {
+    const path = `ipam/prefixes/${prefixId}/available-ips/`;
+    const { status, body } = await this.send('POST', new URL(this.apiPrefix + path, this.base), Date.now() + this.deadlineMs, fields, [201, 204, 400, 409]);
+    // NetBox has answered "too few free" with 400, then 204 (with a detail body a 204 cannot carry), then 409.
+    const detail = body && typeof body === 'object' && typeof (body as Obj).detail === 'string' ? String((body as Obj).detail) : '';
+    if (status === 204 || status === 409 || (status === 400 && /insufficient/i.test(detail))) {
+      throw new NetboxError('exhausted', `NetBox's prefix ${prefixId} has no address left${detail ? `: ${detail.replace(/\s+/g, ' ').slice(0, 200)}` : ''}`, status);
+    }
+    if (status !== 201) throw new NetboxError('status', `NetBox at ${this.where} answered ${status} to POST ${path}${detail ? `: ${detail.slice(0, 200)}` : ''}`, status);
+    const created = Array.isArray(body) ? body[0] : body;
+    if (!created || typeof created !== 'object' || typeof (created as Obj).id !== 'number' || typeof (created as Obj).address !== 'string') {
+      throw new NetboxError('bad-answer', `NetBox's answer to POST ${path} is not an IP address`);
+    }
+    return addressOf(created as Obj);
+  }
+
+  /** Deletes an IP address (an allocation that was not used); one NetBox no longer has is fine. */
+  async deleteIp(id: number): Promise<void> {
+    await this.send('DELETE', new URL(`${this.apiPrefix}ipam/ip-addresses/${id}/`, this.base), Date.now() + this.deadlineMs, undefined, [204, 404]);
+  }
+
   /** Every object of a list endpoint matching `query`, following `next` to the end. */
   async list(path: string, query: Record<string, string | string[]>, deadline: number): Promise<Obj[]> {
     const first = new URL(this.apiPrefix + path, this.base);
@@ -207,16 +258,22 @@ export class NetboxClient {
   }
 
   private async fetchJson(url: URL, deadline: number): Promise<unknown> {
+    return (await this.send('GET', url, deadline, undefined, [200])).body;
+  }
+
+  /** One request; a status outside `ok` is a NetboxError (401/403: unauthorized). The body is JSON, or null when empty. */
+  private async send(method: 'GET' | 'POST' | 'DELETE', url: URL, deadline: number, json: unknown, ok: number[]): Promise<{ status: number; body: unknown }> {
     const left = deadline - Date.now();
-    const what = `GET ${url.pathname}`;
+    const what = `${method} ${url.pathname}`;
     if (left <= 0) throw new NetboxError('timeout', `NetBox at ${this.where} did not answer within ${this.deadlineMs} ms (${what})`);
     const timeout = Math.min(this.timeoutMs, left);
     let res: Dispatcher.ResponseData;
     try {
       res = await request(url, {
-        method: 'GET',
+        method,
         dispatcher: this.dispatcher,
-        headers: { authorization: this.authorization, accept: 'application/json' },
+        headers: { authorization: this.authorization, accept: 'application/json', ...(json !== undefined ? { 'content-type': 'application/json' } : {}) },
+        ...(json !== undefined ? { body: JSON.stringify(json) } : {}),
         headersTimeout: timeout,
         bodyTimeout: timeout,
         signal: AbortSignal.timeout(left),
@@ -235,11 +292,12 @@ export class NetboxClient {
     if (res.statusCode === 401 || res.statusCode === 403) {
       throw new NetboxError('unauthorized', `NetBox at ${this.where} refused the configured token (${res.statusCode}${detailOf(text)})`, res.statusCode);
     }
-    if (res.statusCode !== 200) {
+    if (!ok.includes(res.statusCode)) {
       throw new NetboxError('status', `NetBox at ${this.where} answered ${res.statusCode} to ${what}${detailOf(text)}`, res.statusCode);
     }
+    if (text.trim() === '') return { status: res.statusCode, body: null };
     try {
-      return JSON.parse(text);
+      return { status: res.statusCode, body: JSON.parse(text) };
     } catch {
       throw new NetboxError('bad-answer', `NetBox at ${this.where} answered ${what} with something other than JSON`);
     }

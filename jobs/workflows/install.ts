@@ -33,6 +33,9 @@ export interface InstallParams {
   callbackBase: string | null;
   stuckSeconds: number;
   role: string;
+  /** Static addressing (prefix_id: an address NetBox allocated); absent, DHCP on the chosen NIC. */
+  network?: { mode: 'static'; address: string; prefixLength: number; gateway: string; nameservers: string[] };
+  netboxIpId?: number;
 }
 
 const paramsOf = (ctx: Pick<StepContext, 'run'>) => ctx.run.params as unknown as InstallParams;

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { extractFromIso, readCpioNewc } from './iso';
 
-export interface InstallerJob { token: string; api: string; job: string; bmcIp: string }
+export interface InstallerJob { token: string; api: string; job: string; bmcIp: string; preseed: string }
 
 /** The job out of its ISO; throws when the ISO holds any of `secrets` in plain, or no crypt hash of the OS password. */
 export async function readInstallerJob(image: string, dir: string, secrets: string[]): Promise<InstallerJob> {
@@ -24,7 +24,7 @@ export async function readInstallerJob(image: string, dir: string, secrets: stri
     throw new Error('the ISO holds a password in plain, or no crypt hash');
   }
   const env = Object.fromEntries(get('metal/job.env').trim().split('\n').map((l) => { const [k, v] = l.split('='); return [k!, v!.replace(/^'|'$/g, '')]; }));
-  return { token: get('metal/callback-token'), api: env.METAL_API!, job: env.METAL_JOB!, bmcIp: env.METAL_BMC_IP! };
+  return { token: get('metal/callback-token'), api: env.METAL_API!, job: env.METAL_JOB!, bmcIp: env.METAL_BMC_IP!, preseed: get('preseed.cfg') };
 }
 
 export const postJson = (url: string, bearer: string | null, body: unknown) =>

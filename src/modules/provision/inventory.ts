@@ -1,6 +1,7 @@
 import fs from 'node:fs/promises';
 import { isIP } from 'node:net';
 import type { Logger } from 'pino';
+import ipaddr from 'ipaddr.js';
 import { NetboxClient, NetboxError, type NetboxInventory } from '../../../clients/netbox/client';
 import { AppError, invalidInput, notFound } from '../../errors';
 import type { Config } from '../../config';
@@ -153,6 +154,9 @@ export function shapeInventory(bmcIp: string, inv: NetboxInventory, fetchedAt: D
   };
 }
 
+/** A static address for the installer (preseed network static), and where NetBox keeps it. */
+export interface StaticAddress { address: string; prefixLength: number; gateway: string; nameservers: string[]; netboxIpId: number; prefix: string; reused: boolean }
+
 export class InventoryService {
   private readonly cache = new Map<string, { at: number; value: Promise<ControlNodeInventory> }>();
   private client: NetboxClient | null = null;
@@ -197,13 +201,69 @@ export class InventoryService {
     } catch (error) {
       if (!(error instanceof NetboxError)) throw error;
       this.log.warn({ netbox: client.where, kind: error.kind, status: error.status, bmcIp }, 'NetBox lookup failed');
-      if (error.kind === 'unauthorized') {
-        // A token file may have been rotated: the next lookup reads it again.
-        this.clientToken = null;
-        throw new AppError('INVALID_CONFIG', `${error.message}: check NETBOX_TOKEN / NETBOX_TOKEN_FILE`);
-      }
-      throw new AppError('UPSTREAM_UNAVAILABLE', error.message, { upstream: 'netbox' });
+      throw this.mapped(error);
     }
+  }
+
+  /**
+   * The installed system's static IPv4 address from NetBox's prefix `prefixId` (the provision
+   * request's prefix_id): the address NetBox already holds for `hostname` in that prefix (its DNS
+   * name: a retried job keeps its address), else the next available one, allocated by NetBox
+   * itself (POST available-ips, under NetBox's own lock) as active with that DNS name. The gateway
+   * is the prefix's `gateway` custom field, else its first host; the nameservers its `dns_servers`
+   * custom field, else the gateway. `field` names the request's field in refusals.
+   */
+  async staticAddress(prefixId: number, hostname: string, description: string, field: string): Promise<StaticAddress> {
+    const client = await this.clientFor();
+    try {
+      const prefix = await client.prefix(prefixId);
+      if (!prefix) throw invalidInput(field, `NetBox has no prefix ${prefixId}`);
+      const [net, lenText] = prefix.prefix.split('/');
+      const prefixLength = Number(lenText);
+      if (!net || !ipaddr.IPv4.isValidFourPartDecimal(net) || !(prefixLength >= 8 && prefixLength <= 30)) {
+        throw invalidInput(field, `NetBox's prefix ${prefixId} (${prefix.prefix}) is not an IPv4 subnet of /8 to /30: the installer's static addressing is IPv4`);
+      }
+      const base = ipaddr.IPv4.parse(net);
+      const inPrefix = (ip: string) => ipaddr.IPv4.isValidFourPartDecimal(ip) && ipaddr.IPv4.parse(ip).match(base, prefixLength);
+      const custom = prefix.customFields;
+      const hostOf = (v: unknown) => (typeof v === 'string' ? v : v && typeof v === 'object' && typeof (v as { address?: unknown }).address === 'string' ? (v as { address: string }).address : '').split('/')[0]!.trim();
+      const firstHost = ipaddr.fromByteArray(ipaddr.IPv4.networkAddressFromCIDR(prefix.prefix).toByteArray().map((b, i) => (i === 3 ? b + 1 : b))).toString();
+      const configured = hostOf(custom.gateway);
+      const gateway = configured || firstHost;
+      if (!inPrefix(gateway)) throw new AppError('INVALID_CONFIG', `NetBox's prefix ${prefixId} (${prefix.prefix}) has a gateway custom field outside it (${configured})`);
+      const listed = Array.isArray(custom.dns_servers) ? custom.dns_servers.map(hostOf) : typeof custom.dns_servers === 'string' ? custom.dns_servers.split(/[\s,]+/) : [];
+      const nameservers = listed.filter((x) => x && ipaddr.isValid(x)).slice(0, 3);
+      const existing = (await client.addressesNamed(prefix.prefix, hostname)).find((a) => inPrefix(a.address.split('/')[0]!));
+      const ip = existing ?? await client.allocateIp(prefixId, { status: 'active', dns_name: hostname, description });
+      const address = ip.address.split('/')[0]!;
+      if (!inPrefix(address) || address === gateway) {
+        if (!existing) await client.deleteIp(ip.id).catch(() => undefined);
+        throw new AppError('INVALID_CONFIG', address === gateway
+          ? `NetBox's prefix ${prefixId} (${prefix.prefix}) gave out ${address}, its gateway: set the prefix's gateway custom field, or record the gateway's address in NetBox`
+          : `NetBox gave out ${ip.address}, outside its prefix ${prefix.prefix}`);
+      }
+      return { address, prefixLength, gateway, nameservers: nameservers.length ? nameservers : [gateway], netboxIpId: ip.id, prefix: prefix.prefix, reused: !!existing };
+    } catch (error) {
+      if (!(error instanceof NetboxError)) throw error;
+      this.log.warn({ netbox: client.where, kind: error.kind, status: error.status, prefixId }, 'NetBox address allocation failed');
+      if (error.kind === 'exhausted') throw new AppError('CONFLICT', `${error.message}: free an address or choose another prefix`, { field });
+      throw this.mapped(error);
+    }
+  }
+
+  /** Releases an address staticAddress allocated and nothing used (a job that was never recorded). */
+  async releaseAddress(netboxIpId: number): Promise<void> {
+    const client = await this.clientFor();
+    await client.deleteIp(netboxIpId).catch((error: unknown) => this.log.warn({ err: error, netboxIpId }, 'an unused NetBox address could not be released'));
+  }
+
+  private mapped(error: NetboxError): AppError {
+    if (error.kind === 'unauthorized') {
+      // A token file may have been rotated: the next lookup reads it again.
+      this.clientToken = null;
+      return new AppError('INVALID_CONFIG', `${error.message}: check NETBOX_TOKEN / NETBOX_TOKEN_FILE`);
+    }
+    return new AppError('UPSTREAM_UNAVAILABLE', error.message, { upstream: 'netbox' });
   }
 
   private async clientFor(): Promise<NetboxClient> {

@@ -26,7 +26,7 @@ const ProvisionInput = builder.inputType('ProvisionControlNodeInput', {
     outputIso: t.string({ required: false, description: 'Must lie inside ISO_DIR' }),
     pxePath: t.string({ required: false, description: 'Must lie inside ISO_DIR' }),
     deviceId: t.int({ required: false, description: 'NetBox Device ID for tracking' }),
-    prefixId: t.int({ required: false }),
+    prefixId: t.int({ required: false, description: 'The NetBox prefix the OS\'s static IPv4 address is allocated from (NetBox\'s available-ips; gateway: its gateway custom field, else its first host); absent, DHCP on the chosen NIC' }),
     networkRole: t.string({ required: false }),
     kubernetesClusterName: t.string({ required: false }),
     kubernetesClusterType: t.string({ required: false }),

@@ -13,8 +13,10 @@ import { runMoveVerb } from '../metal/verbs';
 import { nodeResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
 import { renderPreseed } from './preseed';
+import type { StaticAddress } from './inventory';
 import { controlnodeBmcOptions, driverOfVendor } from './register';
 import { enroll } from '../metal/enroll';
+import { siteIsServed } from '../sites/agent';
 import type { InstallParams } from '../../../jobs/workflows/install';
 
 /**
@@ -149,23 +151,32 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   }
 
   const node = await nodeByBmc(ctx, principal, bmcIp);
-  const installParams = (generated: boolean): InstallParams & Record<string, unknown> => ({
+  const installParams = (generated: boolean, network: StaticAddress | null): InstallParams & Record<string, unknown> => ({
     verb: 'provision', vendor, hostname, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
     gpuPassthrough: input.gpuPassthrough ?? null, callbackBase, stuckSeconds: ctx.config.controlnodeInstallStuckS, role: 'controlnode-os',
-    passwordGenerated: generated, ...facts,
+    passwordGenerated: generated, ...facts, ...(network ? { network: networkOf(network), netboxIpId: network.netboxIpId } : {}),
   });
-  if (!node) return provisionNewBmc(ctx, { bmcIp, vendor, driver, hostname, osUsername, osPassword, nicMac, installParams, rootPass: !!input.rootPass });
+  const address = (jobId: string) => staticAddressFor(ctx, input.prefixId ?? null, hostname, jobId);
+  if (!node) return provisionNewBmc(ctx, { bmcIp, vendor, driver, hostname, osUsername, osPassword, nicMac, installParams, address, rootPass: !!input.rootPass });
   const move = decideMove('deploy', node.provisionState as never, node.failedFrom as never);
   if (!move.legal) {
     throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: provisioning is a deploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
   }
 
+  await refuseUnserved(ctx, node.siteId);
   // The OS password: the request's, else a random one (never a default); kept in the broker.
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const generated = osPassword === null;
   const ref = await ctx.secrets.put(node.tenantId, { username: osUsername, password: osPassword ?? randomBytes(18).toString('base64url') });
   const runId = newId('WorkflowRun');
-  const params = installParams(generated);
+  let network: StaticAddress | null;
+  try {
+    network = await address(runId);
+  } catch (error) {
+    await ctx.secrets.delete(ref, node.tenantId).catch(() => undefined);
+    throw error;
+  }
+  const params = installParams(generated, network);
   const data: NodeChange = { provisionState: 'deploying' };
   if (node.bmcDriver !== driver) {
     data.bmcDriver = driver;
@@ -187,10 +198,43 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
     });
   } catch (error) {
     await ctx.secrets.delete(ref, node.tenantId).catch(() => undefined);
+    if (network && !network.reused) await ctx.inventory?.releaseAddress(network.netboxIpId);
     throw error;
   }
   if (node.osRef) await ctx.secrets.delete(node.osRef, node.tenantId).catch(() => undefined);
-  return { jobId: runId, nodeId: node.id, message: `provisioning node ${node.id} (job ${runId}): Building ISO${notesOf(generated, !!input.rootPass)}` };
+  return { jobId: runId, nodeId: node.id, message: `provisioning node ${node.id} (job ${runId}): Building ISO${addressNote(network)}${notesOf(generated, !!input.rootPass)}` };
+}
+
+/**
+ * Every BMC call of the job runs through the site's agent: with none serving the site, the job
+ * would only wait for its commands to expire, so it is refused now, as power is.
+ */
+async function refuseUnserved(ctx: Context, siteId: string): Promise<void> {
+  if (!(await siteIsServed(ctx, siteId))) {
+    throw new AppError('INVALID_STATE', `no site agent serves site ${siteId} (no heartbeat within ${ctx.config.agentHeartbeatMs / 1000} s): the job's BMC calls would never run`, { siteId });
+  }
+}
+
+/** The preseed's static network of an address from NetBox. */
+const networkOf = (a: StaticAddress) => ({ mode: 'static' as const, address: a.address, prefixLength: a.prefixLength, gateway: a.gateway, nameservers: a.nameservers });
+const addressNote = (a: StaticAddress | null) => (a ? `; OS address ${a.address}/${a.prefixLength} from NetBox's prefix ${a.prefix}${a.reused ? ' (the one it already holds for this host name)' : ''}, gateway ${a.gateway}` : '');
+
+/**
+ * prefix_id's static address (issue 11: "static addressing from the IPAM fields"), from NetBox;
+ * null without prefix_id (DHCP on the chosen NIC). Taken after every other check, so a refused
+ * request allocates nothing; the caller releases a new one when the job is not recorded.
+ */
+async function staticAddressFor(ctx: Context, prefixId: number | null, hostname: string, jobId: string): Promise<StaticAddress | null> {
+  if (prefixId === null) return null;
+  if (!ctx.inventory) throw new AppError('INVALID_CONFIG', 'input.prefixId: this process has no NetBox client (ROLE=worker): send provision to an api process', { field: 'input.prefixId' });
+  try {
+    return await ctx.inventory.staticAddress(prefixId, hostname, `control node ${hostname} (metal job ${jobId})`, 'input.prefixId');
+  } catch (error) {
+    if (error instanceof AppError && error.code === 'INVALID_CONFIG' && !ctx.config.netboxUrl) {
+      throw new AppError('INVALID_CONFIG', `input.prefixId: the static address comes from NetBox, which is not configured (NETBOX_URL, NETBOX_TOKEN or NETBOX_TOKEN_FILE)`, { field: 'input.prefixId' });
+    }
+    throw error;
+  }
 }
 
 const notesOf = (generated: boolean, rootPass: boolean) => {
@@ -220,7 +264,8 @@ export async function defaultBmcCredentials(file: string): Promise<{ username: s
 
 interface NewBmc {
   bmcIp: string; vendor: string; driver: string; hostname: string; osUsername: string; osPassword: string | null; nicMac: string | null; rootPass: boolean;
-  installParams: (generated: boolean) => InstallParams & Record<string, unknown>;
+  installParams: (generated: boolean, network: StaticAddress | null) => InstallParams & Record<string, unknown>;
+  address: (jobId: string) => Promise<StaticAddress | null>;
 }
 
 /**
@@ -242,20 +287,23 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const credentials = await defaultBmcCredentials(file);
   const driverOptions = await controlnodeBmcOptions(ctx.config);
-  const { rows: [pool] } = await ctx.sql.query<{ tenantId: string }>('SELECT tenant_id AS "tenantId" FROM pool WHERE id = $1', [poolId]);
+  const { rows: [pool] } = await ctx.sql.query<{ tenantId: string; siteId: string }>('SELECT tenant_id AS "tenantId", site_id AS "siteId" FROM pool WHERE id = $1', [poolId]);
   if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
+  await refuseUnserved(ctx, pool.siteId);
   const generated = n.osPassword === null;
   const ref = await ctx.secrets.put(pool.tenantId, { username: n.osUsername, password: n.osPassword ?? randomBytes(18).toString('base64url') });
   const jobId = newId('WorkflowRun');
   let nodeId: string;
+  let network: StaticAddress | null = null;
   try {
+    network = await n.address(jobId);
     nodeId = await enroll(ctx, {
       // The installer's NIC (selected_nic_mac / mac_address) is the operator's word for the machine's
       // MAC, as enroll's macs are; without one the enrollment waits for confirmMac like any other.
       poolId, name: n.hostname, bmc: { address: n.bmcIp, driver: n.driver, credentials, driverOptions }, macs: n.nicMac ? [n.nicMac] : [],
     }, {
       runId: jobId,
-      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(generated) } },
+      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(generated, network) } },
       inTransaction: async (tx, id) => {
         // One node per BMC address: a concurrent provision of the same new address loses here.
         await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${n.bmcIp}`]);
@@ -269,11 +317,12 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
     });
   } catch (error) {
     await ctx.secrets.delete(ref, pool.tenantId).catch(() => undefined);
+    if (network && !network.reused) await ctx.inventory?.releaseAddress(network.netboxIpId);
     throw error;
   }
   return {
     jobId, nodeId,
-    message: `enrolling the new BMC ${n.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${notesOf(generated, n.rootPass)}`,
+    message: `enrolling the new BMC ${n.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${addressNote(network)}${notesOf(generated, n.rootPass)}`,
   };
 }
 

@@ -161,7 +161,7 @@ const PROVISION_BODY: JsonSchema = {
     os_password: { ...str, description: 'OS password, kept in the secret broker (the ISO holds its SHA-512 crypt hash only); absent: a random one (the seed\'s adminadmin default is not kept)' },
     os_username: { ...str, description: 'OS credentials for provisioned system (default debian; root\'s login is disabled)' },
     output_iso: { ...str, description: 'must lie inside ISO_DIR' }, pool_type: { type: 'string', enum: ['mirror', 'raidz1', 'raidz2', 'stripe', 'single'] },
-    prefix_id: { ...int, description: 'Prefix ID from VLAN query response' }, pxe_path: { ...str, description: 'must lie inside ISO_DIR' }, pxe_server: str,
+    prefix_id: { ...int, description: 'Prefix ID from VLAN query response: the NetBox prefix the OS\'s static IPv4 address is allocated from (gateway: its gateway custom field, else its first host); absent, DHCP' }, pxe_path: { ...str, description: 'must lie inside ISO_DIR' }, pxe_server: str,
     rack_number: str, root_pass: { ...str, description: 'not used: root\'s login is disabled' }, selected_disks: { type: 'array', items: str },
     selected_nic: { ...str, description: 'e.g., "enp0s3" - DHCP enabled on this interface' }, selected_nic_legacy: { ...str, description: 'Legacy kernel name for the NIC (e.g., "eth0")' },
     selected_nic_mac: { ...str, description: 'MAC address of the selected NIC' }, sys_iuri: str, vendor: { ...str, description: 'cisco, dell, hp, lenovo or supermicro (required on plain provision)' },
