@@ -305,7 +305,7 @@ async function run(args: string[]): Promise<number> {
     console.log(`build:              ${spread(build)} (the worker's timing: password from the broker, preseed, xorriso)`);
     console.log(`pg-boss active:     ${spread(active)} (started_on -> completed_on: a fetched batch completes together)`);
     console.log(`POST -> ISO built:  ${spread(endToEnd)}`);
-    if (Number.isFinite(wallS)) console.log(`build slots busy:   ${((build.reduce((a, b) => a + b, 0) / concurrency / wallMs) * 100).toFixed(0)}% of ${concurrency} x wall (the rest: the 2 s poll between fetches, the engine, the API)`);
+    if (Number.isFinite(wallS)) console.log(`build slots busy:   ${((build.reduce((a, b) => a + b, 0) / concurrency / wallMs) * 100).toFixed(0)}% of ${concurrency} x wall (the rest: a batch waits for its slowest build, the first poll, the engine, the API)`);
     if (errors.length) console.log(`service warnings/errors: ${errors.slice(0, 8).map(([k, n]) => `${n}x ${k}`).join('; ')}`);
     console.log(`target one build <= ${TARGET_BUILD_S} s: ${single.median / 1000 <= TARGET_BUILD_S ? 'PASS' : 'FAIL'}`);
     console.log(`all ${jobs} ISOs built through the queue: ${ok === jobs ? 'PASS' : `FAIL (${ok} built, ${failed} failed)`}`);
