@@ -23,12 +23,11 @@ import os from 'node:os';
 import path from 'node:path';
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
-import { gunzipSync } from 'node:zlib';
 import { startTestApp, type TestApp } from './helpers/app';
 import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { bmcCertificates } from './helpers/tls';
-import { extractFromIso, readCpioNewc } from './helpers/iso';
+import { playInstall, postJson, readInstallerJob, readyNodes, type InstallerJob } from './helpers/installer';
 import { spawnService, type Service } from './helpers/service';
 import { startRedfishSim, type BootEvent, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import type { FlavourName } from './sim/redfish/flavours';
@@ -120,33 +119,12 @@ const onRequest = (message: unknown) => {
 
 // ---- The installer ---------------------------------------------------------------------------
 
-interface Job { token: string; api: string; job: string; bmcIp: string }
-
-async function readJob(image: string): Promise<Job> {
-  const res = await fetch(image, { headers: { range: 'bytes=0-' } });
-  if (res.status !== 206) throw new Error(`the ISO answered ${res.status} to a Range request`);
-  const file = path.join(dir, `${Math.random().toString(36).slice(2)}.iso`);
-  fs.writeFileSync(file, Buffer.from(await res.arrayBuffer()));
-  const extra = readCpioNewc(gunzipSync(await extractFromIso(file, '/install/preseed.gz', `${file}.preseed.gz`)));
-  fs.rmSync(file, { force: true });
-  const get = (name: string) => extra.find((f) => f.name === name)!.data.toString('utf8');
-  const env = Object.fromEntries(get('metal/job.env').trim().split('\n').map((l) => { const [k, v] = l.split('='); return [k!, v!.replace(/^'|'$/g, '')]; }));
-  return { token: get('metal/callback-token'), api: env.METAL_API!, job: env.METAL_JOB!, bmcIp: env.METAL_BMC_IP! };
-}
-
-const post = (url: string, bearer: string | null, body: unknown) =>
-  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(bearer ? { authorization: `Bearer ${bearer}` } : {}) }, body: JSON.stringify(body) });
-
-async function install(job: Job, osIp: string): Promise<void> {
-  for (const [step, percent, state] of [['partitioning', 20, 'active'], ['installing-base', 60, 'active'], ['installing-finish', 90, 'done']] as const) {
-    const r = await post(`${job.api}/job/${job.job}/step`, job.token, { step, percent, state });
-    if (r.status !== 200) throw new Error(`step ${step}: ${r.status} ${await r.text()}`);
-  }
-  const done = await post(`${job.api}/job/${job.job}/complete`, job.token, { os_ip: osIp });
-  if (done.status !== 200) throw new Error(`complete: ${done.status} ${await done.text()}`);
-  const first = await post(`${job.api}/firstboot`, job.token, { job_id: job.job, bmc_ip: job.bmcIp, os_ip: osIp });
-  if (first.status !== 200) throw new Error(`firstboot: ${first.status} ${await first.text()}`);
-}
+type Job = InstallerJob;
+/** The job's callback token and address, from the ISO the BMC mounted (no password in it in plain). */
+const readJob = (image: string) => readInstallerJob(image, dir, [OS_PASSWORD]);
+const post = postJson;
+/** Steps, completion and first boot, as the preseed's scripts and the first-boot unit post them. */
+const install = (job: Job, osIp: string) => playInstall(job, osIp, null);
 
 // ---- Setup -----------------------------------------------------------------------------------
 
@@ -189,18 +167,7 @@ beforeAll(async () => {
   agentId = reg.data!.registerSiteAgent.agent.id as string;
   await startAgentProcess().waitFor((l) => l.msg === 'site agent registered its key and is serving its site', 30_000, 'the agent registering');
   // Ready nodes whose BMCs are verified with the site's CA: the agent gets it with each command's endpoint.
-  for (const m of sim.machines) {
-    const ref = await t.app.services.secrets!.put(tree.tenant.id, { username: m.username, password: m.password });
-    const id = newId('MetalNode');
-    await prisma.node.create({
-      data: {
-        id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, name: m.id, provisionState: 'ready',
-        bmcAddress: new URL(m.url).hostname, bmcDriver: 'redfish', bmcDriverOptions: { caCert: certs.ca }, bmcCredentialsRef: ref,
-        driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' }, macs: [m.state().macs[0]!.toLowerCase()],
-      },
-    });
-    nodeOf.set(m.id, id);
-  }
+  for (const [id, nodeId] of await readyNodes(t.app.services, { tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id }, sim.machines, { driver: 'redfish', caCert: certs.ca })) nodeOf.set(id, nodeId);
 });
 afterAll(async () => {
   diagnostics.unsubscribe('http.server.request.start', onRequest);

@@ -14,7 +14,7 @@ import { startTestApp, capturingLogger, type TestApp } from './helpers/app';
 import { rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { bmcCertificates } from './helpers/tls';
-import { playInstall, readInstallerJob, type InstallerJob } from './helpers/installer';
+import { playInstall, readInstallerJob, readyNodes, type InstallerJob } from './helpers/installer';
 import { startRedfishSim, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import { startNetboxSim, type NetboxSim } from './sim/netbox/server';
 import { newId } from '../src/ids';
@@ -64,18 +64,7 @@ beforeAll(async () => {
   t.app.services.config.publicUrl = t.url;
   const tree = await makeTenantTree(t.app.services.prisma, 'cnst', { pools: 1, nodesPerPool: 0 });
   token = await makeToken(t.app.services.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
-  for (const m of sim.machines) {
-    const ref = await t.app.services.secrets!.put(tree.tenant.id, { username: m.username, password: m.password });
-    const id = newId('MetalNode');
-    await t.app.services.prisma.node.create({
-      data: {
-        id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, name: m.id, provisionState: 'ready',
-        bmcAddress: new URL(m.url).hostname, bmcDriver: 'supermicro', bmcDriverOptions: { caCert: certs.ca }, bmcCredentialsRef: ref,
-        driverBindings: { power: 'supermicro', management: 'supermicro', virtualMedia: 'supermicro' }, macs: [m.state().macs[0]!.toLowerCase()],
-      },
-    });
-    nodeOf.set(m.id, id);
-  }
+  for (const [id, nodeId] of await readyNodes(t.app.services, { tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id }, sim.machines, { driver: 'supermicro', caCert: certs.ca })) nodeOf.set(id, nodeId);
 });
 afterAll(async () => {
   await Promise.allSettled(installs);

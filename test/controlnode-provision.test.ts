@@ -16,7 +16,7 @@ import { startTestApp, capturingLogger, type TestApp } from './helpers/app';
 import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { bmcCertificates } from './helpers/tls';
-import { playInstall, postJson, readInstallerJob, type InstallerJob } from './helpers/installer';
+import { playInstall, postJson, readInstallerJob, readyNodes, type InstallerJob } from './helpers/installer';
 import { restStream, until, wsClient, wsSubscribe } from './helpers/streams';
 import { startRedfishSim, type BootEvent, type RedfishSim, type SimMachine } from './sim/redfish/server';
 import type { FlavourName } from './sim/redfish/flavours';
@@ -71,18 +71,7 @@ beforeAll(async () => {
   token = await makeToken(t.app.services.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
   // Ready nodes (enrolled, inspected, commissioned): their BMCs verified with the site's CA.
   const ca = certs.ca;
-  for (const m of sim.machines) {
-    const ref = await t.app.services.secrets!.put(tree.tenant.id, { username: m.username, password: m.password });
-    const id = newId('MetalNode');
-    await t.app.services.prisma.node.create({
-      data: {
-        id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, name: m.id, provisionState: 'ready',
-        bmcAddress: new URL(m.url).hostname, bmcDriver: 'redfish', bmcDriverOptions: { caCert: ca }, bmcCredentialsRef: ref,
-        driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' }, macs: [m.state().macs[0]!.toLowerCase()],
-      },
-    });
-    nodeOf.set(m.id, id);
-  }
+  for (const [id, nodeId] of await readyNodes(t.app.services, { tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id }, sim.machines, { driver: 'redfish', caCert: ca })) nodeOf.set(id, nodeId);
 });
 afterAll(async () => {
   await Promise.allSettled(installs);
