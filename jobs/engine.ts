@@ -803,7 +803,7 @@ const FLUSH_SQL = `WITH steps AS (
     RETURNING 1
   ), ev AS (
     INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-    SELECT e.type, $18::text, $19::text, $20::text, $21::text, $1::text, e.payload
+    SELECT e.type, $18::text, $19::text, $20::text, $21::text, $25::text, e.payload
       FROM unnest($22::text[], $23::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n
     RETURNING 1
   ), ${wakeRunCtes('$1::text', { at: "now() + $24::int * interval '1 millisecond'", when: '$24::int IS NOT NULL' })}
@@ -825,6 +825,9 @@ async function flush(l: Loaded): Promise<void> {
     run?.waitUntil ?? null, run?.waitingFor ?? null, run?.leaseUntil ?? null,
     l.node.tenantId, l.node.siteId, l.node.poolId, l.node.id, l.events.map((e) => e.type), l.events.map((e) => JSON.stringify(e.payload)),
     wake === null ? null : Math.round(wake),
+    // The events' subject: the run, or the control-node job its chain belongs to (jobProgress(jobId)
+    // then shows every run of the job; workflowProgress(runId) finds them by payload.workflowId).
+    l.run.params.jobId ?? l.run.id,
   ]);
   const r = rows[0]!;
   if (Number(r.steps) !== steps.length || (run && Number(r.run) !== 1)) throw new Error(`run ${l.run.id}: its rows changed under the step's lock`);

@@ -89,14 +89,17 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
     await fs.mkdir(deps.isoDir, { recursive: true });
     file = path.join(deps.isoDir, `${runId}-${randomBytes(4).toString('hex')}.iso`);
     const workDir = await fs.mkdtemp(path.join(os.tmpdir(), 'metal-iso-'));
+    let built: Awaited<ReturnType<typeof buildInstallerIso>>;
     try {
-      await buildInstallerIso({ base: await baseImage(deps.baseDir), preseed, outPath: file, workDir });
+      built = await buildInstallerIso({ base: await baseImage(deps.baseDir), preseed, outPath: file, workDir });
     } finally {
       await fs.rm(workDir, { recursive: true, force: true });
     }
     const bytes = (await fs.stat(file)).size;
-    await record({ ok: true, bytes, ms: Date.now() - started }, { file, name: `${p.hostname.split('.')[0]}.iso`, token });
-    deps.log.info({ runId, bytes, ms: Date.now() - started }, 'installer ISO built');
+    // A BIOS-only ISO (a base folder without the EFI files) is said so: a UEFI-only BMC will not boot it.
+    await record({ ok: true, bytes, ms: Date.now() - started, uefi: built.uefi, ...(built.note ? { note: built.note } : {}) }, { file, name: `${p.hostname.split('.')[0]}.iso`, token });
+    if (!built.uefi) deps.log.warn({ runId, note: built.note }, 'installer ISO built for BIOS only');
+    deps.log.info({ runId, bytes, ms: Date.now() - started, uefi: built.uefi }, 'installer ISO built');
     return 'built';
   } catch (error) {
     if (file) await fs.rm(file, { force: true }).catch(() => undefined);

@@ -19,6 +19,7 @@ import { bmcCertificates } from './helpers/tls';
 import { playInstall, readInstallerJob, type InstallerJob } from './helpers/installer';
 import { startMachineSim, type MachineSim } from './sim/machine';
 import { newId } from '../src/ids';
+import { bmcHostOf } from '../src/modules/provision/provision';
 
 jest.setTimeout(180_000);
 
@@ -126,7 +127,15 @@ describe('provision of a BMC address no node has', () => {
     expect(JSON.parse(early.metadata)).toMatchObject({ hostname: 'cn-new', vendor: 'dell', poolType: 'mirror' });
     expect(early.metadata).not.toMatch(/then|jobId|Pa55/);
 
-    const view = await jobUntil(jobId, (v) => v.job_status !== 'running' && v.job_status !== 'pending');
+    // The job's progress never goes back while its runs follow one another, and it is running throughout.
+    const seen: { progress: number; status: string }[] = [];
+    const view = await jobUntil(jobId, (v) => {
+      seen.push({ progress: v.progress as number, status: v.job_status as string });
+      return v.job_status !== 'running' && v.job_status !== 'pending';
+    });
+    const viewed = seen.map((x) => x.progress);
+    expect([...viewed].sort((a, b) => a - b)).toEqual(viewed);
+    expect(seen.slice(1, -1).every((x) => x.status === 'running')).toBe(true);
     expect(view).toMatchObject({ id: jobId, job_status: 'completed', progress: 100, last_error: null });
     const row = (await sql().query('SELECT provision_state, addresses, role FROM node WHERE id = $1', [r.body.node_id])).rows[0]!;
     expect(row).toMatchObject({ provision_state: 'deployed', addresses: ['10.40.3.10'], role: 'controlnode-os' });
@@ -139,6 +148,9 @@ describe('provision of a BMC address no node has', () => {
     const install = runs[3]!.id as string;
     expect(played.get('new-dell')!.job).toBe(install);
     expect((await rest(t.url, token, 'GET', `/controlnode/job/${install}`)).body).toMatchObject({ id: jobId, job_status: 'completed' });
+    // Every run's steps are the job's events too (jobProgress(jobId)); workflowProgress finds each run's by workflowId.
+    const stepRuns = (await sql().query(`SELECT DISTINCT payload->>'workflowId' AS run FROM event WHERE subject = $1 AND type = 'workflow.step'`, [jobId])).rows.map((e) => e.run);
+    expect(new Set(stepRuns)).toEqual(new Set(runs.map((x) => x.id)));
     // Its callbacks are the job's events (jobProgress(jobId), the SSE channel provision), naming the install run.
     const steps = (await sql().query(`SELECT subject, payload FROM event WHERE type = 'provision.step' AND node_id = $1 ORDER BY seq`, [r.body.node_id])).rows;
     expect(steps.length).toBe(5);
@@ -175,6 +187,26 @@ describe('provision of a BMC address no node has', () => {
     const view = await jobUntil(r.body.job_id, (v) => v.job_status === 'failed', 60_000);
     expect(view.last_error).toMatch(/^BMC_AUTH|auth|401|credential/i);
     expect((await sql().query('SELECT provision_state, failed_from FROM node WHERE id = $1', [r.body.node_id])).rows[0]).toEqual({ provision_state: 'failed', failed_from: 'enrolling' });
+  });
+
+  it('finds a node whose BMC address was enrolled in another form (a URL, with a port): it is that node\'s, never enrolled again', async () => {
+    const { prisma } = t.app.services;
+    const tree = await prisma.pool.findUniqueOrThrow({ where: { id: poolId } });
+    for (const [stored, asked] of [['https://127.78.5.50/', '127.78.5.50'], ['127.78.5.51:443', '127.78.5.51'], ['[fd00::51]:8443', 'FD00:0:0::51']] as const) {
+      await prisma.node.create({
+        data: {
+          id: newId('MetalNode'), tenantId, siteId: tree.siteId, poolId, name: `deployed-${stored}`, provisionState: 'deployed',
+          bmcAddress: stored, bmcDriver: 'redfish', driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' },
+        },
+      });
+      const r = await rest(t.url, token, 'POST', '/controlnode/provision/dell', body(asked));
+      expect([stored, r.status, r.body.error?.code]).toEqual([stored, 409, 'INVALID_STATE']);
+      expect(r.body.error.message).toMatch(/is deployed: provisioning is a deploy/);
+    }
+    expect(bmcHostOf('https://10.20.0.11:8443/redfish/v1')).toBe('10.20.0.11');
+    expect(bmcHostOf('[FD00::1]')).toBe('fd00::1');
+    expect(bmcHostOf('bmc-12.lab:623')).toBe('bmc-12.lab');
+    expect(bmcHostOf('fd00:0::1')).toBe('fd00::1');
   });
 
   it('answers NOT_FOUND, writing nothing, for an address another tenant\'s node has, and without the settings', async () => {

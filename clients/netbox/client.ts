@@ -176,10 +176,11 @@ export class NetboxClient {
     return { id, prefix: body.prefix, isPool: body.is_pool === true, customFields: custom };
   }
 
-  /** The IP addresses within `prefix` (NetBox's parent filter) whose DNS name is `dnsName`. */
+  /** The IP addresses within `prefix` (NetBox's parent filter) whose DNS name is `dnsName`, assigned to no interface. */
   async addressesNamed(prefix: string, dnsName: string): Promise<NetboxAddress[]> {
     const rows = await this.list('ipam/ip-addresses/', { parent: prefix, dns_name: dnsName }, Date.now() + this.deadlineMs);
-    return rows.filter((r) => typeof r.id === 'number' && typeof r.address === 'string' && r.dns_name === dnsName).map(addressOf);
+    // Only addresses assigned to nothing: one on another device's interface is that device's.
+    return rows.filter((r) => typeof r.id === 'number' && typeof r.address === 'string' && r.dns_name === dnsName && (r.assigned_object_id ?? null) === null).map(addressOf);
   }
 
   /**

@@ -231,10 +231,15 @@ export class InventoryService {
       const configured = hostOf(custom.gateway);
       const gateway = configured || firstHost;
       if (!inPrefix(gateway)) throw new AppError('INVALID_CONFIG', `NetBox's prefix ${prefixId} (${prefix.prefix}) has a gateway custom field outside it (${configured})`);
+      const last = ipaddr.IPv4.broadcastAddressFromCIDR(prefix.prefix).toString();
+      if (gateway === net || gateway === last) throw new AppError('INVALID_CONFIG', `NetBox's prefix ${prefixId} (${prefix.prefix}) has its network or broadcast address as gateway (${gateway})`);
       const listed = Array.isArray(custom.dns_servers) ? custom.dns_servers.map(hostOf) : typeof custom.dns_servers === 'string' ? custom.dns_servers.split(/[\s,]+/) : [];
-      const nameservers = listed.filter((x) => x && ipaddr.isValid(x)).slice(0, 3);
-      const existing = (await client.addressesNamed(prefix.prefix, hostname)).find((a) => inPrefix(a.address.split('/')[0]!));
-      const ip = existing ?? await client.allocateIp(prefixId, { status: 'active', dns_name: hostname, description });
+      // Four-part decimal only (ipaddr.isValid takes 010.0.0.1 and 10.1, which resolvers read otherwise).
+      const nameservers = listed.filter((x) => x && (ipaddr.IPv4.isValidFourPartDecimal(x) || (isIP(x) === 6))).map((x) => ipaddr.parse(x).toString()).slice(0, 3);
+      // NetBox keeps DNS names lowercased.
+      const dnsName = hostname.toLowerCase();
+      const existing = (await client.addressesNamed(prefix.prefix, dnsName)).find((a) => inPrefix(a.address.split('/')[0]!));
+      const ip = existing ?? await client.allocateIp(prefixId, { status: 'active', dns_name: dnsName, description: description.slice(0, 200) });
       const address = ip.address.split('/')[0]!;
       if (!inPrefix(address) || address === gateway) {
         if (!existing) await client.deleteIp(ip.id).catch(() => undefined);
@@ -247,14 +252,20 @@ export class InventoryService {
       if (!(error instanceof NetboxError)) throw error;
       this.log.warn({ netbox: client.where, kind: error.kind, status: error.status, prefixId }, 'NetBox address allocation failed');
       if (error.kind === 'exhausted') throw new AppError('CONFLICT', `${error.message}: free an address or choose another prefix`, { field });
+      // NetBox refused the request itself (400: its validation of the new address): the request's to fix.
+      if (error.kind === 'status' && error.status === 400) throw invalidInput(field, `NetBox refused to allocate from prefix ${prefixId}: ${error.message}`);
       throw this.mapped(error);
     }
   }
 
   /** Releases an address staticAddress allocated and nothing used (a job that was never recorded). */
   async releaseAddress(netboxIpId: number): Promise<void> {
-    const client = await this.clientFor();
-    await client.deleteIp(netboxIpId).catch((error: unknown) => this.log.warn({ err: error, netboxIpId }, 'an unused NetBox address could not be released'));
+    // Never throws: it runs on a failure path, whose own error is the one to report.
+    try {
+      await (await this.clientFor()).deleteIp(netboxIpId);
+    } catch (error) {
+      this.log.warn({ err: error, netboxIpId }, 'an unused NetBox address could not be released');
+    }
   }
 
   private mapped(error: NetboxError): AppError {

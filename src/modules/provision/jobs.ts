@@ -4,6 +4,7 @@ import { decide, visibleTo } from '../../auth/decide';
 import { AppError, notFound } from '../../errors';
 import { nodeResource } from '../tenancy/resources';
 import { runMoveVerb } from '../metal/verbs';
+import { nodesWithBmc } from './provision';
 import { WORKFLOW_CHAINS, type WorkflowKind } from '../metal/states';
 import { WORKFLOWS } from '../../../jobs/workflows';
 
@@ -107,16 +108,19 @@ function requestOf(root: RunRow): Record<string, unknown> {
 function view(job: JobRows): ControlNodeJob {
   const { root, last } = job;
   const steps = job.runs.flatMap((r) => r.steps.filter((s) => !s.cleanup));
-  const total = steps.length + job.pending.reduce((n, k) => n + stepCount(k), 0);
+  // A run's step rows are written at its first dispatch: a run still queued counts its workflow's steps.
+  const unstarted = job.runs.filter((r) => r.steps.length === 0).map((r) => r.kind);
+  const total = steps.length + [...unstarted, ...job.pending].reduce((n, k) => n + stepCount(k), 0);
   const done = steps.filter((s) => s.status === 'succeeded' || s.status === 'skipped').length;
   const current = last.steps.find((s) => !s.cleanup && (s.status === 'running' || s.status === 'waiting' || s.status === 'pending'));
   const installing = current?.title === 'Installing OS' && last.percent !== null ? Math.min(100, Math.max(0, last.percent)) / 100 : 0;
   // A run of the chain that succeeded with more to come is the job still running (the next run is written in the same transaction).
-  const jobStatus = last.status === 'succeeded' && job.pending.length ? 'running' : jobStatusOf(last.status);
+  // Only the job's first run queued is the job pending; a later one queued is the chain going on.
+  const jobStatus = (last.status === 'succeeded' && job.pending.length) || (last.status === 'queued' && last !== root) ? 'running' : jobStatusOf(last.status);
   const progress = jobStatus === 'completed' ? 100 : total ? Math.floor((100 * (done + installing)) / total) : 0;
   return {
     id: root.id, jobType: jobTypeOf(root)!, jobStatus,
-    status: jobStatus === 'running' || jobStatus === 'pending' ? (current?.title ?? 'Starting') : jobStatus === 'cancelling' ? 'Cancelling: ejecting the ISO' : jobStatus,
+    status: jobStatus === 'running' || jobStatus === 'pending' ? (current?.title ?? 'Starting') : jobStatus === 'cancelling' ? (last.kind === 'metal-install' ? 'Cancelling: ejecting the ISO' : 'Cancelling') : jobStatus,
     progress, metadata: JSON.stringify(requestOf(root)), nodeId: root.nodeId, nodeIp: root.bmcAddress, parentId: root.batchId ?? '',
     resourceName: String(requestOf(root).hostname ?? ''), totalJobs: 1,
     lastError: last.lastErrorCode ? `${last.lastErrorCode}: ${last.lastErrorMessage ?? ''}`
@@ -186,9 +190,9 @@ export async function provisionProgress(ctx: Context, bmcIp: string, latest: boo
        JOIN workflow_run w ON w.node_id = n.id AND (w.kind = 'metal-install' OR w.params ? 'then')
        -- A step is a record once it started (the steps an abort or a failure skipped never did).
        JOIN workflow_step s ON s.run_id = w.id AND NOT s.cleanup AND s.started_at IS NOT NULL
-      WHERE n.bmc_address = $1
+      WHERE n.id = ANY($1::text[])
       ORDER BY w.created_at, w.id, s.idx`,
-    [ip],
+    [(await nodesWithBmc(ctx, ip)).map((n) => n.id)],
   );
   // Each run's place in its job: the steps of the job's runs before it, and the job's whole count
   // (with the runs still to come), so a record's percent is the job's.

@@ -1,16 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { isIP } from 'node:net';
+import ipaddr from 'ipaddr.js';
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { visibleTo } from '../../auth/decide';
+import { decide, visibleTo } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
 import { updateNode } from '../metal/node-store';
 import type { NodeChange } from '../metal/node-rows';
 import { decideMove } from '../metal/states';
 import { runMoveVerb } from '../metal/verbs';
-import { nodeResource } from '../tenancy/resources';
+import { nodeResource, poolResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
 import { renderPreseed } from './preseed';
 import type { StaticAddress } from './inventory';
@@ -80,13 +81,44 @@ interface BmcNode {
  * unprovision.
  */
 async function nodeByBmc(ctx: Context, principal: ReturnType<typeof requirePrincipal>, bmcIp: string): Promise<BmcNode | undefined> {
-  const { rows } = await ctx.sql.query<BmcNode>(
+  return (await nodesWithBmc(ctx, bmcIp)).find((n) => visibleTo(principal, 'compute:nodes:provision', nodeResource(n)));
+}
+
+/**
+ * The host a node's BMC address names, as one canonical IP (or the lowercased host name): enroll
+ * keeps the address as it was given (`10.20.0.11`, `10.20.0.11:443`, `https://10.20.0.11/`,
+ * `[fe80::1]:8443`), and each of them is the BMC at bmc_IP 10.20.0.11.
+ */
+export function bmcHostOf(address: string): string {
+  let host = address.trim();
+  if (/^https?:\/\//i.test(host)) {
+    try {
+      host = new URL(host).hostname;
+    } catch {
+      return host.toLowerCase();
+    }
+  }
+  const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(host);
+  if (bracketed) host = bracketed[1]!;
+  else if (!isIP(host) && /^[^:]+:\d+$/.test(host)) host = host.slice(0, host.lastIndexOf(':'));
+  return ipaddr.isValid(host) && isIP(host) ? ipaddr.process(host).toString() : host.toLowerCase();
+}
+
+/** Every node (not retired) whose BMC is at this address, in any of the forms enroll keeps, any tenant's. */
+export async function nodesWithBmc(ctx: Context, bmcIp: string): Promise<BmcNode[]> {
+  const want = bmcHostOf(bmcIp);
+  // An IPv4 address is in the stored text whatever its form; an IPv6 one may be written several ways.
+  const v4 = isIP(want) === 4;
+  const { rows } = await ctx.sql.query<BmcNode & { bmcAddress: string }>(
     `SELECT n.id, n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId", n.version, n.provision_state AS "provisionState",
-            n.failed_from AS "failedFrom", n.bmc_driver AS "bmcDriver", n.bmc_credentials_ref AS "bmcCredentialsRef", b.os_credentials_ref AS "osRef"
-       FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id WHERE n.bmc_address = $1 AND n.provision_state <> 'retired' ORDER BY n.id`,
-    [bmcIp],
+            n.failed_from AS "failedFrom", n.bmc_driver AS "bmcDriver", n.bmc_credentials_ref AS "bmcCredentialsRef", b.os_credentials_ref AS "osRef",
+            n.bmc_address AS "bmcAddress"
+       FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id
+      WHERE n.provision_state <> 'retired' AND ($2::boolean IS NOT TRUE OR strpos(n.bmc_address, $1) > 0) AND ($2::boolean OR n.bmc_address LIKE '%:%')
+      ORDER BY n.id`,
+    [want, v4],
   );
-  return rows.find((n) => visibleTo(principal, 'compute:nodes:provision', nodeResource(n)));
+  return rows.filter((n) => bmcHostOf(n.bmcAddress) === want);
 }
 
 /** The vendors of the seed's provision/<vendor> routes. */
@@ -198,7 +230,7 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
     });
   } catch (error) {
     await ctx.secrets.delete(ref, node.tenantId).catch(() => undefined);
-    if (network && !network.reused) await ctx.inventory?.releaseAddress(network.netboxIpId);
+    if (network && !network.reused) await releaseUnused(ctx, network.netboxIpId);
     throw error;
   }
   if (node.osRef) await ctx.secrets.delete(node.osRef, node.tenantId).catch(() => undefined);
@@ -213,6 +245,20 @@ async function refuseUnserved(ctx: Context, siteId: string): Promise<void> {
   if (!(await siteIsServed(ctx, siteId))) {
     throw new AppError('INVALID_STATE', `no site agent serves site ${siteId} (no heartbeat within ${ctx.config.agentHeartbeatMs / 1000} s): the job's BMC calls would never run`, { siteId });
   }
+}
+
+/**
+ * Releases an address this request allocated when its job was not recorded, unless a recorded job
+ * uses it after all: a concurrent provision of the same host name found it in NetBox (by its DNS
+ * name) and won the race this request lost.
+ */
+async function releaseUnused(ctx: Context, netboxIpId: number): Promise<void> {
+  const { rows: [used] } = await ctx.sql.query(
+    `SELECT 1 FROM workflow_run WHERE status IN ('queued', 'running', 'waiting', 'aborting', 'succeeded')
+        AND (params->>'netboxIpId' = $1 OR params->'then'->'params'->>'netboxIpId' = $1) LIMIT 1`,
+    [String(netboxIpId)],
+  );
+  if (!used) await ctx.inventory?.releaseAddress(netboxIpId);
 }
 
 /** The preseed's static network of an address from NetBox. */
@@ -282,13 +328,15 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   const { controlnodeBmcCredentialsFile: file, controlnodePoolId: poolId } = ctx.config;
   const unknown = () => new AppError('NOT_FOUND', `no node has the BMC address ${n.bmcIp}: register it (POST /controlnode/register) or enroll it (POST /api/compute/metal/enroll) first${file && poolId ? '' : ', or set CONTROLNODE_POOL_ID and CONTROLNODE_BMC_CREDENTIALS_FILE so provision enrolls new BMC addresses'}`, { bmcIp: n.bmcIp });
   if (!file || !poolId) throw unknown();
-  const { rows: [taken] } = await ctx.sql.query('SELECT 1 FROM node WHERE bmc_address = $1 AND provision_state <> \'retired\' LIMIT 1', [n.bmcIp]);
-  if (taken) throw unknown();
+  // The caller must be allowed to enroll into that pool before anything is read, written or told.
+  const { rows: [pool] } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string }>('SELECT id, tenant_id AS "tenantId", site_id AS "siteId" FROM pool WHERE id = $1', [poolId]);
+  if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
+  decide(requirePrincipal(ctx), 'compute:nodes:provision', poolResource(pool));
+  // A node any tenant has at this address, in any of the forms enroll keeps, is never enrolled twice.
+  if ((await nodesWithBmc(ctx, n.bmcIp)).length) throw unknown();
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const credentials = await defaultBmcCredentials(file);
   const driverOptions = await controlnodeBmcOptions(ctx.config);
-  const { rows: [pool] } = await ctx.sql.query<{ tenantId: string; siteId: string }>('SELECT tenant_id AS "tenantId", site_id AS "siteId" FROM pool WHERE id = $1', [poolId]);
-  if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
   await refuseUnserved(ctx, pool.siteId);
   const generated = n.osPassword === null;
   const ref = await ctx.secrets.put(pool.tenantId, { username: n.osUsername, password: n.osPassword ?? randomBytes(18).toString('base64url') });
@@ -307,8 +355,13 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
       inTransaction: async (tx, id) => {
         // One node per BMC address: a concurrent provision of the same new address loses here.
         await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${n.bmcIp}`]);
-        const { rows: [{ count }] } = await tx.query<{ count: number }>('SELECT count(*)::int AS count FROM node WHERE bmc_address = $1 AND provision_state <> \'retired\'', [n.bmcIp]);
-        if (count > 1) throw new AppError('CONFLICT', `the BMC address ${n.bmcIp} was enrolled concurrently; provision again`, { bmcIp: n.bmcIp });
+        const { rows: others } = await tx.query<{ bmcAddress: string }>(
+          `SELECT bmc_address AS "bmcAddress" FROM node WHERE id <> $1 AND provision_state <> 'retired' AND ($3::boolean IS NOT TRUE OR strpos(bmc_address, $2) > 0)`,
+          [id, bmcHostOf(n.bmcIp), isIP(bmcHostOf(n.bmcIp)) === 4],
+        );
+        if (others.some((o) => bmcHostOf(o.bmcAddress) === bmcHostOf(n.bmcIp))) {
+          throw new AppError('CONFLICT', `the BMC address ${n.bmcIp} was enrolled concurrently; provision again`, { bmcIp: n.bmcIp });
+        }
         await tx.query(
           'INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)',
           [id, pool.tenantId, n.vendor, n.hostname, n.osUsername, ref],
@@ -317,7 +370,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
     });
   } catch (error) {
     await ctx.secrets.delete(ref, pool.tenantId).catch(() => undefined);
-    if (network && !network.reused) await ctx.inventory?.releaseAddress(network.netboxIpId);
+    if (network && !network.reused) await releaseUnused(ctx, network.netboxIpId);
     throw error;
   }
   return {
