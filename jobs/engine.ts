@@ -596,7 +596,8 @@ async function finishSuccess(l: Loaded, def: WorkflowDef): Promise<Step> {
   // A chain that reaches ready with a run to start then (provision's install after enrolling a new
   // BMC) goes on into that run's state, as the verb that run stands for would move it from ready.
   const thenRun = !chain && then && decision.to === 'ready' && isWorkflowKind(then.kind) ? then : null;
-  const nextRun = chain ? { id: newId('WorkflowRun'), kind: chain } : thenRun ? { id: newId('WorkflowRun'), kind: thenRun.kind } : null;
+  const nextKind = chain ?? thenRun?.kind;
+  const nextRun = nextKind ? { id: newId('WorkflowRun'), kind: nextKind } : null;
   const to = thenRun ? WORKFLOW_KINDS[thenRun.kind].state : decision.to;
   const ended = await endRun(l, 'succeeded');
   if (decision.to || finish.data) {

@@ -192,24 +192,22 @@ export async function provisionProgress(ctx: Context, bmcIp: string, latest: boo
        JOIN workflow_step s ON s.run_id = w.id AND NOT s.cleanup AND s.started_at IS NOT NULL
       WHERE n.id = ANY($1::text[])
       ORDER BY w.created_at, w.id, s.idx`,
-    [(await nodesWithBmc(ctx, ip)).map((n) => n.id)],
+    [(await nodesWithBmc(ctx.sql, ip)).map((n) => n.id)],
   );
-  // Each run's place in its job: the steps of the job's runs before it, and the job's whole count
-  // (with the runs still to come), so a record's percent is the job's.
-  const runs = new Map<string, { jobId: string; total: number }>();
-  for (const r of rows) runs.set(r.runId, { jobId: r.jobId, total: r.total });
+  // Each run's place in its job (the steps of the job's runs before it) and the job's whole count
+  // with the runs still to come (its first run's plan), so a record's percent is the job's.
   const offset = new Map<string, number>();
-  const jobTotal = new Map<string, number>();
-  for (const [runId, r] of runs) {
-    offset.set(runId, jobTotal.get(r.jobId) ?? 0);
-    jobTotal.set(r.jobId, (jobTotal.get(r.jobId) ?? 0) + r.total);
-  }
-  const seen = new Map<string, number>();
+  const jobs = new Map<string, { steps: number; runs: number }>();
   for (const r of rows) {
-    if (r.runId !== r.jobId || seen.has(r.jobId)) continue;
-    const kinds = plannedKinds({ kind: r.kind, params: r.then ? { then: r.then } : {} });
-    const have = [...runs.values()].filter((x) => x.jobId === r.jobId).length;
-    seen.set(r.jobId, kinds.slice(have).reduce((n, k) => n + stepCount(k), 0));
+    if (offset.has(r.runId)) continue;
+    const j = jobs.get(r.jobId) ?? { steps: 0, runs: 0 };
+    offset.set(r.runId, j.steps);
+    jobs.set(r.jobId, { steps: j.steps + r.total, runs: j.runs + 1 });
+  }
+  const toCome = new Map<string, number>();
+  for (const r of rows) {
+    if (r.runId !== r.jobId || toCome.has(r.jobId)) continue;
+    toCome.set(r.jobId, plannedKinds({ kind: r.kind, params: r.then ? { then: r.then } : {} }).slice(jobs.get(r.jobId)!.runs).reduce((n, k) => n + stepCount(k), 0));
   }
   const out: ProgressRecord[] = [];
   for (const r of rows) {
@@ -219,7 +217,7 @@ export async function provisionProgress(ctx: Context, bmcIp: string, latest: boo
     const cancelled = r.runStatus === 'aborted' || r.runStatus === 'aborting' || r.errorCode === 'ABORTED';
     const status = ended ? 'completed' : cancelled && (open || r.status === 'failed') ? 'cancelled' : r.status === 'failed' ? 'failed' : open && !ACTIVE.includes(r.runStatus) ? 'cancelled' : 'running';
     const inStep = open && r.title === 'Installing OS' && r.percent !== null ? r.percent / 100 : 0;
-    const total = (jobTotal.get(r.jobId) ?? r.total) + (seen.get(r.jobId) ?? 0);
+    const total = jobs.get(r.jobId)!.steps + (toCome.get(r.jobId) ?? 0);
     out.push({
       id: new Date(r.runCreated).getTime() * 100 + r.idx,
       bmcIp: ip, jobId: r.jobId, activeJobId: ACTIVE.includes(r.runStatus) ? r.jobId : '',

@@ -7,7 +7,7 @@ import { requirePrincipal } from '../../context';
 import { decide, visibleTo } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
-import { updateNode } from '../metal/node-store';
+import { updateNode, type Runner } from '../metal/node-store';
 import type { NodeChange } from '../metal/node-rows';
 import { decideMove } from '../metal/states';
 import { runMoveVerb } from '../metal/verbs';
@@ -70,18 +70,19 @@ export interface ProvisionInput {
 
 export interface ProvisionResult { jobId: string; nodeId: string; message: string }
 
-interface BmcNode {
+type BmcNode = {
   id: string; tenantId: string; siteId: string; poolId: string; version: number; provisionState: string; failedFrom: string | null;
   bmcDriver: string; bmcCredentialsRef: string | null; osRef: string | null;
-}
+};
 
 /**
  * The node whose BMC has this address that the caller may provision (another tenant's is not there
  * for it; one it may only read is PERMISSION_DENIED), or undefined: the one lookup of provision and
  * unprovision.
  */
-async function nodeByBmc(ctx: Context, principal: ReturnType<typeof requirePrincipal>, bmcIp: string): Promise<BmcNode | undefined> {
-  return (await nodesWithBmc(ctx, bmcIp)).find((n) => visibleTo(principal, 'compute:nodes:provision', nodeResource(n)));
+async function nodeByBmc(ctx: Context, principal: ReturnType<typeof requirePrincipal>, bmcIp: string): Promise<{ node: BmcNode | undefined; any: boolean }> {
+  const nodes = await nodesWithBmc(ctx.sql, bmcIp);
+  return { node: nodes.find((n) => visibleTo(principal, 'compute:nodes:provision', nodeResource(n))), any: nodes.length > 0 };
 }
 
 /**
@@ -104,19 +105,20 @@ export function bmcHostOf(address: string): string {
   return ipaddr.isValid(host) && isIP(host) ? ipaddr.process(host).toString() : host.toLowerCase();
 }
 
-/** Every node (not retired) whose BMC is at this address, in any of the forms enroll keeps, any tenant's. */
-export async function nodesWithBmc(ctx: Context, bmcIp: string): Promise<BmcNode[]> {
+/** Every node (not retired, but `except`) whose BMC is at this address, in any of the forms enroll keeps, any tenant's. */
+export async function nodesWithBmc(db: Pick<Runner, 'query'>, bmcIp: string, except: string | null = null): Promise<BmcNode[]> {
   const want = bmcHostOf(bmcIp);
   // An IPv4 address is in the stored text whatever its form; an IPv6 one may be written several ways.
   const v4 = isIP(want) === 4;
-  const { rows } = await ctx.sql.query<BmcNode & { bmcAddress: string }>(
+  const { rows } = await db.query<BmcNode & { bmcAddress: string }>(
     `SELECT n.id, n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId", n.version, n.provision_state AS "provisionState",
             n.failed_from AS "failedFrom", n.bmc_driver AS "bmcDriver", n.bmc_credentials_ref AS "bmcCredentialsRef", b.os_credentials_ref AS "osRef",
             n.bmc_address AS "bmcAddress"
        FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id
       WHERE n.provision_state <> 'retired' AND ($2::boolean IS NOT TRUE OR strpos(n.bmc_address, $1) > 0) AND ($2::boolean OR n.bmc_address LIKE '%:%')
+        AND n.id IS DISTINCT FROM $3
       ORDER BY n.id`,
-    [want, v4],
+    [want, v4, except],
   );
   return rows.filter((n) => bmcHostOf(n.bmcAddress) === want);
 }
@@ -182,30 +184,27 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
     facts[name] = v;
   }
 
-  const node = await nodeByBmc(ctx, principal, bmcIp);
+  const { node, any: taken } = await nodeByBmc(ctx, principal, bmcIp);
   const installParams = (generated: boolean, network: StaticAddress | null): InstallParams & Record<string, unknown> => ({
     verb: 'provision', vendor, hostname, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
     gpuPassthrough: input.gpuPassthrough ?? null, callbackBase, stuckSeconds: ctx.config.controlnodeInstallStuckS, role: 'controlnode-os',
     passwordGenerated: generated, ...facts, ...(network ? { network: networkOf(network), netboxIpId: network.netboxIpId } : {}),
   });
   const address = (jobId: string) => staticAddressFor(ctx, input.prefixId ?? null, hostname, jobId);
-  if (!node) return provisionNewBmc(ctx, { bmcIp, vendor, driver, hostname, osUsername, osPassword, nicMac, installParams, address, rootPass: !!input.rootPass });
+  if (!node) return provisionNewBmc(ctx, { bmcIp, taken, vendor, driver, hostname, osUsername, osPassword, nicMac, installParams, address, rootPass: !!input.rootPass });
   const move = decideMove('deploy', node.provisionState as never, node.failedFrom as never);
   if (!move.legal) {
     throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: provisioning is a deploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
   }
 
   await refuseUnserved(ctx, node.siteId);
-  // The OS password: the request's, else a random one (never a default); kept in the broker.
-  if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
-  const generated = osPassword === null;
-  const ref = await ctx.secrets.put(node.tenantId, { username: osUsername, password: osPassword ?? randomBytes(18).toString('base64url') });
+  const { secrets, ref, generated } = await keepOsPassword(ctx, node.tenantId, osUsername, osPassword);
   const runId = newId('WorkflowRun');
   let network: StaticAddress | null;
   try {
     network = await address(runId);
   } catch (error) {
-    await ctx.secrets.delete(ref, node.tenantId).catch(() => undefined);
+    await secrets.delete(ref, node.tenantId).catch(() => undefined);
     throw error;
   }
   const params = installParams(generated, network);
@@ -221,20 +220,33 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
         events: [{ type: move.event, payload: { verb: 'provision', from: node.provisionState, to: 'deploying', vendor, hostname } }],
       }, ctx.requestId);
       if (!updated) throw new AppError('CONFLICT', `node ${node.id} changed while the job was being recorded; provision again`, { nodeId: node.id });
-      await tx.query(
-        `INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (node_id) DO UPDATE SET vendor = EXCLUDED.vendor, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
-           os_credentials_ref = EXCLUDED.os_credentials_ref, version = bmc_info.version + 1, updated_at = now()`,
-        [node.id, node.tenantId, vendor, hostname, osUsername, ref],
-      );
+      await recordOs(tx, node.id, node.tenantId, vendor, hostname, osUsername, ref);
     });
   } catch (error) {
-    await ctx.secrets.delete(ref, node.tenantId).catch(() => undefined);
+    await secrets.delete(ref, node.tenantId).catch(() => undefined);
     if (network && !network.reused) await releaseUnused(ctx, network.netboxIpId);
     throw error;
   }
-  if (node.osRef) await ctx.secrets.delete(node.osRef, node.tenantId).catch(() => undefined);
+  if (node.osRef) await secrets.delete(node.osRef, node.tenantId).catch(() => undefined);
   return { jobId: runId, nodeId: node.id, message: `provisioning node ${node.id} (job ${runId}): Building ISO${addressNote(network)}${notesOf(generated, !!input.rootPass)}` };
+}
+
+/** The OS password (the request's, else a random one: never a default), kept in the broker; the ISO gets only its crypt hash. */
+async function keepOsPassword(ctx: Context, tenantId: string, username: string, password: string | null) {
+  const secrets = ctx.secrets;
+  if (!secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
+  const ref = await secrets.put(tenantId, { username, password: password ?? randomBytes(18).toString('base64url') });
+  return { secrets, ref, generated: password === null };
+}
+
+/** The node's control-node record: its vendor and installed system, the OS credentials by broker reference. */
+async function recordOs(tx: Pick<Runner, 'query'>, nodeId: string, tenantId: string, vendor: string, hostname: string, osUsername: string, ref: string): Promise<void> {
+  await tx.query(
+    `INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (node_id) DO UPDATE SET vendor = EXCLUDED.vendor, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
+       os_credentials_ref = EXCLUDED.os_credentials_ref, version = bmc_info.version + 1, updated_at = now()`,
+    [nodeId, tenantId, vendor, hostname, osUsername, ref],
+  );
 }
 
 /**
@@ -309,7 +321,10 @@ export async function defaultBmcCredentials(file: string): Promise<{ username: s
 }
 
 interface NewBmc {
-  bmcIp: string; vendor: string; driver: string; hostname: string; osUsername: string; osPassword: string | null; nicMac: string | null; rootPass: boolean;
+  bmcIp: string;
+  /** Whether a node (any tenant's) already has this BMC address. */
+  taken: boolean;
+  vendor: string; driver: string; hostname: string; osUsername: string; osPassword: string | null; nicMac: string | null; rootPass: boolean;
   installParams: (generated: boolean, network: StaticAddress | null) => InstallParams & Record<string, unknown>;
   address: (jobId: string) => Promise<StaticAddress | null>;
 }
@@ -333,13 +348,12 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
   decide(requirePrincipal(ctx), 'compute:nodes:provision', poolResource(pool));
   // A node any tenant has at this address, in any of the forms enroll keeps, is never enrolled twice.
-  if ((await nodesWithBmc(ctx, n.bmcIp)).length) throw unknown();
+  if (n.taken) throw unknown();
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const credentials = await defaultBmcCredentials(file);
   const driverOptions = await controlnodeBmcOptions(ctx.config);
   await refuseUnserved(ctx, pool.siteId);
-  const generated = n.osPassword === null;
-  const ref = await ctx.secrets.put(pool.tenantId, { username: n.osUsername, password: n.osPassword ?? randomBytes(18).toString('base64url') });
+  const { secrets, ref, generated } = await keepOsPassword(ctx, pool.tenantId, n.osUsername, n.osPassword);
   const jobId = newId('WorkflowRun');
   let nodeId: string;
   let network: StaticAddress | null = null;
@@ -353,23 +367,16 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
       runId: jobId,
       runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(generated, network) } },
       inTransaction: async (tx, id) => {
-        // One node per BMC address: a concurrent provision of the same new address loses here.
-        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${n.bmcIp}`]);
-        const { rows: others } = await tx.query<{ bmcAddress: string }>(
-          `SELECT bmc_address AS "bmcAddress" FROM node WHERE id <> $1 AND provision_state <> 'retired' AND ($3::boolean IS NOT TRUE OR strpos(bmc_address, $2) > 0)`,
-          [id, bmcHostOf(n.bmcIp), isIP(bmcHostOf(n.bmcIp)) === 4],
-        );
-        if (others.some((o) => bmcHostOf(o.bmcAddress) === bmcHostOf(n.bmcIp))) {
+        // One node per BMC address (locked by its canonical host): a concurrent provision of the same new address loses here.
+        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${bmcHostOf(n.bmcIp)}`]);
+        if ((await nodesWithBmc(tx, n.bmcIp, id)).length) {
           throw new AppError('CONFLICT', `the BMC address ${n.bmcIp} was enrolled concurrently; provision again`, { bmcIp: n.bmcIp });
         }
-        await tx.query(
-          'INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)',
-          [id, pool.tenantId, n.vendor, n.hostname, n.osUsername, ref],
-        );
+        await recordOs(tx, id, pool.tenantId, n.vendor, n.hostname, n.osUsername, ref);
       },
     });
   } catch (error) {
-    await ctx.secrets.delete(ref, pool.tenantId).catch(() => undefined);
+    await secrets.delete(ref, pool.tenantId).catch(() => undefined);
     if (network && !network.reused) await releaseUnused(ctx, network.netboxIpId);
     throw error;
   }
@@ -397,7 +404,7 @@ export async function unprovisionControlNode(ctx: Context, input: UnprovisionInp
   if ((user === null) !== (pass === null)) throw invalidInput(f2(user === null ? 'bmcUser' : 'bmcPass'), 'the BMC credentials are a pair: give bmc_user and bmc_pass together');
   const vendor = (input.vendor ?? '').trim().toLowerCase();
   if (vendor && !/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(f2('vendor'), 'must be a vendor name');
-  const node = await nodeByBmc(ctx, principal, bmcIp);
+  const { node } = await nodeByBmc(ctx, principal, bmcIp);
   if (!node) throw new AppError('NOT_FOUND', `no node has the BMC address ${bmcIp}`, { bmcIp });
   const move = decideMove('undeploy', node.provisionState as never);
   if (!move.legal) throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: unprovisioning is an undeploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });

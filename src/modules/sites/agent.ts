@@ -9,7 +9,7 @@ import type { Principal } from '../../auth/permissions';
 import { checkSightings, proposeCandidates, type SightingInput } from '../metal/discovery';
 import { invalidInput } from '../../errors';
 import { checkCommandResult } from './commands';
-import { claimQueued, heldCommand, recordResult, renewLeases, sweepCommands } from './claims';
+import { claimQueued, heldCommand, lapseClaims, recordResult, renewLeases, sweepCommands } from './claims';
 import { parsePublicKey, seal, type SealedBox } from './seal';
 
 /**
@@ -93,14 +93,10 @@ export async function registerAgentKey(ctx: Context, publicKey: string): Promise
   // process never saw them), but its heartbeat would renew their leases forever. Their claims lapse
   // here and the sweep settles them as any lapsed claim (a destructive one fails AGENT_LOST and the
   // engine reads the state back; any other goes back to the queue), at once rather than never.
-  const { rows } = await ctx.sql.query(
-    `WITH lapsed AS (UPDATE command SET lease_expires_at = now(), updated_at = now() WHERE claimed_by = $1 AND status = 'claimed' RETURNING 1)
-     SELECT count(*)::int AS n FROM lapsed`,
-    [agent.id],
-  );
-  if ((rows[0]!.n as number) > 0) {
+  const lapsed = await lapseClaims(ctx.sql, agent.id);
+  if (lapsed > 0) {
     const swept = await sweepCommands(ctx.sql, agent.siteId);
-    ctx.log.warn({ agentId: agent.id, lapsed: rows[0]!.n, ...swept }, 'a site agent started again: the commands its previous process held were settled as lapsed');
+    ctx.log.warn({ agentId: agent.id, lapsed, ...swept }, 'a site agent started again: the commands its previous process held were settled as lapsed');
   }
   return agent.id;
 }

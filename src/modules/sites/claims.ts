@@ -68,6 +68,20 @@ export async function renewLeases(db: Runner, agentId: string, leaseMs: number):
   return rows[0]!.n as number;
 }
 
+/**
+ * Ends now the lease of every command the agent holds (a new process of it registered its key: the
+ * old one's claims are nobody's, and the heartbeat would renew them for ever); the sweep then
+ * settles them as any lapsed claim. Returns how many there were.
+ */
+export async function lapseClaims(db: Runner, agentId: string): Promise<number> {
+  const { rows } = await db.query(
+    `WITH lapsed AS (UPDATE command SET lease_expires_at = now(), updated_at = now() WHERE claimed_by = $1 AND status = 'claimed' RETURNING 1)
+     SELECT count(*)::int AS n FROM lapsed`,
+    [agentId],
+  );
+  return rows[0]!.n as number;
+}
+
 export const AGENT_LOST_MESSAGE = 'the site agent\'s claim lapsed without a result: whether the action ran is unknown, so it is not sent again';
 
 export interface SweepCounts {
