@@ -6,7 +6,8 @@ import { releaseBatch } from '../src/modules/metal/bulk';
 import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
 import { buildRunIso, type IsoBuildDeps } from './iso-build';
 import { advanceRun, reconcileNode, sweepRuns } from './engine';
-import { ADVANCE_QUEUED_CHANNEL } from './registry';
+import { ADVANCE_QUEUED_CHANNEL, queueAdvance } from './registry';
+import { LocalAdvancer, type RunWaker } from './local-wake';
 import type { Notifications } from '../src/db/listen';
 
 /** How often a worker looks for runs whose wake-up a dead worker took with it, and how quiet they must be. */
@@ -24,6 +25,8 @@ const ADVANCE_BATCH = 16;
  * slow run holding back only its own batch, and an idle service polls twice a second.
  */
 const ADVANCE_WORKERS = 2;
+/** Runs this process advances at once when it woke them itself (LocalAdvancer), beside the loops' batches. */
+const LOCAL_ADVANCE_CONCURRENCY = 16;
 /** The ISO-build queue's poll: a build takes about a second, so two more to start it are not felt. */
 const ISO_POLL_SECONDS = 2;
 /** metal.reconcile only holds jobs an older version queued: its loop looks rarely. */
@@ -52,7 +55,7 @@ export async function startWorkers(queues: Queues, log: Logger,
     workflow?: { engine: boolean; leaseMs?: number };
     /** The ISO-build queue (control-node jobs): its loops, each one build at a time. */
     iso?: Omit<IsoBuildDeps, 'sql' | 'log'> & { concurrency: number };
-  }): Promise<{ stop(): Promise<void> }> {
+  }): Promise<{ stop(): Promise<void>; waker: RunWaker | null }> {
   await queues.boss.schedule('events.prune', PRUNE_CRON, {}, { tz: 'UTC' });
   await queues.work('events.prune', async () => {
     const result = await pruneEvents(deps.sql, deps.retentionHours);
@@ -73,7 +76,11 @@ export async function startWorkers(queues: Queues, log: Logger,
   const engineOn = deps.workflow?.engine ?? true;
   let timer: NodeJS.Timeout | null = null;
   let listener: { stop(): void } | null = null;
+  let local: LocalAdvancer | null = null;
   if (engineOn) {
+    // The runs this process's own commits wake (the built-in agent's results, the ramdisk reports
+    // its API stores) are advanced here at once, with no metal.advance job (see local-wake.ts).
+    local = new LocalAdvancer((runId) => advanceRun(engine, runId), (runId) => queueAdvance(engineSql, runId, 1000), LOCAL_ADVANCE_CONCURRENCY, log);
     const loops: string[] = [];
     for (let i = 0; i < ADVANCE_WORKERS; i += 1) {
       let id = '';
@@ -135,9 +142,11 @@ export async function startWorkers(queues: Queues, log: Logger,
   }
   log.info('queue workers started');
   return {
+    waker: local,
     stop: async () => {
       if (timer) clearInterval(timer);
       listener?.stop();
+      await local?.stop();
     },
   };
 }

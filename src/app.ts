@@ -12,6 +12,7 @@ import { connectDatabase, type Database } from './db/client';
 import { TokenStore, generateToken } from './auth/tokens';
 import { Queues } from '../jobs/registry';
 import { startWorkers } from '../jobs/workers';
+import type { RunWaker } from '../jobs/local-wake';
 import { createGraphqlServer, type GraphqlServer } from './graphql/yoga';
 import { ResponseCache } from './graphql/response-cache';
 import { RestRouter } from './rest/router';
@@ -149,10 +150,13 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     const inventory = config.role === 'worker' ? null : new InventoryService(config, log);
     if (inventory) cleanups.push(() => inventory.close());
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, inventory, log };
+    // This process's engine, when it runs one: what its own agent and API commit wakes runs here (jobs/local-wake.ts).
+    let waker: RunWaker | null = null;
     if (config.role !== 'api') {
       const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, iso: { secrets, isoDir: config.isoDir, publicUrl: () => config.publicUrl, baseDir: config.installerBaseDir, concurrency: config.controlnodeIsoConcurrency }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
       // Cleanups run in reverse: the run sweep stops before the queues and the pool close.
       cleanups.push(async () => workers.stop());
+      waker = workers.waker;
       // Site agents' claims lapse and commands expire whether or not any agent is alive.
       // backgroundSql: their statements must not count in request-level statement counts.
       const sweeper = startCommandSweeper(database.backgroundSql, log, Math.max(config.agentPollMs, Math.min(15000, Math.floor(config.agentLeaseMs / 4))));
@@ -161,7 +165,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         const builtin = startBuiltinAgent({
           sql: database.backgroundSql, secrets, registry: opts.drivers ?? defaultDriverRegistry(), log,
           heartbeatMs: config.agentHeartbeatMs, leaseMs: config.agentLeaseMs, pollMs: config.agentPollMs, concurrency: config.agentConcurrency,
-          notifications,
+          notifications, waker,
         });
         // Before the pools close (cleanups run in reverse): running commands finish or are reported.
         cleanups.push(() => builtin.stop(config.shutdownTimeoutMs));
@@ -187,7 +191,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         events,
         tokens,
         rest,
-        boot: new BootHttp(database.sql, log, { publicUrl: config.publicUrl, ramdiskKernelUrl: config.ramdiskKernelUrl, ramdiskInitrdUrl: config.ramdiskInitrdUrl, ramdiskDir: config.ramdiskDir ?? path.join(config.dataDir, 'ramdisk'), isoDir: config.isoDir }),
+        boot: new BootHttp(database.sql, log, { publicUrl: config.publicUrl, ramdiskKernelUrl: config.ramdiskKernelUrl, ramdiskInitrdUrl: config.ramdiskInitrdUrl, ramdiskDir: config.ramdiskDir ?? path.join(config.dataDir, 'ramdisk'), isoDir: config.isoDir, waker }),
         installer: new InstallerHttp(database.sql, secrets, log),
         metrics,
         log,

@@ -87,11 +87,18 @@ describe('the built-in site agent', () => {
 
   it('reports a BMC refusal as a structured failure and wakes the run, with the password nowhere', async () => {
     const nodeId = await nodeFor(tree, 1, `${PASSWORD}-wrong`);
-    const cmd = await queueCommand(app.services.sql, { kind: 'bmc.power-state', params: {}, nodeId, runId: 'run_builtin', stepIdx: 0, idempotencyKey: `b-${randomBytes(4).toString('hex')}`, ttlMs: 60000 });
+    // A run waiting for the command (an inspect run on a node that is ready by now: once woken, the
+    // engine ends it as superseded, which shows it was advanced).
+    const runId = newId('WorkflowRun');
+    await app.services.sql.query(`INSERT INTO workflow_run (id, node_id, kind, status, wait_until, waiting_for) VALUES ($1, $2, 'metal-inspect', 'waiting', now() + interval '1 hour', 'the command')`, [runId, nodeId]);
+    const cmd = await queueCommand(app.services.sql, { kind: 'bmc.power-state', params: {}, nodeId, runId, stepIdx: 0, idempotencyKey: `b-${randomBytes(4).toString('hex')}`, ttlMs: 60000 });
     const done = await until('the command to finish', () => command(cmd.id), finished);
     expect(done.result).toMatchObject({ ok: false, code: 'BMC_AUTH_FAILED' });
-    const { rows } = await app.services.sql.query("SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = 'run_builtin'");
-    expect(rows[0].n).toBe(1);
+    // The agent runs in the engine's process: the result wakes the run there, with no metal.advance job.
+    const run = await until('the run to be woken', async () => (await app.services.sql.query('SELECT status FROM workflow_run WHERE id = $1', [runId])).rows[0]!, (r) => r.status !== 'waiting');
+    expect(run.status).toBe('superseded');
+    const { rows } = await app.services.sql.query("SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1", [runId]);
+    expect(rows[0].n).toBe(0);
     expect(lines.filter((l) => l.includes(PASSWORD))).toEqual([]);
   });
 

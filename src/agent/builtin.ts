@@ -8,6 +8,7 @@ import type { Sql } from '../db/sql';
 import { claimHeld, recordResult, renewLeases, sweepCommands, type HeldCommand } from '../modules/sites/claims';
 import type { CommandResult } from '../modules/sites/commands';
 import { executeCommand } from './execute';
+import type { RunWaker } from '../../jobs/local-wake';
 import { CommandPump } from './pump';
 
 /**
@@ -29,6 +30,8 @@ export interface BuiltinAgentOptions {
   concurrency: number;
   /** With it, the agent hears of queued commands (the command_queued_notify trigger) and claims at once; AGENT_POLL_MS stays the fallback. */
   notifications?: Notifications;
+  /** This process's engine: a result's run is woken here, not through a metal.advance job (jobs/local-wake.ts). */
+  waker?: RunWaker | null;
 }
 
 export interface BuiltinAgent {
@@ -41,8 +44,8 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   const agentId = `builtin:${os.hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   const log = opts.log.child({ agent: 'builtin' });
   const record = async (commandId: string, result: CommandResult) => {
-    // One statement (the result and its run's wake-up): no transaction around it.
-    const recorded = await recordResult(opts.sql, commandId, agentId, result);
+    // One statement (the result, and its run's wake-up unless this process's engine wakes it): no transaction around it.
+    const recorded = await recordResult(opts.sql, commandId, agentId, result, opts.waker);
     if (!recorded) log.warn({ commandId }, 'the built-in agent no longer held the command when it finished; result dropped');
   };
   const pump = new CommandPump<HeldCommand & { started?: boolean }>({

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
 import { wakeRunCtes } from '../../../jobs/registry';
+import type { RunWaker } from '../../../jobs/local-wake';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -224,8 +225,10 @@ export async function bootSession(db: Runner, token: string): Promise<BootSessio
  * token alone orders a report against them, and no lock is taken on the entry beyond the foreign
  * key's KEY SHARE. `payload` is already checked
  * (reports.ts). One round trip: the callbacks of 1,000 machines are most of a lifecycle's requests.
+ * With `waker` (this process runs the engine), the run is woken here after the commit instead of
+ * by a job: `db` must not be a transaction.
  */
-export async function storeReport(db: Runner, token: string, kind: ReportKind, payload: object, wake = true): Promise<{ id: string; createdAt: Date; session: Pick<BootSession, 'tokenId' | 'entryId' | 'nodeId' | 'runId'> } | null> {
+export async function storeReport(db: Runner, token: string, kind: ReportKind, payload: object, wake = true, waker?: RunWaker | null): Promise<{ id: string; createdAt: Date; session: Pick<BootSession, 'tokenId' | 'entryId' | 'nodeId' | 'runId'> } | null> {
   const { rows } = await db.query(
     `WITH s AS (
        SELECT t.id AS token_id, e.id AS entry_id, e.node_id, e.run_id
@@ -239,11 +242,12 @@ export async function storeReport(db: Runner, token: string, kind: ReportKind, p
        RETURNING id, run_id, created_at
      ), ${wakeRunCtes('(SELECT run_id FROM rep)', { when: '$4::boolean' })}
      SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM job) + (SELECT count(*)::int FROM due) AS jobs FROM rep, s`,
-    [hashToken(token), kind, JSON.stringify(payload), wake],
+    [hashToken(token), kind, JSON.stringify(payload), wake && !waker],
   );
   const r = rows[0];
   if (!r) return null;
-  if (wake && r.run_id && Number(r.jobs) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
+  if (wake && r.run_id && waker) waker.wake(r.run_id as string);
+  else if (wake && r.run_id && Number(r.jobs) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
   return {
     id: r.id as string,
     createdAt: r.created_at as Date,

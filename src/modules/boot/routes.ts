@@ -11,6 +11,7 @@ import { ISO_URL_PREFIX, liveIso } from '../provision/iso-store';
 import { checkString } from '../../limits';
 import { normalizeMac } from '../metal/mac';
 import { bootSession, startBoot, storeReport, type BootSession, type ReportKind } from './entries';
+import type { RunWaker } from '../../../jobs/local-wake';
 import { checkReport, reportAllowed, reportWakesRun, REPORTS_BY_PURPOSE } from './reports';
 
 /**
@@ -30,6 +31,8 @@ export interface BootHttpOptions {
   ramdiskDir?: string;
   /** ISO_DIR: where the installer ISOs published at /boot/iso/<token>/<name>.iso lie. */
   isoDir?: string;
+  /** This process's engine (ROLE all): a report's run is woken here, not through a metal.advance job. */
+  waker?: RunWaker | null;
 }
 
 /** The only files /boot/ramdisk/ serves: no path is ever built from the request. */
@@ -88,6 +91,7 @@ export class BootHttp {
   private readonly initrdUrl: string | null;
   private readonly ramdiskDir: string | null;
   private readonly isoDir: string | null;
+  private readonly waker: RunWaker | null;
 
   constructor(private sql: Sql, private log: Logger, opts: BootHttpOptions = {}) {
     this.publicUrl = opts.publicUrl ? checkUrlSetting('PUBLIC_URL', opts.publicUrl) : null;
@@ -95,6 +99,7 @@ export class BootHttp {
     this.initrdUrl = opts.ramdiskInitrdUrl ? checkUrlSetting('RAMDISK_INITRD_URL', opts.ramdiskInitrdUrl) : null;
     this.ramdiskDir = opts.ramdiskDir ?? null;
     this.isoDir = opts.isoDir ?? null;
+    this.waker = opts.waker ?? null;
   }
 
   owns(pathname: string): boolean {
@@ -188,7 +193,7 @@ export class BootHttp {
     }
     // The token is checked again in the statement that stores: a new iPXE fetch or a revocation
     // that committed since the check above wins, and nothing is stored for a boot that is over.
-    const stored = await storeReport(this.sql, token, kind, payload, reportWakesRun(session.purpose, kind, payload));
+    const stored = await storeReport(this.sql, token, kind, payload, reportWakesRun(session.purpose, kind, payload), this.waker);
     if (!stored) return unauthorized(req, res, requestId);
     this.log.info({ requestId, entryId: session.entryId, nodeId: session.nodeId, runId: session.runId, kind, reportId: stored.id }, 'ramdisk report stored');
     sendJson(res, 201, { report: { id: stored.id, kind, createdAt: stored.createdAt.toISOString() } });

@@ -1,4 +1,5 @@
 import { insertJobsSql, wakeRunCtes } from '../../../jobs/registry';
+import type { RunWaker } from '../../../jobs/local-wake';
 import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from './commands';
 
 /**
@@ -202,20 +203,24 @@ function toHeld(r: Record<string, unknown>): HeldCommand {
  * statement: no transaction needed around it. A result that arrives after the lease lapsed but
  * before a sweep is accepted: it is better knowledge than AGENT_LOST. Returns false when the agent
  * does not hold the command (any more).
+ *
+ * With `waker` (a process that runs the engine itself: the built-in agent), no job is queued: the
+ * run is woken in this process after the statement's commit, so `db` must not be a transaction.
  */
-export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult): Promise<boolean> {
+export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult, waker?: RunWaker | null): Promise<boolean> {
   const { rows } = await db.query(
     `WITH upd AS (
        UPDATE command SET status = $3, result = $4::jsonb, lease_expires_at = NULL, updated_at = now()
         WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
        RETURNING run_id
-     ), ${wakeRunCtes('(SELECT run_id FROM upd)')}
+     ), ${wakeRunCtes('(SELECT run_id FROM upd)', { when: '$5::boolean' })}
      SELECT (SELECT count(*) FROM upd)::int AS recorded, (SELECT run_id FROM upd) AS run_id,
             (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`,
-    [commandId, agentId, result.ok ? 'succeeded' : 'failed', JSON.stringify(result)],
+    [commandId, agentId, result.ok ? 'succeeded' : 'failed', JSON.stringify(result), !waker],
   );
   const r = rows[0]!;
   if (Number(r.recorded) === 0) return false;
-  if (r.run_id && Number(r.woken) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
+  if (r.run_id && waker) waker.wake(r.run_id as string);
+  else if (r.run_id && Number(r.woken) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
   return true;
 }
