@@ -45,6 +45,14 @@ const LOCKED_RETRY_MS = 200;
 const CLEANUP_DEADLINE_MS = 15 * 60 * 1000;
 const DEFAULT_ATTEMPTS = 3;
 const DEFAULT_DEADLINE_S = 3600;
+/**
+ * A wait due within this long gets a metal.advance job due at its end (a retry's backoff, a
+ * `continue`, a short deadline). A longer one (a command's 5-minute expiry, a ramdisk's 30-minute
+ * deadline) gets none: what ends it early wakes the run anyway (the result, the report), and a wait
+ * that runs out is found by the workflow sweep (sweepRuns: wait_until passed), at most about 25 s
+ * late. In the lifecycle bench, a third of all jobs were such timers, none of them ever due.
+ */
+export const TIMER_JOB_MAX_MS = 60_000;
 const MAX_MESSAGE = 1000;
 
 export interface EngineDeps {
@@ -266,8 +274,11 @@ interface Loaded {
   dirty: Set<StepRow>;
   /** The run's pending update (the last step's end: waiting, or running the next step). */
   runWrite: RunWrite | null;
-  /** A metal.advance job to queue at the flush, due after this many ms (a new wait's timer). */
-  wakeAfterMs: number | null;
+  /**
+   * A metal.advance job to queue at the flush, due then (a short wait's timer): the wait's own end,
+   * to the millisecond, so a later early wake-up finds this timer as due by then and adds none.
+   */
+  wakeAt: Date | null;
   injected: Injected | null;
   /**
    * The commands of the run's current step as the load read them, by idempotency key: a body
@@ -329,7 +340,7 @@ async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Pr
     commands: new Map((row['run.commands'] as { id: string; kind: string; status: CommandRow['status']; result: CommandRow['result']; expiresAt: string; key: string }[])
       .map((c) => [c.key, { id: c.id, kind: c.kind, status: c.status, result: c.result, expiresAt: new Date(c.expiresAt) }])),
     now: row['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
-    dirty: new Set(), runWrite: null, wakeAfterMs: null,
+    dirty: new Set(), runWrite: null, wakeAt: null,
   };
 }
 
@@ -491,14 +502,19 @@ function saveStep(l: Loaded, step: StepRow, finished: boolean): void {
   l.dirty.add(step);
 }
 
-/** Ends the transaction's work with the run waiting (lease released) and a timer job when it is new. */
+/**
+ * Ends the transaction's work with the run waiting (lease released), and a timer job when the wait
+ * is short (TIMER_JOB_MAX_MS). Asked for at every short wait, not only a new one: the flush queues
+ * none when a job of the run due by then is there already (the timer queued when the wait began),
+ * and a wait whose first wake-up was such a job due sooner (then fetched to bring the run here
+ * early) needs its own.
+ */
 function stopWaiting(l: Loaded, until: Date, waitingFor: string): Step {
-  const changed = l.run.waitUntil?.getTime() !== until.getTime() || l.run.status !== 'waiting';
   l.runWrite = { ...l.runWrite, status: 'waiting', waitUntil: until, waitingFor: clip(waitingFor), leaseUntil: null };
   if (l.run.status !== 'aborting') l.run.status = 'waiting';
   l.run.waitUntil = until;
   l.run.leaseUntil = null;
-  if (changed) l.wakeAfterMs = Math.max(0, until.getTime() - l.now.getTime());
+  if (until.getTime() - l.now.getTime() <= TIMER_JOB_MAX_MS) l.wakeAt = until;
   return { kind: 'stop', outcome: { kind: 'waiting', until, for: waitingFor } };
 }
 
@@ -785,7 +801,7 @@ async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 's
 
 /**
  * Writes what the transaction changed in memory, in one statement: the step rows, the run's update
- * (the last step's end), the events, and the run's timer job when its wait is new (a job of the
+ * (the last step's end), the events, and the run's timer job when its wait is short (a job of the
  * run already due by then does instead, as queueAdvance). One statement where there were five to
  * nine (each step's start, its end, the run, the events, the job), for the engine's hot path.
  */
@@ -807,14 +823,14 @@ const FLUSH_SQL = `WITH steps AS (
     SELECT e.type, $18::text, $19::text, $20::text, $21::text, $25::text, e.payload
       FROM unnest($22::text[], $23::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n
     RETURNING 1
-  ), ${wakeRunCtes('$1::text', { at: "now() + $24::int * interval '1 millisecond'", when: '$24::int IS NOT NULL' })}
+  ), ${wakeRunCtes('$1::text', { at: '$24::timestamptz', when: '$24::timestamptz IS NOT NULL' })}
   SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run,
          (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`;
 
 async function flush(l: Loaded): Promise<void> {
   const steps = [...l.dirty];
   const run = l.runWrite;
-  const wake = l.wakeAfterMs;
+  const wake = l.wakeAt;
   if (steps.length === 0 && !run && l.events.length === 0 && wake === null) return;
   for (const e of l.events) checkEventPayload(e.payload);
   const { rows } = await l.tx.query(FLUSH_SQL, [
@@ -825,7 +841,7 @@ async function flush(l: Loaded): Promise<void> {
     run !== null, run?.stepIndex ?? null, run ? (l.attempt ?? null) : null, run?.status ?? null,
     run?.waitUntil ?? null, run?.waitingFor ?? null, run?.leaseUntil ?? null,
     l.node.tenantId, l.node.siteId, l.node.poolId, l.node.id, l.events.map((e) => e.type), l.events.map((e) => JSON.stringify(e.payload)),
-    wake === null ? null : Math.round(wake),
+    wake,
     // The events' subject: the run, or the control-node job its chain belongs to (jobProgress(jobId)
     // then shows every run of the job; workflowProgress(runId) finds them by payload.workflowId).
     l.run.params.jobId ?? l.run.id,
@@ -835,7 +851,7 @@ async function flush(l: Loaded): Promise<void> {
   if (wake !== null && Number(r.woken) !== 1) throw new Error('the metal.advance queue is missing: the run\'s timer was not queued');
   l.dirty.clear();
   l.runWrite = null;
-  l.wakeAfterMs = null;
+  l.wakeAt = null;
   l.events = [];
 }
 

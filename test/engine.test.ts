@@ -8,7 +8,8 @@ import { startTestApp, type TestApp } from './helpers/app';
 import {
   commandsOf, expireCommands, expireTimers, makeNode, makeWorld, nodeOf, playAgent, queuedCommands, reportCommand, runOf, startRun, stepsOf, type World,
 } from './helpers/engine';
-import { advanceRun, reconcileNode, sweepRuns, type EngineDeps } from '../jobs/engine';
+import { advanceRun, reconcileNode, sweepRuns, TIMER_JOB_MAX_MS, type EngineDeps } from '../jobs/engine';
+import { recordResult } from '../src/modules/sites/claims';
 import type { StepDef, WorkflowDef } from '../jobs/engine-types';
 import { complete, continueAfter, failed } from '../jobs/steps';
 import { queueAdvance } from '../jobs/registry';
@@ -375,6 +376,62 @@ describe('reconcileNode and sweepRuns', () => {
     await sql().query(`UPDATE pgboss.job SET state = 'active', started_on = now() WHERE name = 'metal.advance' AND data->>'runId' = $1 AND state < 'active'`, [runId]);
     await sweepRuns(sql(), 30_000);
     expect(await advanceJobs(runId)).toBe(before + 1);
+  });
+});
+
+describe('waking a run in the process that committed the news (jobs/local-wake.ts)', () => {
+  it('a result recorded with a waker queues no job and hands the run to it; if that process died first, the sweep wakes the run', async () => {
+    const d = deps([powerStateStep]);
+    const { runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const cmd = (await queuedCommands(sql(), runId))[0]!;
+    await sql().query(`UPDATE command SET status = 'claimed', claimed_by = 'agent-x', claimed_at = now(), lease_expires_at = now() + interval '1 minute' WHERE id = $1`, [cmd.id]);
+    // The run's start job was fetched and completed long ago, and the run has been quiet since.
+    await sql().query(`DELETE FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId]);
+    await sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
+    const woken: string[] = [];
+    expect(await recordResult(sql(), cmd.id, 'agent-x', ok('on'), { wake: (id) => woken.push(id) })).toBe(true);
+    expect(woken).toEqual([runId]);
+    expect(await advanceJobs(runId)).toBe(0);
+    // The waker's process died before it advanced the run: the committed result is what the sweep finds.
+    expect(await sweepRuns(sql(), 30_000)).toBeGreaterThanOrEqual(1);
+    expect(await advanceJobs(runId)).toBe(1);
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'succeeded' });
+  });
+
+  it('a wait longer than TIMER_JOB_MAX_MS queues no timer job; the sweep wakes the run once it has run out', async () => {
+    const long: StepDef = { name: 'await', title: 'Waiting for a long time', deadlineSeconds: 3600, async run(ctx) { return ctx.waitFor('a report that never comes'); } };
+    const short: StepDef = { name: 'await', title: 'Waiting a little', deadlineSeconds: TIMER_JOB_MAX_MS / 1000 - 1, async run(ctx) { return ctx.waitFor('a report that never comes'); } };
+    const timers = (runId: string) => sql().query(`SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1 AND start_after > now()`, [runId]).then((r) => r.rows[0]!.n as number);
+    // Each run's start job was fetched by the worker advancing it (a due one would stand in for the timer).
+    const fetched = (runId: string) => sql().query(`DELETE FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId]);
+    const shortRun = await enrollingRun();
+    await fetched(shortRun.runId);
+    expect(await advanceRun(deps([short]), shortRun.runId)).toMatchObject({ kind: 'waiting' });
+    expect(await timers(shortRun.runId)).toBe(1);
+    // Its wake-up was a job due sooner after all (fetched now, to bring the run here early): the
+    // early wake-up queues the timer again; with the timer there, another adds none.
+    await fetched(shortRun.runId);
+    expect(await advanceRun(deps([short]), shortRun.runId)).toMatchObject({ kind: 'waiting' });
+    expect(await timers(shortRun.runId)).toBe(1);
+    expect(await advanceRun(deps([short]), shortRun.runId)).toMatchObject({ kind: 'waiting' });
+    expect(await timers(shortRun.runId)).toBe(1);
+    const { runId } = await enrollingRun();
+    await fetched(runId);
+    const d = deps([long]);
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting' });
+    expect(await timers(runId)).toBe(0);
+    // Not run out yet: the sweep leaves it alone.
+    await sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
+    await sweepRuns(sql(), 30_000);
+    expect(await advanceJobs(runId)).toBe(0);
+    // Run out: woken, and the step fails as a deadline that passed.
+    await expireTimers(sql(), runId, { deadlines: true });
+    await sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
+    await sweepRuns(sql(), 30_000);
+    expect(await advanceJobs(runId)).toBe(1);
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'finished', status: 'failed' });
+    expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'failed', errorCode: 'CALLBACK_TIMEOUT' });
   });
 });
 
