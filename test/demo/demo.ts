@@ -18,7 +18,7 @@ import { stopEmbeddedPostgresNow } from '../../src/db/embedded';
 import { startMachineSim, type MachineSim } from '../sim/machine';
 import { FLAVOURS, type FlavourName } from '../sim/redfish/flavours';
 import type { DemoOptions } from './options';
-import { createView, type Row, type View } from './view';
+import { createView, type Move, type Row, type View } from './view';
 
 export class Interrupted extends Error {
   override name = 'Interrupted';
@@ -84,6 +84,26 @@ async function readRows(app: App, tenantId: string, flavours: Map<string, string
   }));
 }
 
+/**
+ * The provision moves published after stream position `after` (the outbox: node.enrolled, then node.provision.<state>),
+ * in the stream's order (`seq`, numbered in commit order: an event id is taken at insert, so a
+ * later-committed event can hold a smaller id than one already read), in order:
+ * what the plain view prints, so a machine that moves through a state between two polls still
+ * shows it (with the engine waking runs in its own process, a whole inspection can take less than
+ * the 250 ms between polls).
+ */
+async function readMoves(app: App, tenantId: string, after: string): Promise<{ last: string; moves: Move[] }> {
+  const { rows } = await app.services.sql.query(
+    `SELECT seq::text AS id, node_id, type FROM event WHERE tenant_id = $1 AND seq > $2::bigint AND (type LIKE 'node.provision.%' OR type = 'node.enrolled') ORDER BY seq`,
+    [tenantId, after],
+  );
+  return {
+    last: rows.length ? (rows[rows.length - 1]!.id as string) : after,
+    // node.enrolled: a new node, in enrolling.
+    moves: rows.map((r) => ({ nodeId: r.node_id as string, to: r.type === 'node.enrolled' ? 'enrolling' : (r.type as string).slice('node.provision.'.length) })),
+  };
+}
+
 interface Phase {
   name: string;
   seconds: number;
@@ -147,14 +167,22 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
 
     view = await createView(opts, process.stdout);
     const phases: Phase[] = [];
+    let lastEvent = '0';
+    /** Each node's state as its last provision event read says. */
+    const moved = new Map<string, string>();
     const settle = async (phase: string, nodeIds: Set<string>, moving: string[]): Promise<Row[]> => {
       const started = performance.now();
       for (;;) {
         check();
         const rows = await readRows(app!, createTenant.id, flavours);
-        view!.update(phase, rows, elapsed());
+        // Read after the rows: every move the rows show is in it.
+        const seen = await readMoves(app!, createTenant.id, lastEvent);
+        lastEvent = seen.last;
+        for (const m of seen.moves) moved.set(m.nodeId, m.to);
+        view!.update(phase, rows, elapsed(), seen.moves);
         const mine = rows.filter((r) => nodeIds.has(r.id));
-        if (mine.every((r) => !moving.includes(r.state))) {
+        // Settled, and every move that got it there read (the stream numbers events just after their commit).
+        if (mine.every((r) => !moving.includes(r.state) && moved.get(r.id) === r.state)) {
           phases.push({ name: phase, seconds: (performance.now() - started) / 1000 });
           view!.phaseDone(phase, mine, elapsed());
           return rows;

@@ -12,8 +12,15 @@ export interface Row {
   error: string | null;
 }
 
+/** A node's provision move, as its node.provision.<state> event says. */
+export interface Move {
+  nodeId: string;
+  to: string;
+}
+
 export interface View {
-  update(phase: string, rows: Row[], seconds: number): void;
+  /** `moves`: the provision moves since the last update, in order (the rows are a snapshot). */
+  update(phase: string, rows: Row[], seconds: number, moves: Move[]): void;
   phaseDone(phase: string, rows: Row[], seconds: number): void;
   close(): void;
 }
@@ -76,18 +83,23 @@ function plainView(out: NodeJS.WriteStream): View {
   const last = new Map<string, string>();
   let lastPhase = '';
   return {
-    update(phase, rows, seconds) {
+    update(phase, rows, seconds, moves) {
       const at = `${seconds.toFixed(1).padStart(6)}s`;
       if (phase !== lastPhase) {
         lastPhase = phase;
         out.write(`${at} phase: ${phase}\n`);
       }
-      for (const r of rows) {
-        const before = last.get(r.id);
-        if (before === r.state) continue;
-        last.set(r.id, r.state);
-        const why = r.state === 'failed' && r.error ? `: ${r.error}` : '';
-        out.write(`${at} ${r.name} (${r.flavour}) ${before ? `${before} -> ` : ''}${r.state}${why}\n`);
+      const byId = new Map(rows.map((r) => [r.id, r]));
+      // Every move, from the events (a snapshot misses a state passed between two polls); a
+      // machine's first line is its enrollment's.
+      for (const m of moves) {
+        const r = byId.get(m.nodeId);
+        if (!r) continue;
+        const before = last.get(m.nodeId);
+        last.set(m.nodeId, m.to);
+        if (before === m.to) continue;
+        const why = m.to === 'failed' && r.error ? `: ${r.error}` : '';
+        out.write(`${at} ${r.name} (${r.flavour}) ${before ? `${before} -> ` : ''}${m.to}${why}\n`);
       }
     },
     phaseDone(phase, rows, seconds) {
