@@ -20,6 +20,16 @@ export interface RunWaker {
 }
 
 /**
+ * After a statement that may have woken `runId` (null: it woke none): hands the run to `waker`
+ * (the statement was told to queue no job), or checks that the statement queued or found its job.
+ */
+export function afterWake(runId: string | null, jobs: number, waker: RunWaker | null | undefined): void {
+  if (!runId) return;
+  if (waker) waker.wake(runId);
+  else if (jobs !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
+}
+
+/**
  * At most `concurrency` runs advanced at once (the metal.advance loops have their own budget);
  * one pending entry per run, and a run woken while it is being advanced is advanced once more
  * afterwards (the wake may carry news its advance did not read).
@@ -48,7 +58,7 @@ export class LocalAdvancer implements RunWaker {
     this.pump();
   }
 
-  /** How many wakes wait for a slot (for tests and the bench). */
+  /** How many wakes wait for a slot. */
   get backlog(): number {
     return this.pending.size;
   }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
 import { wakeRunCtes } from '../../../jobs/registry';
-import type { RunWaker } from '../../../jobs/local-wake';
+import { afterWake, type RunWaker } from '../../../jobs/local-wake';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -246,8 +246,7 @@ export async function storeReport(db: Runner, token: string, kind: ReportKind, p
   );
   const r = rows[0];
   if (!r) return null;
-  if (wake && r.run_id && waker) waker.wake(r.run_id as string);
-  else if (wake && r.run_id && Number(r.jobs) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
+  afterWake(wake ? ((r.run_id ?? null) as string | null) : null, Number(r.jobs), waker);
   return {
     id: r.id as string,
     createdAt: r.created_at as Date,

@@ -1,5 +1,5 @@
 import { insertJobsSql, wakeRunCtes } from '../../../jobs/registry';
-import type { RunWaker } from '../../../jobs/local-wake';
+import { afterWake, type RunWaker } from '../../../jobs/local-wake';
 import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from './commands';
 
 /**
@@ -220,7 +220,6 @@ export async function recordResult(db: Runner, commandId: string, agentId: strin
   );
   const r = rows[0]!;
   if (Number(r.recorded) === 0) return false;
-  if (r.run_id && waker) waker.wake(r.run_id as string);
-  else if (r.run_id && Number(r.woken) !== 1) throw new Error('the metal.advance queue is missing: the run was not woken');
+  afterWake((r.run_id ?? null) as string | null, Number(r.woken), waker);
   return true;
 }
