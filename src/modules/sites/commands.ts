@@ -48,6 +48,9 @@ export type CommandResult =
 /** command.status: queued, claimed, succeeded, unverified (sent and accepted, effect not provable), failed, expired. */
 export type CommandStatus = 'queued' | 'claimed' | 'succeeded' | 'unverified' | 'failed' | 'expired';
 
+/** The status a reported result ends its command in. */
+export const resultStatus = (result: CommandResult): CommandStatus => (result.ok ? (result.unverified ? 'unverified' : 'succeeded') : 'failed');
+
 export interface CommandRow {
   id: string;
   kind: string;
