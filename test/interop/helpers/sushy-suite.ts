@@ -95,13 +95,24 @@ export function sushySuite(tls: boolean): void {
       await expectStates(await Promise.all(NODES.map(async (n) => (ids[n] ? (await nodeRow(cp, ids[n])).state : 'not enrolled'))), 'ready');
       const profile = await deployProfile(cp);
       const before = Object.fromEntries(NODES.map((n) => [n, machines.machine(n).counts()]));
+      const deployedAt = Date.now();
       for (const node of NODES) expect((await verb(cp, 'deploy', { nodeId: ids[node], ...profile })).status).toBe(200);
       await expectStates(await settle(cp, NODES.map((n) => ids[n]), ['deploying'], 200000), 'deployed');
       for (const node of NODES) {
         const m = machines.machine(node);
         expect(m.boots.at(-1)?.purpose).toBe('deploy');
-        // bootInstalledOs: disk, then a cycle; the machine came back on with the Hdd target.
-        expect(m.counts().diskBoots).toBeGreaterThan(before[node]!.diskBoots);
+        // bootInstalledOs: disk, then a cycle (on sushy ForceRestart: Off at once, On 1-11 s later),
+        // which the machine sees as a power-on into its disk. A restart whose Off lasted less than
+        // one poll is not seen at all (sushy-machine.ts): then the machine stayed on since the
+        // deploy ramdisk's boot, and the BMC must read On with no override but the disk.
+        const since = m.observations.filter((o) => o.at >= deployedAt);
+        const afterRamdisk = since.slice(since.map((o) => o.booted).lastIndexOf('Pxe') + 1);
+        if (afterRamdisk.length > 0) {
+          expect(m.counts().diskBoots).toBeGreaterThan(before[node]!.diskBoots);
+        } else {
+          const sys = await system(node);
+          expect([sys.PowerState, ['Hdd', 'None'].includes(sys.Boot?.BootSourceOverrideTarget)]).toEqual(['On', true]);
+        }
       }
       for (const node of NODES) expect((await verb(cp, 'undeploy', { nodeId: ids[node], wipe: 'quick' })).status).toBe(200);
       await expectStates(await settle(cp, NODES.map((n) => ids[n]), ['releasing'], 200000), 'ready');
@@ -112,21 +123,26 @@ export function sushySuite(tls: boolean): void {
       }
     }, 420000);
 
-    it('power on, cycle, reset and off end with the truth read back from sushy; nmi (501 there) ends BMC_UNSUPPORTED', async () => {
+    it('power on, cycle, reset and off end with the truth read back from sushy; nmi of the running machine (501 there) ends BMC_UNSUPPORTED', async () => {
       if (!ids['node-2']) throw new Error('not enrolled');
       // No run of its own may still send power commands (a failed run's cleanup).
       await settle(cp, [ids['node-2']], [], 120000);
       const seen: unknown[] = [];
       const want: unknown[] = [];
-      for (const [action, expected] of [['on', 'on'], ['cycle', 'on'], ['reset', 'on'], ['off', 'off']] as const) {
+      const power = async (action: string, expected: string) => {
         const cmd = await powerVerb(cp, ids['node-2'], action);
         const truth = String((await system('node-2')).PowerState).toLowerCase();
-        seen.push({ action, status: cmd.status, value: cmd.result?.value ?? cmd.result?.code, truth });
+        seen.push({ action, status: cmd.status, value: cmd.result?.value ?? `${cmd.result?.code}: ${cmd.result?.message}`, truth });
         want.push({ action, status: 'succeeded', value: expected, truth: expected });
-      }
-      expect(seen).toEqual(want);
+      };
+      await power('on', 'on');
+      await power('cycle', 'on');
+      await power('reset', 'on');
+      // While it runs (an NMI of a machine that is off is refused before the BMC is asked).
       const nmi = await powerVerb(cp, ids['node-2'], 'nmi');
-      expect({ status: nmi.status, code: nmi.result?.code, message: nmi.result?.message }).toEqual({ status: 'failed', code: 'BMC_UNSUPPORTED', message: expect.any(String) });
+      await power('off', 'off');
+      expect(seen).toEqual(want);
+      if (nmi.status !== 'failed' || nmi.result?.code !== 'BMC_UNSUPPORTED') throw new Error(`nmi ended ${nmi.status} ${nmi.result?.code ?? ''}: ${nmi.result?.message ?? JSON.stringify(nmi.result)}`);
     }, 300000);
 
     it('virtual media: insert puts a loopback image in the empty Cd slot (sushy downloads it), eject empties it', async () => {
