@@ -4,6 +4,7 @@
  * node known only by its UUID that waits for confirmMac), and each failure ending in failed with
  * failedFrom and a clear lastError, then recover resuming from the stable point.
  */
+import crypto from 'node:crypto';
 import { startTestApp, type TestApp } from './helpers/app';
 import {
   DISKS, drive, expireTimers, FakeMachine, happyRamdisk, liveEntry, makeNode, makeWorld, nodeOf, playAgent, runOf, startRun, stepsOf,
@@ -26,6 +27,8 @@ beforeAll(async () => {
 });
 afterAll(async () => { await t?.stop(); });
 const sql = () => t.app.services.sql;
+let macByte = 0x10;
+const hexByte = () => (macByte++).toString(16).padStart(2, '0');
 
 function bmcOf(node: { productUuid: string | null; macs: string[] }, extra: Record<string, unknown> = {}): FakeMachine {
   return new FakeMachine({
@@ -111,6 +114,64 @@ describe('metal-enroll, metal-inspect, metal-commission', () => {
     expect((await stepsOf(sql(), node.runId)).map((s) => [s.name, s.status])).toEqual([
       ['verify-bmc', 'succeeded'], ['inspect-out-of-band', 'succeeded'], ['pxe-discovery-boot', 'succeeded'], ['await-mac', 'succeeded'],
     ]);
+  });
+
+  it('a node enrolled without MACs or UUID takes the ones its BMC reports (any spelling): no discovery boot, on to ready', async () => {
+    const node = await enrolled(world, { macs: [], productUuid: null });
+    const uuid = crypto.randomUUID();
+    const macs = [`52:54:00:${hexByte()}:00:01`, `52:54:00:${hexByte()}:00:02`];
+    const bmc = bmcOf(node, { uuid, macs: [macs[0]!.toUpperCase(), macs[1]!.replace(/:/g, '-')] });
+    const seen = { productUuid: uuid, macs };
+    const { outcome, runs } = await drive(deps, node.id, bmc, happyRamdisk(seen));
+    expect(outcome).toEqual({ kind: 'finished', status: 'succeeded' });
+    const row = await nodeOf(sql(), node.id);
+    expect(row).toMatchObject({ provision_state: 'ready', macs, product_uuid: uuid, pxe_cycled_at: null });
+    const steps = await stepsOf(sql(), runs[0]!);
+    expect(steps.map((s) => [s.name, s.status])).toEqual([
+      ['verify-bmc', 'succeeded'], ['inspect-out-of-band', 'succeeded'], ['pxe-discovery-boot', 'skipped'], ['await-mac', 'succeeded'],
+    ]);
+    expect(steps[1]!.message).toContain(`MACs from the BMC: ${macs.join(', ')}`);
+    expect(steps[1]!.message).toContain('UUID from the BMC');
+    // No PXE discovery boot: the first power-on is the inspection's.
+    expect(bmc.destructive[0]).toBe('power on');
+    expect(bmc.destructive).toHaveLength(4);
+  });
+
+  it('a MAC the BMC reports that another machine of the site has fails enrolling CONFLICT, and nothing is written', async () => {
+    const taken = await makeNode(t.app.services.prisma, world, { state: 'ready' });
+    const node = await enrolled(world, { macs: [], productUuid: null });
+    const bmc = bmcOf(node, { uuid: crypto.randomUUID(), macs: [taken.macs[0]!] });
+    await drive(deps, node.id, bmc, happyRamdisk(node));
+    const row = await nodeOf(sql(), node.id);
+    expect(row).toMatchObject({ provision_state: 'failed', failed_from: 'enrolling', last_error_code: 'CONFLICT', macs: [], product_uuid: null });
+    expect(row.last_error_message).toContain(`belongs to node ${taken.id}`);
+    expect(bmc.destructive).toEqual([]);
+  });
+
+  it('operator-given MACs and UUID are never replaced: what the BMC reports otherwise is a note', async () => {
+    const node = await enrolled(world);
+    const other = crypto.randomUUID();
+    const bmc = bmcOf(node, { uuid: other, macs: ['52:54:00:fe:fe:fe'] });
+    const { runs } = await drive(deps, node.id, bmc, happyRamdisk(node));
+    const row = await nodeOf(sql(), node.id);
+    expect(row).toMatchObject({ provision_state: 'ready', macs: node.macs, product_uuid: node.productUuid });
+    const message = (await stepsOf(sql(), runs[0]!))[1]!.message!;
+    expect(message).toContain(`the BMC reports no NIC with the enrolled MAC ${node.macs[0]}`);
+    expect(message).toContain(`the BMC reports UUID ${other}`);
+  });
+
+  it('a PXE override the BMC holds Continuous is set back to the disk before the inspection powers off', async () => {
+    const node = await enrolled(world);
+    const bmc = bmcOf(node);
+    const agent = (c: { kind: string; params: Record<string, unknown> }): CommandResult => {
+      const r = bmc.answer(c.kind, c.params);
+      return c.kind === 'bmc.boot-device' && c.params.device === 'pxe' ? { ...r, value: { enabled: 'Continuous' } } as CommandResult : r;
+    };
+    const { runs } = await drive(deps, node.id, bmc, happyRamdisk(node), { agent });
+    expect((await nodeOf(sql(), node.id)).provision_state).toBe('ready');
+    const inspect = (await sql().query(`SELECT kind, params FROM command WHERE run_id = $1 ORDER BY created_at, id`, [runs[1]])).rows.map((r) => [r.kind, r.params.device ?? r.params.action ?? null]);
+    expect(inspect).toEqual([['bmc.boot-device', 'pxe'], ['bmc.power-state', null], ['bmc.power', 'on'], ['bmc.boot-device', 'disk'], ['bmc.power', 'off']]);
+    expect((await stepsOf(sql(), runs[1]!))[2]!.message).toContain('set back to the disk');
   });
 
   it('a UUID-only node whose MAC is never confirmed fails with CALLBACK_TIMEOUT', async () => {

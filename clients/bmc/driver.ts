@@ -79,6 +79,11 @@ export interface BmcCallOptions {
   idempotencyKey?: string;
 }
 
+/** How a BMC holds a boot override once set. */
+export interface BootOverrideHeld {
+  enabled: 'Once' | 'Continuous';
+}
+
 /** A result with the notes a driver wants in the timeline ("ResetType PowerCycle gave 501; used ForceOff then On"). */
 export interface DriverResult<T = void> {
   value: T;
@@ -96,7 +101,8 @@ export interface BmcDriver {
   powerState(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<PowerState>;
   /** Sends the action and reads the state back until it matches or the deadline passes. */
   power(bmc: BmcEndpoint, action: PowerAction, opts?: BmcCallOptions): Promise<DriverResult<PowerState>>;
-  setBootDevice(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<DriverResult>;
+  /** The value, where the driver knows it: how the BMC holds the override (Continuous where it offers no Once, or reads Continuous whatever was sent). */
+  setBootDevice(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<DriverResult<BootOverrideHeld | void>>;
   insertMedia(bmc: BmcEndpoint, imageUrl: string, opts?: BmcCallOptions): Promise<DriverResult>;
   ejectMedia(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<DriverResult>;
   inventory(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<DriverResult<OutOfBandInventory>>;

@@ -49,13 +49,30 @@ export async function revokeRunBoot(db: Runner, runId: string): Promise<number> 
   return Number(rows[0]?.n ?? 0);
 }
 
+/**
+ * A PXE override the BMC holds Continuous (it offers no Once, or reads Continuous whatever is sent:
+ * sushy-tools, older Supermicro) would PXE-boot the machine at every start. The run's ramdisk boot
+ * is proven by the time a power-off follows it (the ramdisk called in, or the run is cleaning up),
+ * so the disk is set back first. Null when the run left no such override.
+ */
+export async function clearHeldPxe(ctx: StepContext): Promise<string | null> {
+  const { rows } = await ctx.db.query(
+    `SELECT 1 FROM command WHERE run_id = $1 AND kind = 'bmc.boot-device' AND params->>'device' = 'pxe' AND result->'value'->>'enabled' = 'Continuous' LIMIT 1`,
+    [ctx.run.id],
+  );
+  if (rows.length === 0) return null;
+  await ctx.command('bmc.boot-device', { device: 'disk', persistent: false });
+  return 'the PXE override the BMC held Continuous set back to the disk';
+}
+
 export const powerOff: StepDef = {
   name: 'power-off',
   title: 'Powering off',
   destructive: true,
   async run(ctx) {
+    const cleared = await clearHeldPxe(ctx);
     await ctx.command('bmc.power', { action: 'off' });
-    return complete('powered off');
+    return complete(cleared ? `${cleared}; powered off` : 'powered off');
   },
 };
 
@@ -97,8 +114,9 @@ export function bootRamdisk(opts: {
       title: 'Revoking the boot entry and powering off',
       async run(ctx) {
         const revoked = await revokeRunBoot(ctx.db, ctx.run.id);
+        const cleared = await clearHeldPxe(ctx);
         await ctx.command('bmc.power', { action: 'off' });
-        return complete(`${revoked} boot entr${revoked === 1 ? 'y' : 'ies'} revoked; powered off`);
+        return complete(`${revoked} boot entr${revoked === 1 ? 'y' : 'ies'} revoked; ${cleared ? `${cleared}; ` : ''}powered off`);
       },
     },
   };

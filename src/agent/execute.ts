@@ -65,7 +65,7 @@ export async function executeCommand(
         if (typeof p.device !== 'string' || !BOOT_DEVICES.includes(p.device)) throw new BmcError('BMC_UNSUPPORTED', `params.device ${String(p.device)} is not a boot device`);
         const mode = { persistent: p.persistent === true, ...(typeof p.uefi === 'boolean' ? { uefi: p.uefi } : {}) };
         const r = await driver.setBootDevice(bmc, p.device as BootDevice, mode, opts);
-        return { ok: true, notes: r.notes.map((n) => redact(n, bmc.password)) };
+        return { ok: true, ...(r.value ? { value: r.value } : {}), notes: r.notes.map((n) => redact(n, bmc.password)) };
       }
       case 'bmc.media-insert': {
         if (typeof p.imageUrl !== 'string' || !p.imageUrl) throw new BmcError('BMC_UNSUPPORTED', 'params.imageUrl is missing');

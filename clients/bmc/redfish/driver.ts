@@ -16,6 +16,7 @@ import {
   BmcError,
   type BmcCallOptions,
   type BmcDriver,
+  type BootOverrideHeld,
   type BmcEndpoint,
   type BootDevice,
   type DriverCapabilities,
@@ -491,7 +492,7 @@ export class RedfishDriver implements BmcDriver {
 
   // ---- boot device ----
 
-  async setBootDevice(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<DriverResult> {
+  async setBootDevice(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<DriverResult<BootOverrideHeld | void>> {
     const x = this.ctx(bmc, opts);
     const target = Object.hasOwn(BOOT_TARGET, device) ? BOOT_TARGET[device] : undefined;
     if (!target) throw new BmcError('BMC_UNSUPPORTED', `boot device "${String(device)}" is not one of ${Object.keys(BOOT_TARGET).join(', ')}`);
@@ -510,7 +511,7 @@ export class RedfishDriver implements BmcDriver {
     const want = plan.body.Boot as Doc;
     if (shows(boot, want, plan.enabled)) {
       x.notes.push(`the boot override was already ${String(want.BootSourceOverrideTarget)} ${plan.enabled}: nothing sent`);
-      return this.result(x, undefined);
+      return this.result(x, { enabled: boot.BootSourceOverrideEnabled === 'Continuous' ? 'Continuous' : plan.enabled });
     }
     const res = await this.patchResponse(x, plan.path, plan.body, 'the boot override', plan.via === 'system' ? sys.doc : null, 'boot');
     if (res.status === 405 && plan.via === 'system') {
@@ -525,8 +526,13 @@ export class RedfishDriver implements BmcDriver {
       this.patchOutcome(x, res, 'the boot override');
       if (res.status === 202) await this.awaitTask(x, res, 'the boot override');
     }
-    await this.until(x, () => this.bootReadBack(x, sys, plan), `the BMC accepted the boot override ${String(want.BootSourceOverrideTarget)} ${plan.enabled}`);
-    return this.result(x, undefined);
+    let held: BootOverrideHeld['enabled'] = plan.enabled;
+    await this.until(x, async () => {
+      const r = await this.bootReadBack(x, sys, plan);
+      if (typeof r !== 'string') held = r.enabled;
+      return typeof r === 'string' ? r : true;
+    }, `the BMC accepted the boot override ${String(want.BootSourceOverrideTarget)} ${plan.enabled}`);
+    return this.result(x, { enabled: held });
   }
 
   /**
@@ -618,19 +624,20 @@ export class RedfishDriver implements BmcDriver {
    * pending settings) its settings object holds it until the next reset applies it. Enabled may
    * read Continuous where Once was sent (sushy-tools, older Supermicro: QUIRKS.md "Boot override").
    */
-  private async bootReadBack(x: Ctx, sys: System, plan: BootOverridePlan): Promise<true | string> {
+  private async bootReadBack(x: Ctx, sys: System, plan: BootOverridePlan): Promise<BootOverrideHeld | string> {
     const want = plan.body.Boot as Doc;
+    const held = (b: Doc): BootOverrideHeld => ({ enabled: b.BootSourceOverrideEnabled === 'Continuous' ? 'Continuous' : plan.enabled });
     const now = ((await x.c.get(sys.path, 'the system')).Boot ?? {}) as Doc;
     if (shows(now, want, plan.enabled)) {
       if (plan.enabled === 'Once' && now.BootSourceOverrideEnabled === 'Continuous') noteOnce(x, 'the BMC reads the override back as Continuous: it stays until the next override replaces it');
-      return true;
+      return held(now);
     }
     const settings = plan.via === 'settings' ? plan.path : settingsPathOf(sys.doc);
     if (settings) {
       const pending = ((await x.c.get(settings, 'the system\'s settings object')).Boot ?? {}) as Doc;
       if (shows(pending, want, plan.enabled)) {
         noteOnce(x, `the override is held in the BMC's pending settings (${settings}): it applies at the next reset`);
-        return true;
+        return held(pending);
       }
     }
     return `the boot override reads ${String(now.BootSourceOverrideTarget)} ${String(now.BootSourceOverrideEnabled)}`;

@@ -157,6 +157,10 @@ function checkValue(kind: string, value: unknown): void {
     if (!isObject(value)) throw invalidInput(field, 'must be the out-of-band inventory object');
     if (value.uuid !== null && typeof value.uuid !== 'string') throw invalidInput('result.value.uuid', 'must be a string or null');
     if (!Array.isArray(value.macs) || !value.macs.every((m) => typeof m === 'string')) throw invalidInput('result.value.macs', 'must be a list of strings');
+  } else if (kind === 'bmc.boot-device' && value !== undefined && value !== null) {
+    if (!isObject(value) || Object.keys(value).some((k) => k !== 'enabled') || (value.enabled !== 'Once' && value.enabled !== 'Continuous')) {
+      throw invalidInput(field, 'must be absent or { enabled: "Once" | "Continuous" } (how the BMC holds the override)');
+    }
   } else if (value !== undefined && value !== null) {
     throw invalidInput(field, `must be absent for ${kind}`);
   }
