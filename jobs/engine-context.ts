@@ -15,10 +15,13 @@ export const STEP_COMMAND_TTL_MS = 5 * 60 * 1000;
  */
 export const CLAIM_GRACE_MS = 5 * 60 * 1000;
 
-/** The power state a power action leaves a machine in, for reading it back after a lost agent. */
-const EXPECTED_POWER: Partial<Record<PowerAction, string>> = {
-  on: 'on', off: 'off', 'graceful-off': 'off', reset: 'on', cycle: 'on', 'graceful-restart': 'on',
-};
+/**
+ * The power state a power action leaves a machine in, where reading it back after a lost agent
+ * proves the intent holds: on and off. A restart (cycle, reset, graceful-restart) and an NMI are
+ * not here: a machine that was on reads on whether or not it was cycled (issue 20: 18 power cycles
+ * that never reached a BMC were recorded as succeeded), so their outcome stays unknown.
+ */
+const EXPECTED_POWER: Partial<Record<PowerAction, string>> = { on: 'on', off: 'off', 'graceful-off': 'off' };
 
 export interface ContextInput {
   db: Runner;
@@ -37,6 +40,11 @@ export interface BuiltContext {
   ctx: StepContext;
   /** The timeline lines the body's commands and notes produced. */
   notes: string[];
+  /**
+   * Why an action the body's commands sent cannot be proven (a command that ended unverified): a
+   * step that completes with any is recorded `unverified`, never `succeeded`.
+   */
+  unverified: string[];
 }
 
 const failure = (code: string, message: string, retryable = false) => new StepInterrupt(failed(code, message, retryable));
@@ -57,6 +65,7 @@ export function buildContext(input: ContextInput): BuiltContext {
   let node = input.node;
   let calls = 0;
   const notes: string[] = [];
+  const unverified: string[] = [];
 
   async function expire(row: CommandRow): Promise<boolean> {
     const { rows } = await db.query(
@@ -68,9 +77,10 @@ export function buildContext(input: ContextInput): BuiltContext {
 
   async function settle(row: CommandRow, params: unknown, key: string): Promise<unknown> {
     const kind = row.kind as CommandKind;
-    if (row.status === 'succeeded') {
+    if (row.status === 'succeeded' || row.status === 'unverified') {
       const result = row.result as Extract<CommandResult, { ok: true }> | null;
       for (const n of result?.notes ?? []) notes.push(`${kind}: ${n}`);
+      if (row.status === 'unverified') unverified.push(`${kind}: ${result?.unverified ?? 'its effect cannot be proven on this BMC'}`);
       return result?.value;
     }
     if (row.status === 'queued') {
@@ -95,13 +105,18 @@ export function buildContext(input: ContextInput): BuiltContext {
 
   /**
    * The agent running a command was lost, so whether the action ran is unknown. A destructive one
-   * is never sent again: its effect is read back (a power action's power state) and taken as done
-   * when it shows, else the step fails; anything else is simply asked again by a retry.
+   * is never sent again (not under this key, not under another): where a read-back proves the
+   * intent holds (on, off) it is read back and taken as done when it shows, else the step fails.
+   * A restart or an NMI cannot be proven by any read-back: the step fails OUTCOME_UNKNOWN, saying
+   * the command may or may not have run. Anything else is simply asked again by a retry.
    */
   async function lost(kind: CommandKind, params: unknown, key: string, why: string): Promise<unknown> {
     if (!DESTRUCTIVE_COMMANDS[kind]) throw failure('AGENT_LOST', `${kind}: ${why}`, true);
-    const expected = kind === 'bmc.power' ? EXPECTED_POWER[(params as CommandParams['bmc.power']).action] : undefined;
-    if (!expected) throw failure('AGENT_LOST', `${kind}: ${why}; not sent again, and its effect cannot be read back`);
+    const action = kind === 'bmc.power' ? (params as CommandParams['bmc.power']).action : undefined;
+    const expected = action ? EXPECTED_POWER[action] : undefined;
+    if (!expected) {
+      throw failure('OUTCOME_UNKNOWN', `${kind}${action ? ` ${action}` : ''}: ${why}; it may or may not have run, and no read-back can tell: not sent again (check the machine, then retry the verb)`);
+    }
     const readBack = await queueCommand(db, {
       kind: 'bmc.power-state', params: {}, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: `${key}/read-back`, ttlMs: input.commandTtlMs,
     });
@@ -154,5 +169,5 @@ export function buildContext(input: ContextInput): BuiltContext {
     },
     note: (text: string) => { notes.push(text); },
   };
-  return { ctx, notes };
+  return { ctx, notes, unverified };
 }

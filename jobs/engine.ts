@@ -397,7 +397,7 @@ async function dispatch(l: Loaded, lostResumes: number | null): Promise<Step> {
   if (due) return due;
   if (step.status === 'pending' || step.state.retryAt) startStep(l, step, deadlineOf(l, kind, stepDef));
   const result = await runBody(l, step, stepDef.run);
-  return applyResult(l, step, stepDef, result.result, result.notes);
+  return applyResult(l, step, stepDef, result.result, result.notes, result.unverified);
 }
 
 /** A step whose retry delay or `continue` delay has not passed yet: an early wake-up changes nothing. */
@@ -461,9 +461,9 @@ function startStep(l: Loaded, step: StepRow, deadline: Date): void {
   stepEvent(l, step, 'running', null);
 }
 
-async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<{ result: StepResult; notes: string[] }> {
+async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<{ result: StepResult; notes: string[]; unverified: string[] }> {
   const memo = { ...(step.state.memo ?? {}) };
-  const { ctx, notes } = buildContext({
+  const { ctx, notes, unverified } = buildContext({
     db: l.tx, run: l.info, node: l.node, pool: l.pool, now: l.now, memo, commandTtlMs: l.deps.commandTtlMs ?? STEP_COMMAND_TTL_MS, known: l.commands,
     step: {
       idx: step.idx, name: step.name, title: step.title, attempt: step.attempts, key: step.idempotencyKey!,
@@ -474,7 +474,7 @@ async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<
   if (l.injected && l.injected.idx === step.idx) {
     const { result } = l.injected;
     l.injected = null;
-    return { result, notes: [] };
+    return { result, notes: [], unverified: [] };
   }
   let result: StepResult;
   try {
@@ -488,8 +488,16 @@ async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<
   }
   l.node = ctx.node;
   step.state = { ...step.state, memo };
-  return { result, notes };
+  return { result, notes, unverified };
 }
+
+/**
+ * A done step's status: skipped, else succeeded, unless a command it ran ended unverified (sent and
+ * accepted, but the BMC shows nothing that proves the effect): then `unverified`, and the
+ * workflow's next wait (the ramdisk's call, the installer's report) is the proof.
+ */
+const doneStatus = (kind: 'complete' | 'skipped', unverified: readonly string[]): string =>
+  kind === 'skipped' ? 'skipped' : unverified.length ? 'unverified' : 'succeeded';
 
 const withNotes = (message: string | undefined | null, notes: string[]) => {
   const all = [message, ...notes].filter((x): x is string => Boolean(x));
@@ -530,12 +538,12 @@ function nextStep(l: Loaded, stepIndex: number): Step {
   return { kind: 'next', leaseUntil, sameTx: true };
 }
 
-async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: StepResult, notes: string[]): Promise<Step> {
+async function applyResult(l: Loaded, step: StepRow, stepDef: StepDef, result: StepResult, notes: string[], unverified: string[] = []): Promise<Step> {
   const deadline = new Date(step.state.deadline ?? l.now);
   switch (result.kind) {
     case 'complete':
     case 'skipped': {
-      step.status = result.kind === 'complete' ? 'succeeded' : 'skipped';
+      step.status = doneStatus(result.kind, unverified);
       step.message = withNotes(result.message, notes);
       step.errorCode = null;
       step.state = { ...step.state, retryAt: undefined, notBefore: undefined };
@@ -729,7 +737,7 @@ async function cleanupOnce(l: Loaded): Promise<Step> {
   const due = timerDue(l, step);
   if (due) return due;
   if (step.status === 'pending') startStep(l, step, new Date(l.now.getTime() + CLEANUP_DEADLINE_MS));
-  const { result, notes } = await runBody(l, step, body);
+  const { result, notes, unverified } = await runBody(l, step, body);
   const deadline = new Date(step.state.deadline ?? l.now);
   if ((result.kind === 'wait' || result.kind === 'continue') && l.now < deadline) {
     const until = result.kind === 'wait' ? (result.until < deadline ? result.until : deadline) : new Date(l.now.getTime() + result.afterMs);
@@ -740,7 +748,7 @@ async function cleanupOnce(l: Loaded): Promise<Step> {
     return stopWaiting(l, until, result.kind === 'wait' ? result.for : `"${step.title}" to go on`);
   }
   if (result.kind === 'complete' || result.kind === 'skipped') {
-    step.status = result.kind === 'complete' ? 'succeeded' : 'skipped';
+    step.status = doneStatus(result.kind, unverified);
     step.message = withNotes(result.message, notes);
   } else {
     step.status = 'failed';
@@ -881,7 +889,7 @@ export async function sweepRuns(sql: Sql, graceMs: number, limit = 1000): Promis
         WHERE w.status = ANY($1::text[]) AND (w.lease_until IS NULL OR w.lease_until < now())
           AND w.updated_at < now() - $2::int * interval '1 millisecond'
           AND (w.status <> 'waiting' OR w.lease_until IS NOT NULL OR w.wait_until IS NULL OR w.wait_until < now()
-               OR EXISTS (SELECT 1 FROM command c WHERE c.run_id = w.id AND c.status IN ('succeeded', 'failed', 'expired') AND c.updated_at > w.updated_at)
+               OR EXISTS (SELECT 1 FROM command c WHERE c.run_id = w.id AND c.status IN ('succeeded', 'unverified', 'failed', 'expired') AND c.updated_at > w.updated_at)
                OR EXISTS (SELECT 1 FROM ramdisk_report r WHERE r.run_id = w.id AND r.created_at > w.updated_at))
           -- A run whose wake-up is queued and due is late only because the queue is: another job
           -- would only lengthen it (a saturated worker saw each sweep add ~900 to the backlog).

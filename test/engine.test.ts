@@ -274,6 +274,39 @@ describe('advanceRun', () => {
     expect(await runOf(sql(), runId)).toMatchObject({ status: 'failed', lastErrorCode: 'WORKER_LOST' });
   });
 
+  it('a restart whose agent was lost is never counted as done: OUTCOME_UNKNOWN, no read-back taken for proof, nothing sent again', async () => {
+    const lost = { ok: false as const, code: 'AGENT_LOST' as const, message: 'the agent\'s claim lapsed without a result' };
+    for (const action of ['cycle', 'reset', 'graceful-restart', 'nmi'] as const) {
+      const d = deps([{ name: 'restart', title: 'Restarting', destructive: true, async run(ctx) { await ctx.command('bmc.power', { action }); return complete(action); } }]);
+      const a = await enrollingRun();
+      await advanceRun(d, a.runId);
+      await playAgent(sql(), a.runId, () => lost);
+      // A machine that was on reads on whether or not it was cycled: no read-back is asked for.
+      expect(await advanceRun(d, a.runId)).toEqual({ kind: 'finished', status: 'failed' });
+      expect(await runOf(sql(), a.runId)).toMatchObject({ status: 'failed', lastErrorCode: 'OUTCOME_UNKNOWN' });
+      expect((await commandsOf(sql(), a.runId)).map((c) => [c.kind, c.params])).toEqual([['bmc.power', { action }]]);
+      const node = await nodeOf(sql(), a.nodeId);
+      expect(node).toMatchObject({ provision_state: 'failed', last_error_code: 'OUTCOME_UNKNOWN' });
+      expect(node.last_error_message).toContain('may or may not have run');
+      expect((await stepsOf(sql(), a.runId))[0]).toMatchObject({ status: 'failed', errorCode: 'OUTCOME_UNKNOWN' });
+    }
+  });
+
+  it('a step whose command the BMC accepted but cannot prove reads unverified, never succeeded, and the run goes on to its next wait', async () => {
+    const cycleStep: StepDef = { name: 'cycle', title: 'Power-cycling', destructive: true, async run(ctx) { await ctx.command('bmc.power', { action: 'cycle' }); return complete('cycled'); } };
+    const d = deps([cycleStep, powerOnStep]);
+    const a = await enrollingRun();
+    await advanceRun(d, a.runId);
+    const why = 'the BMC accepted ResetType ForceRestart but reports no usable LastResetTime and showed no power transition within 10000 ms';
+    await playAgent(sql(), a.runId, () => ({ ok: true as const, value: 'on', notes: ['sent ResetType ForceRestart; not verifiable on this BMC'], unverified: why }));
+    expect((await commandsOf(sql(), a.runId))[0]).toMatchObject({ kind: 'bmc.power' });
+    expect((await sql().query(`SELECT status FROM command WHERE run_id = $1`, [a.runId])).rows[0]!.status).toBe('unverified');
+    expect(await advanceRun(d, a.runId)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power' });
+    const [first] = await stepsOf(sql(), a.runId);
+    expect(first).toMatchObject({ status: 'unverified' });
+    expect(first!.message).toContain('not verifiable on this BMC');
+  });
+
   it('a destructive command whose agent was lost is not sent again: its power state is read back instead', async () => {
     const d = deps([powerOnStep]);
     const lost = { ok: false as const, code: 'AGENT_LOST' as const, message: 'the agent\'s claim lapsed without a result' };

@@ -88,6 +88,25 @@ describe('power and site agents', () => {
     expect((await powerVia(powerToken, await nodeIn('ready'), 'explode')).status).toBe(400);
   });
 
+  it('is INVALID_STATE naming the run while a failed or aborted run\'s cleanup still sends power commands, and accepted once it ended', async () => {
+    const nodeId = await nodeIn('failed');
+    const runId = newId('WorkflowRun');
+    await t.app.database.prisma.workflowRun.create({ data: { id: runId, nodeId, kind: 'metal-inspect', status: 'aborting', params: { verb: 'inspect' } } });
+    for (const via of ['rest', 'graphql'] as const) {
+      if (via === 'rest') {
+        const refused = await powerVia(powerToken, nodeId, 'on');
+        expect(refused.status).toBe(409);
+        expect(refused.body.error).toMatchObject({ code: 'INVALID_STATE', message: expect.stringContaining(`workflow run ${runId}`) });
+      } else {
+        const refused = await gql(t.url, powerToken, 'mutation ($i: MetalPowerInput!) { powerNode(input: $i) { commandId } }', { i: { nodeId, action: 'on' } });
+        expect(codeOf(refused)).toBe('INVALID_STATE');
+      }
+    }
+    expect(await t.app.database.prisma.command.count({ where: { nodeId } })).toBe(0);
+    await t.app.database.prisma.workflowRun.update({ where: { id: runId }, data: { status: 'failed' } });
+    expect((await powerVia(powerToken, nodeId, 'on')).status).toBe(200);
+  });
+
   it('a retry with the same X-Request-Id returns the same command; reusing it for another command is CONFLICT', async () => {
     const nodeId = await nodeIn('deployed');
     const first = await powerVia(powerToken, nodeId, 'graceful-off', 'req-power-1');

@@ -21,7 +21,7 @@ beforeAll(async () => {
   t = await startTestApp({ role: 'all', agentPollMs: 200 });
   sim = await startMachineSim({
     serviceUrl: t.url,
-    redfish: { machines: [{ id: 'plain' }, { id: 'dell', flavour: 'idrac', mockup: 'public-localstorage' }, { id: 'gpu-bad' }, { id: 'orphan', uuid: '7a1c3e5f-2b4d-4f6a-8c0e-1d3f5b7a9c2e' }] },
+    redfish: { machines: [{ id: 'plain' }, { id: 'dell', flavour: 'idrac', mockup: 'public-localstorage' }, { id: 'gpu-bad' }, { id: 'orphan', uuid: '7a1c3e5f-2b4d-4f6a-8c0e-1d3f5b7a9c2e', noEthernetInterfaces: true }] },
     behaviour: (id) => (id === 'gpu-bad' ? { dcgmFails: true } : {}),
     onPxe: (e) => pxe.push(e),
   });
@@ -122,7 +122,7 @@ describe('enroll to ready through the real agent, drivers, boot API and simulate
     expect(live).toEqual({ e: 0, k: 0 });
   });
 
-  it('a machine known only by its UUID: PXE-booted once with no entry, its sighting discovered, confirmMac, then on to ready', async () => {
+  it('a machine known only by its UUID, whose BMC reports no NIC: PXE-booted once with no entry, its sighting discovered, confirmMac, then on to ready', async () => {
     const { prisma, sql } = t.app.services;
     // A site of its own: the DHCP listener's agent registered there steps the built-in agent aside.
     const tree = await makeTenantTree(prisma, 'e2e-uuid', { pools: 1, nodesPerPool: 0 });

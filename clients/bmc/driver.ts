@@ -30,6 +30,11 @@ export interface OutOfBandInventory {
   manufacturer: string | null;
   model: string | null;
   serial: string | null;
+  /**
+   * The parts the BMC links but would not serve (404, 500, 501, a timeout, an error body): the
+   * rest of the inventory is kept (Redfish; IPMI reads no parts).
+   */
+  unreadable?: { part: string; reason: string }[];
 }
 
 export interface DriverCapabilities {
@@ -78,6 +83,11 @@ export interface BmcCallOptions {
 export interface DriverResult<T = void> {
   value: T;
   notes: string[];
+  /**
+   * The action was sent and accepted, but nothing this BMC shows proves its effect (a restart on a
+   * BMC with no LastResetTime that showed no power transition; an NMI): why. Never success.
+   */
+  unverified?: string;
 }
 
 export interface BmcDriver {

@@ -1,7 +1,52 @@
 import { complete, skipped } from '../steps';
+import { fail } from './common';
 import type { WorkflowDef } from '../engine-types';
 import type { OutOfBandInventory, PowerState } from '../../clients/bmc/driver';
 import { ipLiterals, pxeBootOnce } from './common';
+import type { StepContext } from '../engine-types';
+import type { NodeChange } from '../../src/modules/metal/node-rows';
+import { lockMacs, notAMachineMac } from '../../src/modules/metal/mac';
+import { normaliseMac } from '../../clients/bmc/redfish/inventory';
+
+/**
+ * The machine's identity from its BMC (issue 20): a node enrolled without MACs takes the MACs the
+ * BMC reports for the system's NICs (the driver leaves out the manager's and the host interface),
+ * and one without a UUID the BMC's UUID, so no PXE discovery is needed. A MAC another machine of
+ * the site has fails the step CONFLICT, as enroll would. What the operator gave is never replaced:
+ * a MAC or UUID the BMC does not report is a note.
+ */
+async function identityFromBmc(ctx: StepContext, facts: OutOfBandInventory): Promise<{ change: NodeChange; notes: string[] }> {
+  const node = ctx.node;
+  const change: NodeChange = {};
+  const notes: string[] = [];
+  const reported = [...new Set((facts.macs ?? []).map(normaliseMac).filter((m): m is string => m !== null && notAMachineMac(m) === null))];
+  if (node.macs.length === 0 && reported.length > 0) {
+    await lockMacs(ctx.db, node.siteId, reported);
+    const { rows } = await ctx.db.query(
+      `SELECT id, macs FROM node WHERE site_id = $1 AND provision_state <> 'retired' AND macs && $2::text[] AND id <> $3 ORDER BY id LIMIT 1`,
+      [node.siteId, reported, node.id],
+    );
+    const clash = rows[0] as { id: string; macs: string[] } | undefined;
+    if (clash) {
+      const mac = reported.find((m) => clash.macs.includes(m))!;
+      fail('CONFLICT', `the BMC reports MAC ${mac}, which belongs to node ${clash.id} of the same site: is this machine enrolled twice?`);
+    }
+    change.macs = reported;
+    notes.push(`MACs from the BMC: ${reported.join(', ')}`);
+  } else if (node.macs.length > 0 && reported.length > 0) {
+    const missing = node.macs.filter((m) => !reported.includes(m));
+    if (missing.length) notes.push(`note: the BMC reports no NIC with the enrolled MAC ${missing.join(', ')} (it reports ${reported.join(', ')}); the enrolled MACs are kept`);
+  }
+  if (facts.uuid) {
+    if (!node.productUuid) {
+      change.productUuid = facts.uuid;
+      notes.push(`UUID from the BMC`);
+    } else if (node.productUuid.toLowerCase() !== facts.uuid) {
+      notes.push(`note: the BMC reports UUID ${facts.uuid}, the node was enrolled with ${node.productUuid}; the enrolled UUID is kept`);
+    }
+  }
+  return { change, notes };
+}
 
 /**
  * enrolling (seed: "verify BMC access and inspect the machine out of band"): the BMC answers with
@@ -28,10 +73,13 @@ export const enrollWorkflow: WorkflowDef = {
         const inv = (await ctx.command('bmc.inventory', {})) as OutOfBandInventory & { addresses?: unknown };
         const addresses = ipLiterals(inv.addresses);
         const { addresses: _ignored, ...facts } = inv;
+        const identity = await identityFromBmc(ctx, facts);
         await ctx.updateNode({
           inventory: { ...((ctx.node.inventory ?? {}) as Record<string, unknown>), outOfBand: facts, outOfBandAt: ctx.now.toISOString() },
           ...(addresses.length ? { addresses } : {}),
+          ...identity.change,
         });
+        const unreadable = facts.unreadable ?? [];
         const parts = [
           facts.uuid ? `UUID ${facts.uuid}` : 'no UUID',
           `${facts.macs?.length ?? 0} MAC(s)`,
@@ -39,6 +87,8 @@ export const enrollWorkflow: WorkflowDef = {
           facts.memoryMiB ? `${facts.memoryMiB} MiB` : null,
           facts.storage ? `${facts.storage.length} disk(s)` : null,
           addresses.length ? `addresses ${addresses.join(', ')}` : null,
+          unreadable.length ? `not readable: ${unreadable.map((u) => `${u.part} (${u.reason})`).join(', ')}` : null,
+          ...identity.notes,
         ].filter(Boolean);
         return complete(parts.join(', '));
       },

@@ -26,7 +26,10 @@ export interface ExecutableCommand {
  * password never leaves the agent, in a result, a note or a log line.
  */
 export function redact(text: string, secret: string): string {
-  return secret ? text.split(secret).join('[redacted]') : text;
+  // A secret of one or two characters cannot be told from ordinary letters: masking each
+  // occurrence garbled every message and spelled the secret out by its gaps. The client's own
+  // redaction skips them too (client.ts error()).
+  return secret.length >= 3 ? text.split(secret).join('[redacted]') : text;
 }
 
 const isKind = (kind: string): kind is CommandKind => Object.prototype.hasOwnProperty.call(COMMAND_INTERFACE, kind);
@@ -54,7 +57,7 @@ export async function executeCommand(
       case 'bmc.power': {
         if (typeof p.action !== 'string' || !POWER_ACTIONS.includes(p.action)) throw new BmcError('BMC_UNSUPPORTED', `params.action ${String(p.action)} is not a power action`);
         const r = await driver.power(bmc, p.action as PowerAction, opts);
-        return { ok: true, value: r.value, notes: r.notes.map((n) => redact(n, bmc.password)) };
+        return { ok: true, value: r.value, notes: r.notes.map((n) => redact(n, bmc.password)), ...(r.unverified ? { unverified: redact(r.unverified, bmc.password) } : {}) };
       }
       case 'bmc.power-state':
         return { ok: true, value: await driver.powerState(bmc, opts) };

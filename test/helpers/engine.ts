@@ -3,7 +3,7 @@ import type { PrismaClient } from '../../src/generated/prisma/client';
 import type { Sql } from '../../src/db/sql';
 import { newId } from '../../src/ids';
 import { updateNode } from '../../src/modules/metal/node-store';
-import type { CommandResult } from '../../src/modules/sites/commands';
+import { resultStatus, type CommandResult } from '../../src/modules/sites/commands';
 import type { ReportKind } from '../../src/modules/boot/entries';
 import { queueAdvance } from '../../jobs/registry';
 import { advanceRun, type AdvanceOutcome, type EngineDeps } from '../../jobs/engine';
@@ -97,7 +97,7 @@ export async function reportCommand(sql: Sql, commandId: string, result: Command
       `UPDATE command SET status = 'claimed', claimed_at = now(), updated_at = now() WHERE id = $1 AND status = 'queued' RETURNING run_id`, [commandId],
     );
     if (!rows[0]) throw new Error(`command ${commandId} is not queued`);
-    await tx.query(`UPDATE command SET status = $2, result = $3::jsonb, updated_at = now() WHERE id = $1`, [commandId, result.ok ? 'succeeded' : 'failed', JSON.stringify(result)]);
+    await tx.query(`UPDATE command SET status = $2, result = $3::jsonb, updated_at = now() WHERE id = $1`, [commandId, resultStatus(result), JSON.stringify(result)]);
     if (rows[0].run_id) await queueAdvance(tx, rows[0].run_id as string);
   });
 }

@@ -202,13 +202,39 @@ export function retryAfterMs(value: string | undefined): number | null {
   return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
 }
 
-/** The BMC's own words from a Redfish error body (error.message and the first ExtendedInfo). */
+/**
+ * A short, sanitised summary of a Redfish error body: each registry message id with its
+ * MessageArgs ("Base.1.8.ActionParameterNotSupported [UserName, InsertMedia]"), else the error's
+ * code. Never the BMC's free text: a body can quote what it was sent, or be anything at all when
+ * the address is not a BMC (issue 21 item 6), so only registry-shaped ids and short arguments pass.
+ */
 export function redfishMessage(body: Doc | null): string {
   const err = (body?.error ?? null) as Doc | null;
-  const info = ((err?.['@Message.ExtendedInfo'] ?? body?.['@Message.ExtendedInfo'] ?? []) as Doc[])[0];
-  const parts = [info?.Message, info?.MessageId ? `(${String(info.MessageId)})` : null].filter(Boolean).map(String);
-  if (!parts.length && err?.message) parts.push(String(err.message));
-  return parts.join(' ');
+  const infos = [err?.['@Message.ExtendedInfo'], body?.['@Message.ExtendedInfo']].flatMap((x) => (Array.isArray(x) ? x : [])) as Doc[];
+  const parts: string[] = [];
+  for (const info of infos.slice(0, 3)) {
+    const id = registryId(info?.MessageId);
+    if (!id) continue;
+    const args = (Array.isArray(info.MessageArgs) ? info.MessageArgs : []).slice(0, 6).map(shortArg);
+    parts.push(args.length ? `${id} [${args.join(', ')}]` : id);
+  }
+  if (!parts.length) {
+    const code = registryId(err?.code);
+    if (code) parts.push(code);
+  }
+  return [...new Set(parts)].join('; ');
+}
+
+/** A registry message id (Base.1.8.PropertyValueNotInList, IDRAC.2.8.SYS403), else null. */
+function registryId(v: unknown): string | null {
+  return typeof v === 'string' && /^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z0-9_]+){1,5}$/.test(v) && v.length <= 100 ? v : null;
+}
+
+/** One MessageArg as the error may carry it: printable, at most 64 characters. */
+function shortArg(v: unknown): string {
+  const s = (typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : '?')
+    .replace(/[^\x20-\x7e]/g, '?');
+  return JSON.stringify(s.length > 64 ? `${s.slice(0, 61)}...` : s);
 }
 
 /**

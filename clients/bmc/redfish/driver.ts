@@ -24,7 +24,9 @@ import {
   type PowerAction,
   type PowerState,
 } from '../driver';
-import { retryAfterMs, sleep, type Doc, type RedfishClient, type RedfishTransport, type Response } from './client';
+import { redfishMessage, retryAfterMs, sleep, type Doc, type RedfishClient, type RedfishTransport, type Response } from './client';
+import { isErrorBody, lastSegment, link, memberLinks, str } from './doc';
+import { readInventory, type RedfishInventory } from './inventory';
 
 /** A vendor's quirks; `redfishGeneric` is DMTF's behaviour. */
 export interface RedfishFlavour {
@@ -52,11 +54,20 @@ export interface RedfishFlavour {
   patchMountSlots: string | null;
 }
 
-/** Which slot state makes DMTF's InsertMedia unsafe: an image inserted or a connection up. */
+/** Whether a slot reads as holding no image: Inserted false, or an empty, null or "None" Image, whatever ConnectedVia says. */
+export function slotEmpty(vm: Doc): boolean {
+  const img = typeof vm.Image === 'string' ? vm.Image.trim() : '';
+  return vm.Inserted === false || img === '' || img === 'None';
+}
+
+/**
+ * Which slot state makes DMTF's InsertMedia unsafe: an image in it. sushy-tools' empty slot reads
+ * ConnectedVia "URI" with Image "" and Inserted false (peers README), Gigabyte's AMI Image "None"
+ * (QUIRKS.md "VirtualMedia"): both are empty.
+ */
 export function genericOccupied(vm: Doc): string | null {
-  if (vm.Inserted === true) return `${String(vm.Image ?? 'an image')} is inserted`;
-  if (typeof vm.ConnectedVia === 'string' && vm.ConnectedVia !== 'NotConnected') return `${String(vm.Image ?? 'an image')} is connected (${vm.ConnectedVia})`;
-  return null;
+  if (slotEmpty(vm)) return null;
+  return `${String(vm.Image)} is ${vm.Inserted === true ? 'inserted' : `connected (${String(vm.ConnectedVia ?? 'Inserted not said')})`}`;
 }
 
 export const redfishGeneric: RedfishFlavour = {
@@ -111,6 +122,61 @@ export const POWER_PLANS: Readonly<Record<PowerAction, Step[][]>> = {
 
 const BOOT_TARGET: Record<BootDevice, string> = { pxe: 'Pxe', disk: 'Hdd', cd: 'Cd', bios: 'BiosSetup' };
 
+/** Where setBootDevice sends the override, and what (bootOverridePlan). */
+export interface BootOverridePlan {
+  /** The system, or its @Redfish.Settings SettingsObject. */
+  path: string;
+  via: 'system' | 'settings';
+  /** { Boot: { BootSourceOverrideTarget, BootSourceOverrideEnabled, BootSourceOverrideMode? } }, plus @Redfish.SettingsApplyTime on a settings object. */
+  body: Doc;
+  enabled: 'Once' | 'Continuous';
+}
+
+/** A slot as mediaSlots reads it. */
+export interface MediaSlot {
+  id: string;
+  path: string;
+  empty: boolean;
+  /** action: #VirtualMedia.InsertMedia; patch: a PATCH of the slot (Lenovo XCC's EXT slots); none: neither. */
+  mount: 'action' | 'patch' | 'none';
+  insertTarget: string | null;
+  ejectTarget: string | null;
+}
+
+/** The target of #VirtualMedia.<name>, whatever its key's spelling (DMTF's telemetry mockup lists .../Actions/VM.InsertMedia). */
+function actionTarget(actions: Doc, name: 'InsertMedia' | 'EjectMedia'): string | null {
+  const entry = (actions[`#VirtualMedia.${name}`] ?? Object.entries(actions).find(([k]) => k.endsWith(`.${name}`))?.[1]) as Doc | undefined;
+  return typeof entry?.target === 'string' && entry.target ? entry.target : null;
+}
+
+/** The system's @Redfish.Settings SettingsObject, if it links one. */
+function settingsPathOf(sys: Doc): string | null {
+  return link(((sys['@Redfish.Settings'] ?? {}) as Doc).SettingsObject);
+}
+
+/** A Redfish path a 405's MessageArgs name (the settings object to use instead), if any. */
+function pathInMessage(body: Doc | null): string | null {
+  const infos = [((body?.error ?? {}) as Doc)['@Message.ExtendedInfo'], body?.['@Message.ExtendedInfo']].flatMap((v) => (Array.isArray(v) ? v : [])) as Doc[];
+  for (const info of infos) {
+    for (const arg of Array.isArray(info?.MessageArgs) ? info.MessageArgs : []) {
+      if (typeof arg === 'string' && /^\/redfish\/v1\/Systems\/[^\s?#]+$/.test(arg)) return arg;
+    }
+  }
+  return null;
+}
+
+/** Whether a Boot object shows the wanted override (Continuous stands for Once: see bootReadBack). */
+function shows(boot: Doc, want: Doc, enabled: 'Once' | 'Continuous'): boolean {
+  if (boot.BootSourceOverrideTarget !== want.BootSourceOverrideTarget) return false;
+  const e = boot.BootSourceOverrideEnabled;
+  if (!(e === enabled || (enabled === 'Once' && e === 'Continuous'))) return false;
+  return want.BootSourceOverrideMode === undefined || boot.BootSourceOverrideMode === want.BootSourceOverrideMode || boot.BootSourceOverrideMode === null;
+}
+
+function noteOnce(x: { notes: string[] }, text: string): void {
+  if (!x.notes.includes(text)) x.notes.push(text);
+}
+
 function powerOf(v: unknown): PowerState {
   switch (v) {
     case 'On': return 'on';
@@ -121,30 +187,32 @@ function powerOf(v: unknown): PowerState {
   }
 }
 
-function link(v: unknown): string | null {
-  const id = (v as Doc | null | undefined)?.['@odata.id'];
-  return typeof id === 'string' && id ? id : null;
-}
-
-function memberLinks(doc: Doc): string[] {
-  return ((doc.Members ?? []) as unknown[]).map(link).filter((x): x is string => x !== null);
-}
-
-function lastSegment(p: string): string {
-  return p.replace(/\/+$/, '').split('/').pop() ?? p;
-}
-
 interface Ctx {
   c: RedfishClient;
   deadlineMs: number;
   key: string | undefined;
   options: Readonly<Record<string, unknown>>;
   notes: string[];
+  /** Set when an action was sent and accepted but this BMC shows nothing that proves its effect. */
+  unverified: string | null;
 }
 
 interface System { path: string; doc: Doc }
 
 class Unsupported501 extends Error {}
+
+/** A BMC task that ended Exception, Killed, Cancelled or Interrupted: the action may still have been applied. */
+class TaskEnded extends BmcError {}
+
+/** How long a restart is watched for a power transition on a BMC with no usable LastResetTime. */
+const RESTART_OBSERVE_MS = 10_000;
+
+/** A LastResetTime that can show a restart: a real date after 1970 (Dell reports 0000-00-00, OpenBMC the epoch: QUIRKS.md). */
+function resetTimeOf(v: unknown): number | null {
+  if (typeof v !== 'string') return null;
+  const t = Date.parse(v);
+  return Number.isFinite(t) && t > 86_400_000 ? t : null;
+}
 
 export class RedfishDriver implements BmcDriver {
   readonly name: string;
@@ -167,11 +235,12 @@ export class RedfishDriver implements BmcDriver {
       key: opts?.idempotencyKey,
       options,
       notes: [],
+      unverified: null,
     };
   }
 
   private result<T>(x: Ctx, value: T): DriverResult<T> {
-    return { value, notes: [...x.c.notes, ...x.notes] };
+    return { value, notes: [...x.c.notes, ...x.notes], ...(x.unverified ? { unverified: x.unverified } : {}) };
   }
 
   /** Idempotency-Key of one destructive request: the step's key and what this request does. */
@@ -314,13 +383,33 @@ export class RedfishDriver implements BmcDriver {
       throw new Unsupported501(`ResetType ${type} was refused as not supported (HTTP 400)`);
     }
     if (res.status >= 300) throw x.c.statusError(res, `Reset (${type})`, false);
-    if (res.status === 202) await this.awaitTask(x, res, `Reset (${type})`);
+    let taskEnded: TaskEnded | null = null;
+    if (res.status === 202) {
+      try {
+        await this.awaitTask(x, res, `Reset (${type})`);
+      } catch (e) {
+        // The task's end says nothing of the machine: the power state does (a DGX's Reset task ends
+        // Exception after the BMC applied it, QUIRKS.md "Other"). Only without the effect is it a failure.
+        if (!(e instanceof TaskEnded)) throw e;
+        taskEnded = e;
+      }
+    }
     if (expect === 'nmi') {
-      x.notes.push('NMI sent; an NMI changes no state the BMC can show, so it is not read back');
+      if (taskEnded) throw taskEnded;
+      x.unverified = 'an NMI changes nothing the BMC can show';
+      x.notes.push('NMI sent; an NMI changes no state the BMC can show: not verifiable');
       return powerOf((await x.c.get(sys.path, 'the system')).PowerState);
     }
-    if (expect === 'restart') return this.waitRestart(x, sys.path, before, type);
-    return this.waitPower(x, sys.path, expect, type);
+    try {
+      const state = expect === 'restart' ? await this.waitRestart(x, sys.path, before, type) : await this.waitPower(x, sys.path, expect, type);
+      if (taskEnded) {
+        if (x.unverified) throw taskEnded;
+        x.notes.push(`${taskEnded.message}; yet the machine shows the ${type}: taken as done`);
+      }
+      return state;
+    } catch (e) {
+      throw taskEnded ?? e;
+    }
   }
 
   private async waitPower(x: Ctx, path: string, want: 'on' | 'off', sent: string): Promise<PowerState> {
@@ -338,20 +427,28 @@ export class RedfishDriver implements BmcDriver {
   }
 
   /**
-   * A restart shows as LastResetTime moving, or a power state other than On on the way: a BMC
-   * that reports neither can only be seen to end up On (noted).
+   * A restart is proven by LastResetTime moving, or by a power state other than On seen on the
+   * way. A BMC with no usable LastResetTime (HPE, Lenovo, Supermicro have none; Dell reports
+   * 0000-00-00, OpenBMC the epoch) that shows no transition within RESTART_OBSERVE_MS cannot prove
+   * it: the result says so (unverified) instead of success, and the workflow's next wait (the
+   * ramdisk's call, the machine's boot) is the proof. With a usable LastResetTime, no sign of a
+   * restart within the deadline is BMC_NOT_APPLIED.
    */
   private async waitRestart(x: Ctx, path: string, lastResetBefore: unknown, sent: string): Promise<PowerState> {
-    const until = Date.now() + x.deadlineMs;
+    const start = Date.now();
+    const until = start + x.deadlineMs;
+    const before = resetTimeOf(lastResetBefore);
     let sawOther = false;
     for (;;) {
       const doc = await x.c.get(path, 'the system');
       const state = powerOf(doc.PowerState);
       if (state !== 'on') sawOther = true;
-      const moved = lastResetBefore !== undefined && doc.LastResetTime !== lastResetBefore;
+      const after = resetTimeOf(doc.LastResetTime);
+      const moved = after !== null && after !== before;
       if (state === 'on' && (sawOther || moved)) return state;
-      if (state === 'on' && lastResetBefore === undefined) {
-        x.notes.push(`the BMC reports no LastResetTime: ResetType ${sent} is verified only by the machine being on`);
+      if (state === 'on' && after === null && Date.now() - start >= Math.min(RESTART_OBSERVE_MS, x.deadlineMs)) {
+        x.unverified = `the BMC accepted ResetType ${sent} but reports no usable LastResetTime and showed no power transition within ${Math.min(RESTART_OBSERVE_MS, x.deadlineMs)} ms`;
+        x.notes.push(`sent ResetType ${sent}; not verifiable on this BMC (no LastResetTime, no power transition seen): the machine's next boot is the proof`);
         return state;
       }
       if (Date.now() >= until) {
@@ -373,8 +470,9 @@ export class RedfishDriver implements BmcDriver {
       const res = await x.c.request('GET', monitor, { repeatable: true, what: `the task monitor of ${what}` });
       const state = typeof res.body?.TaskState === 'string' ? res.body.TaskState : null;
       if (state === 'Exception' || state === 'Killed' || state === 'Cancelled' || state === 'Interrupted') {
-        const msg = ((res.body?.Messages ?? []) as Doc[]).map((m) => String(m.Message ?? '')).filter(Boolean).join('; ');
-        throw x.c.error('BMC_ERROR', `${what}: the BMC's task ended ${state}${msg ? `: ${msg}` : ''}`);
+        const msg = redfishMessage({ '@Message.ExtendedInfo': res.body?.Messages ?? [] });
+        const e = x.c.error('BMC_ERROR', `${what}: the BMC's task ended ${state}${msg ? `: ${msg}` : ''}`);
+        throw new TaskEnded(e.code, e.message, false);
       }
       if (res.status === 404) {
         x.notes.push(`the task monitor of ${what} is gone (404); verified by reading back`);
@@ -407,33 +505,135 @@ export class RedfishDriver implements BmcDriver {
       await this.hpeVirtualCdBoot(x, sys);
       return this.result(x, undefined);
     }
-    const boot = (sys.doc.Boot ?? null) as Doc | null;
-    if (!boot) throw x.c.error('BMC_UNSUPPORTED', `the system at ${x.c.origin} has no Boot settings`);
-    const allowed = boot['BootSourceOverrideTarget@Redfish.AllowableValues'];
-    if (Array.isArray(allowed) && !allowed.includes(target)) {
-      throw x.c.error('BMC_UNSUPPORTED', `the BMC does not offer boot target ${target} (for ${device}); it offers ${allowed.join(', ')}`);
+    let plan = await this.planBoot(x, sys, device, mode);
+    const boot = plan.via === 'system' ? ((sys.doc.Boot ?? {}) as Doc) : plan.pendingBoot;
+    const want = plan.body.Boot as Doc;
+    if (shows(boot, want, plan.enabled)) {
+      x.notes.push(`the boot override was already ${String(want.BootSourceOverrideTarget)} ${plan.enabled}: nothing sent`);
+      return this.result(x, undefined);
     }
-    let enabled = mode.persistent ? 'Continuous' : 'Once';
-    if (mode.persistent && !this.flavour.continuousAllowed(device)) {
+    const res = await this.patchResponse(x, plan.path, plan.body, 'the boot override', plan.via === 'system' ? sys.doc : null, 'boot');
+    if (res.status === 405 && plan.via === 'system') {
+      // AMI and OpenBMC refuse the override on the System and keep it in their settings object;
+      // the 405 names it (its MessageArgs), or the system links it (@Redfish.Settings).
+      const settings = settingsPathOf(sys.doc) ?? pathInMessage(res.body);
+      if (!settings) throw x.c.statusError(res, 'PATCH the boot override', true);
+      plan = await this.planBoot(x, sys, device, mode, settings);
+      x.notes.push(`the BMC refused the override on the system (HTTP 405): sent it to its settings object ${settings}`);
+      await this.patch(x, plan.path, plan.body, 'the boot override (settings object)', null, 'boot:settings');
+    } else {
+      this.patchOutcome(x, res, 'the boot override');
+      if (res.status === 202) await this.awaitTask(x, res, 'the boot override');
+    }
+    await this.until(x, () => this.bootReadBack(x, sys, plan), `the BMC accepted the boot override ${String(want.BootSourceOverrideTarget)} ${plan.enabled}`);
+    return this.result(x, undefined);
+  }
+
+  /**
+   * What setBootDevice would PATCH, and where, without sending it (the interop tests read it for
+   * every captured BMC).
+   */
+  async bootOverridePlan(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<BootOverridePlan & { notes: string[] }> {
+    const x = this.ctx(bmc, opts);
+    const target = Object.hasOwn(BOOT_TARGET, device) ? BOOT_TARGET[device] : undefined;
+    if (!target) throw new BmcError('BMC_UNSUPPORTED', `boot device "${String(device)}" is not one of ${Object.keys(BOOT_TARGET).join(', ')}`);
+    const { pendingBoot: _pending, ...plan } = await this.planBoot(x, await this.system(x), device, mode);
+    return { ...plan, notes: [...x.c.notes, ...x.notes] };
+  }
+
+  /**
+   * The override for a device, from what the BMC offers (its AllowableValues, on the system or on
+   * its @Redfish.Settings object):
+   * - where: the system, unless the BMC keeps its boot settings on the settings object (AMI's
+   *   /SD, OpenBMC/NVIDIA's /Settings: the AllowableValues are listed only there) or
+   *   `forceSettings` names it (a 405 on the system said so);
+   * - Enabled: Once where offered, else Continuous (sushy-tools and older Supermicro read
+   *   Continuous whatever is sent); a persistent override is Continuous where offered and allowed
+   *   by the flavour, else Once;
+   * - Mode: UEFI where offered (Legacy only when asked), left out where the BMC shows none.
+   */
+  private async planBoot(x: Ctx, sys: System, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, forceSettings?: string): Promise<BootOverridePlan & { pendingBoot: Doc }> {
+    const target = BOOT_TARGET[device];
+    const sysBoot = (sys.doc.Boot ?? null) as Doc | null;
+    const settingsPath = forceSettings ?? settingsPathOf(sys.doc);
+    let pendingBoot: Doc = {};
+    let settingsDoc: Doc | null = null;
+    if (settingsPath) {
+      const res = await x.c.request('GET', settingsPath, { repeatable: true, what: 'the system\'s settings object' });
+      if (res.status === 200 && res.body && !res.body.error) {
+        settingsDoc = res.body;
+        if (res.headers.etag && !settingsDoc['@odata.etag']) settingsDoc['@odata.etag'] = res.headers.etag;
+        pendingBoot = (settingsDoc.Boot ?? {}) as Doc;
+      } else x.notes.push(`the system's settings object ${settingsPath} answered HTTP ${res.status}: the override goes to the system`);
+    }
+    const allowedOf = (b: Doc | null, k: string) => (b && Array.isArray(b[`${k}@Redfish.AllowableValues`]) ? (b[`${k}@Redfish.AllowableValues`] as unknown[]).map(String) : null);
+    const keys = ['BootSourceOverrideTarget', 'BootSourceOverrideEnabled', 'BootSourceOverrideMode'];
+    const onlyInSettings = settingsDoc !== null && keys.some((k) => allowedOf(pendingBoot, k) !== null && allowedOf(sysBoot, k) === null);
+    const via: 'system' | 'settings' = settingsDoc !== null && (forceSettings !== undefined || onlyInSettings || !sysBoot) ? 'settings' : 'system';
+    if (!sysBoot && via === 'system') throw x.c.error('BMC_UNSUPPORTED', `the system at ${x.c.origin} has no Boot settings`);
+    const allowed = (k: string) => (via === 'settings' ? allowedOf(pendingBoot, k) ?? allowedOf(sysBoot, k) : allowedOf(sysBoot, k) ?? allowedOf(pendingBoot, k));
+
+    const targets = allowed('BootSourceOverrideTarget');
+    if (targets && !targets.includes(target)) {
+      throw x.c.error('BMC_UNSUPPORTED', `the BMC does not offer boot target ${target} (for ${device}); it offers ${targets.join(', ')}`);
+    }
+    const enables = allowed('BootSourceOverrideEnabled');
+    const offered = (v: string) => enables === null || enables.includes(v);
+    let enabled: 'Once' | 'Continuous' = mode.persistent ? 'Continuous' : 'Once';
+    if (enabled === 'Continuous' && !this.flavour.continuousAllowed(device)) {
       enabled = 'Once';
       x.notes.push(`${this.name}: a Continuous ${device} boot override can boot-loop this firmware; set it Once instead`);
     }
+    if (enabled === 'Continuous' && !offered('Continuous')) {
+      enabled = 'Once';
+      x.notes.push('the BMC offers no Continuous boot override: set it Once');
+    } else if (enabled === 'Once' && !offered('Once')) {
+      if (!offered('Continuous')) throw x.c.error('BMC_UNSUPPORTED', `the BMC offers neither Once nor Continuous for BootSourceOverrideEnabled (it offers ${enables!.join(', ')})`);
+      enabled = 'Continuous';
+      x.notes.push('the BMC offers no Once boot override: set it Continuous, which stays until the next override replaces it');
+    }
     const patch: Doc = { BootSourceOverrideTarget: target, BootSourceOverrideEnabled: enabled };
-    if (mode.uefi !== undefined) {
-      if (!this.capabilities.bootMode) x.notes.push(`${this.name} has no BootSourceOverrideMode: the boot mode was left as the firmware has it`);
-      else if (!('BootSourceOverrideMode' in boot)) x.notes.push('the BMC shows no BootSourceOverrideMode: the boot mode was left as the firmware has it');
-      else patch.BootSourceOverrideMode = mode.uefi ? 'UEFI' : 'Legacy';
+    const modes = allowed('BootSourceOverrideMode');
+    const showsMode = modes !== null || (sysBoot !== null && 'BootSourceOverrideMode' in sysBoot) || 'BootSourceOverrideMode' in pendingBoot;
+    const wantMode = mode.uefi === false ? 'Legacy' : 'UEFI';
+    if (!this.capabilities.bootMode) {
+      if (mode.uefi !== undefined) x.notes.push(`${this.name} has no BootSourceOverrideMode: the boot mode was left as the firmware has it`);
+    } else if (!showsMode) {
+      x.notes.push('the BMC shows no BootSourceOverrideMode: the boot mode was left as the firmware has it');
+    } else if (modes && !modes.includes(wantMode)) {
+      x.notes.push(`the BMC offers no ${wantMode} boot mode (it offers ${modes.join(', ')}): the boot mode was left as the firmware has it`);
+    } else patch.BootSourceOverrideMode = wantMode;
+    const body: Doc = { Boot: patch };
+    if (via === 'settings') {
+      const times = (((sys.doc['@Redfish.Settings'] ?? {}) as Doc).SupportedApplyTimes ?? null) as unknown;
+      const list = Array.isArray(times) ? times.map(String) : [];
+      const at = ['Immediate', 'OnReset', 'AtMaintenanceWindowStart'].find((t) => list.includes(t) && t !== 'AtMaintenanceWindowStart');
+      if (at) body['@Redfish.SettingsApplyTime'] = { ApplyTime: at };
     }
-    if (Object.entries(patch).every(([k, v]) => boot[k] === v)) {
-      x.notes.push(`the boot override was already ${target} ${enabled}: nothing sent`);
-      return this.result(x, undefined);
+    return { path: via === 'settings' ? settingsPath! : sys.path, via, body, enabled, pendingBoot };
+  }
+
+  /**
+   * The evidence that the override is in place: the system reads it back, or (a BMC that keeps
+   * pending settings) its settings object holds it until the next reset applies it. Enabled may
+   * read Continuous where Once was sent (sushy-tools, older Supermicro: QUIRKS.md "Boot override").
+   */
+  private async bootReadBack(x: Ctx, sys: System, plan: BootOverridePlan): Promise<true | string> {
+    const want = plan.body.Boot as Doc;
+    const now = ((await x.c.get(sys.path, 'the system')).Boot ?? {}) as Doc;
+    if (shows(now, want, plan.enabled)) {
+      if (plan.enabled === 'Once' && now.BootSourceOverrideEnabled === 'Continuous') noteOnce(x, 'the BMC reads the override back as Continuous: it stays until the next override replaces it');
+      return true;
     }
-    await this.patch(x, sys.path, { Boot: patch }, 'the boot override', sys.doc, 'boot');
-    await this.until(x, async () => {
-      const b = ((await x.c.get(sys.path, 'the system')).Boot ?? {}) as Doc;
-      return Object.entries(patch).every(([k, v]) => b[k] === v) ? true : `the boot override reads ${String(b.BootSourceOverrideTarget)} ${String(b.BootSourceOverrideEnabled)}`;
-    }, `the BMC accepted the boot override ${target} ${enabled}`);
-    return this.result(x, undefined);
+    const settings = plan.via === 'settings' ? plan.path : settingsPathOf(sys.doc);
+    if (settings) {
+      const pending = ((await x.c.get(settings, 'the system\'s settings object')).Boot ?? {}) as Doc;
+      if (shows(pending, want, plan.enabled)) {
+        noteOnce(x, `the override is held in the BMC's pending settings (${settings}): it applies at the next reset`);
+        return true;
+      }
+    }
+    return `the boot override reads ${String(now.BootSourceOverrideTarget)} ${String(now.BootSourceOverrideEnabled)}`;
   }
 
   /** A resource as GET gives it, its ETag header folded into @odata.etag when the body has none. */
@@ -450,6 +650,13 @@ export class RedfishDriver implements BmcDriver {
    * current @odata.etag and sends once more. A 202 is followed to its task's end.
    */
   private async patch(x: Ctx, path: string, body: Doc, what: string, current: Doc | null, keyPart: string): Promise<void> {
+    const res = await this.patchResponse(x, path, body, what, current, keyPart);
+    this.patchOutcome(x, res, what);
+    if (res.status === 202) await this.awaitTask(x, res, what);
+  }
+
+  /** The PATCH's answer, after at most one resend with the current ETag (428, 412). */
+  private async patchResponse(x: Ctx, path: string, body: Doc, what: string, current: Doc | null, keyPart: string): Promise<Response> {
     const etagOf = (d: Doc | null) => (d && typeof d['@odata.etag'] === 'string' ? d['@odata.etag'] : null);
     const send = (etag: string | null) => x.c.request('PATCH', path, {
       repeatable: true, what, body, headers: { ...(etag ? { 'If-Match': etag } : {}), ...this.keyed(x, keyPart) },
@@ -462,10 +669,14 @@ export class RedfishDriver implements BmcDriver {
       x.notes.push(`the BMC answered ${res.status} to ${what}; sent it again with If-Match ${etag}`);
       res = await send(etag);
     }
+    return res;
+  }
+
+  private patchOutcome(x: Ctx, res: Response, what: string): void {
     if (res.status === 412 || res.status === 428) throw x.c.error('BMC_BUSY', `${what} was refused twice for a changed ETag (HTTP ${res.status}): something else is changing it`, true);
     if (res.status >= 300) throw x.c.statusError(res, `PATCH ${what}`, true);
-    if (res.status === 202) await this.awaitTask(x, res, what);
   }
+
 
   /**
    * iDRAC: a Cd boot override boots the machine's physical drive, so a boot from the virtual CD is
@@ -532,33 +743,58 @@ export class RedfishDriver implements BmcDriver {
     return all ? memberLinks(await x.c.get(all, 'the Managers collection')) : [];
   }
 
-  /** The CD/DVD slots: the system's own VirtualMedia when it links one (iDRAC 6.00.02+, rackmount), else its managers'. */
+  /**
+   * The CD/DVD slots, found by following links: the system's own VirtualMedia when it links one
+   * that answers (iDRAC 6.00.02+, rackmount, sushy-tools), else its managers' (a manager's link
+   * that answers 404 is passed over: sushy-tools links Managers/<id>/VirtualMedia and serves 404
+   * there). A slot that lists no MediaTypes counts (Gigabyte's AMI CD1).
+   */
   private async cdSlots(x: Ctx, sys: System): Promise<{ path: string; doc: Doc }[]> {
-    const collections: string[] = [];
+    const collections: Doc[] = [];
+    const tryGet = async (p: string, what: string): Promise<Doc | null> => {
+      const res = await x.c.request('GET', p, { repeatable: true, what });
+      return res.status === 200 && res.body && !isErrorBody(res.body) ? res.body : null;
+    };
     const own = link(sys.doc.VirtualMedia);
-    if (own) collections.push(own);
+    const ownColl = own ? await tryGet(own, 'the VirtualMedia collection') : null;
+    if (ownColl) collections.push(ownColl);
     else {
       for (const m of await this.managers(x, sys)) {
         const vm = link((await x.c.get(m, 'the manager')).VirtualMedia);
-        if (vm) collections.push(vm);
+        const coll = vm ? await tryGet(vm, 'the VirtualMedia collection') : null;
+        if (coll) collections.push(coll);
       }
     }
     if (!collections.length) throw x.c.error('BMC_UNSUPPORTED', `the BMC at ${x.c.origin} has no VirtualMedia under the system or its managers`);
     const slots: { path: string; doc: Doc }[] = [];
     for (const coll of collections) {
-      for (const p of memberLinks(await x.c.get(coll, 'the VirtualMedia collection'))) {
-        const doc = await x.c.get(p, `virtual media ${lastSegment(p)}`);
-        const types = Array.isArray(doc.MediaTypes) ? (doc.MediaTypes as unknown[]).map(String) : [];
-        if (types.includes('CD') || types.includes('DVD')) slots.push({ path: p, doc });
+      for (const p of memberLinks(coll)) {
+        const doc = await tryGet(p, `virtual media ${lastSegment(p)}`);
+        if (!doc) continue;
+        const types = Array.isArray(doc.MediaTypes) ? (doc.MediaTypes as unknown[]).map(String) : null;
+        if (types === null || types.includes('CD') || types.includes('DVD')) slots.push({ path: p, doc });
       }
     }
     if (!slots.length) throw x.c.error('BMC_UNSUPPORTED', `the BMC at ${x.c.origin} has no CD/DVD virtual media`);
     return slots;
   }
 
+  /** The CD/DVD slots as the driver reads them (the interop tests compare them with each captured BMC). */
+  async mediaSlots(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<MediaSlot[]> {
+    const x = this.ctx(bmc, opts);
+    const slots = await this.cdSlots(x, await this.system(x));
+    return slots.map((s) => {
+      const actions = (s.doc.Actions ?? {}) as Doc;
+      const insert = actionTarget(actions, 'InsertMedia');
+      const eject = actionTarget(actions, 'EjectMedia');
+      const mount: MediaSlot['mount'] = insert ? 'action' : this.flavour.patchMountSlots !== null ? 'patch' : 'none';
+      return { id: str(s.doc.Id) ?? lastSegment(s.path), path: s.path, empty: slotEmpty(s.doc), mount, insertTarget: insert, ejectTarget: eject };
+    });
+  }
+
   private action(x: Ctx, slot: { path: string; doc: Doc }, name: 'InsertMedia' | 'EjectMedia'): string {
-    const t = (((slot.doc.Actions ?? {}) as Doc)[`#VirtualMedia.${name}`] as Doc | undefined)?.target;
-    if (typeof t !== 'string') throw x.c.error('BMC_UNSUPPORTED', `virtual media ${lastSegment(slot.path)} offers no #VirtualMedia.${name} action`);
+    const t = actionTarget((slot.doc.Actions ?? {}) as Doc, name);
+    if (!t) throw x.c.error('BMC_UNSUPPORTED', `virtual media ${lastSegment(slot.path)} offers no #VirtualMedia.${name} action`);
     return t;
   }
 
@@ -604,24 +840,56 @@ export class RedfishDriver implements BmcDriver {
    */
   private async mountSlot(x: Ctx, slot: { path: string; doc: Doc }, imageUrl: string): Promise<boolean> {
     const name = lastSegment(slot.path);
-    const target = (((slot.doc.Actions ?? {}) as Doc)['#VirtualMedia.InsertMedia'] as Doc | undefined)?.target;
-    if (typeof target !== 'string') {
+    const actions = (slot.doc.Actions ?? {}) as Doc;
+    const target = actionTarget(actions, 'InsertMedia');
+    if (!target) {
       if (this.flavour.patchMountSlots === null) throw x.c.error('BMC_UNSUPPORTED', `virtual media ${name} offers no #VirtualMedia.InsertMedia action`);
       await this.patch(x, slot.path, { Image: imageUrl, Inserted: true, WriteProtected: true }, `the image of ${name}`, slot.doc, 'insert');
       x.notes.push(`${this.name}: ${name} has no InsertMedia action; mounted by a PATCH of the slot`);
       return true;
     }
-    const res = await x.c.request('POST', target, { repeatable: true, what: `InsertMedia on ${name}`, body: this.flavour.insertBody(imageUrl), headers: this.keyed(x, 'insert') });
+    let body = this.flavour.insertBody(imageUrl);
+    const info = link({ '@odata.id': ((actions['#VirtualMedia.InsertMedia'] ?? {}) as Doc)['@Redfish.ActionInfo'] });
+    if (info) body = await this.insertBodyFromInfo(x, info, body, imageUrl);
+    let res = await x.c.request('POST', target, { repeatable: true, what: `InsertMedia on ${name}`, body, headers: this.keyed(x, 'insert') });
+    if (res.status === 400 && Object.keys(body).length > 1 && /ActionParameterNotSupported|PropertyUnknown|ActionParameterUnknown/.test(redfishMessage(res.body))) {
+      // iLO 4 takes only Image (QUIRKS.md; issue 20): the same insert with the one parameter every BMC takes.
+      x.notes.push(`InsertMedia on ${name} refused a parameter (${redfishMessage(res.body)}): sent again with Image only`);
+      body = { Image: imageUrl };
+      res = await x.c.request('POST', target, { repeatable: true, what: `InsertMedia on ${name}`, body, headers: this.keyed(x, 'insert:minimal') });
+    }
     if (res.status === 405) return false;
     if (res.status >= 300) throw x.c.statusError(res, `InsertMedia on ${name}`, true);
     if (res.status === 202) await this.awaitTask(x, res, 'InsertMedia');
     return true;
   }
 
+  /**
+   * The InsertMedia body an action's @Redfish.ActionInfo allows: only the parameters it lists
+   * (Image always), and a required TransferProtocolType from the image URL's scheme (Supermicro
+   * X13 and newer iDRAC list theirs there: QUIRKS.md "VirtualMedia").
+   */
+  private async insertBodyFromInfo(x: Ctx, infoPath: string, body: Doc, imageUrl: string): Promise<Doc> {
+    const res = await x.c.request('GET', infoPath, { repeatable: true, what: 'the InsertMedia ActionInfo' });
+    if (res.status !== 200 || !res.body || isErrorBody(res.body)) return body;
+    const params = (Array.isArray(res.body.Parameters) ? res.body.Parameters : []) as Doc[];
+    if (!params.length) return body;
+    const named = new Map(params.filter((p) => typeof p?.Name === 'string').map((p) => [p.Name as string, p]));
+    const out: Doc = { Image: imageUrl };
+    for (const [k, v] of Object.entries(body)) if (k !== 'Image' && named.has(k)) out[k] = v;
+    const proto = named.get('TransferProtocolType');
+    if (proto && proto.Required === true && out.TransferProtocolType === undefined) {
+      const want = new URL(imageUrl).protocol.replace(':', '').toUpperCase();
+      const allowed = Array.isArray(proto.AllowableValues) ? proto.AllowableValues.map(String) : null;
+      if (!allowed || allowed.includes(want)) out.TransferProtocolType = want;
+    }
+    return out;
+  }
+
   private async ejectSlot(x: Ctx, slot: { path: string; doc: Doc }): Promise<void> {
     const name = lastSegment(slot.path);
-    const target = (((slot.doc.Actions ?? {}) as Doc)['#VirtualMedia.EjectMedia'] as Doc | undefined)?.target;
-    if (typeof target !== 'string' && this.flavour.patchMountSlots !== null) {
+    const target = actionTarget((slot.doc.Actions ?? {}) as Doc, 'EjectMedia');
+    if (!target && this.flavour.patchMountSlots !== null) {
       await this.patch(x, slot.path, { Image: null, Inserted: false }, `the image of ${name} (eject)`, slot.doc, `eject:${name}`);
     } else {
       const res = await x.c.request('POST', this.action(x, slot, 'EjectMedia'), { repeatable: true, what: `EjectMedia on ${name}`, body: {}, headers: this.keyed(x, `eject:${name}`) });
@@ -654,68 +922,10 @@ export class RedfishDriver implements BmcDriver {
 
   // ---- inventory ----
 
-  async inventory(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<DriverResult<OutOfBandInventory>> {
+  async inventory(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<DriverResult<RedfishInventory>> {
     const x = this.ctx(bmc, opts);
-    const sys = (await this.system(x)).doc;
-    const str = (v: unknown) => (typeof v === 'string' && v.trim() ? v.trim() : null);
-    let uuid = str(sys.UUID)?.toLowerCase() ?? null;
-    if (uuid && /^[0-]+$/.test(uuid)) {
-      x.notes.push('the BMC reports an all-zero UUID: treated as unknown');
-      uuid = null;
-    }
-    const inv: OutOfBandInventory = {
-      uuid, macs: [], cpus: null, memoryMiB: null, storage: null,
-      manufacturer: str(sys.Manufacturer), model: str(sys.Model), serial: str(sys.SerialNumber),
-    };
-    const members = async (l: unknown, what: string): Promise<Doc[]> => {
-      const coll = link(l);
-      if (!coll) return [];
-      const docs: Doc[] = [];
-      for (const p of memberLinks(await x.c.get(coll, what))) docs.push(await x.c.get(p, `${what} member ${lastSegment(p)}`));
-      return docs;
-    };
-    const present = (d: Doc) => ((d.Status ?? {}) as Doc).State !== 'Absent';
-
-    const nics = await members(sys.EthernetInterfaces, 'the EthernetInterfaces');
-    const macs = new Set<string>();
-    for (const n of nics) {
-      const mac = str(n.PermanentMACAddress) ?? str(n.MACAddress);
-      if (mac && /^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$/i.test(mac) && !/^(00[:-]){5}00$/.test(mac)) macs.add(mac.toLowerCase().replace(/-/g, ':'));
-    }
-    inv.macs = [...macs];
-
-    if (link(sys.Processors)) {
-      inv.cpus = (await members(sys.Processors, 'the Processors'))
-        .filter((p) => present(p) && (p.ProcessorType === undefined || p.ProcessorType === 'CPU'))
-        .map((p) => ({ model: str(p.Model) ?? 'unknown', cores: Number(p.TotalCores ?? 0), threads: Number(p.TotalThreads ?? p.TotalCores ?? 0) }));
-    }
-
-    const gib = ((sys.MemorySummary ?? {}) as Doc).TotalSystemMemoryGiB;
-    if (typeof gib === 'number') inv.memoryMiB = Math.round(gib * 1024);
-    else if (link(sys.Memory)) {
-      inv.memoryMiB = (await members(sys.Memory, 'the Memory')).filter(present).reduce((sum, d) => sum + Number(d.CapacityMiB ?? 0), 0);
-    }
-
-    if (link(sys.Storage)) {
-      inv.storage = [];
-      for (const s of await members(sys.Storage, 'the Storage')) {
-        for (const l of ((s.Drives ?? []) as unknown[]).map(link).filter((d): d is string => d !== null)) {
-          const res = await x.c.request('GET', l, { repeatable: true, what: `drive ${lastSegment(l)}` });
-          if (res.status === 404) { x.notes.push(`drive ${l} is listed by its storage but answers 404: left out`); continue; }
-          if (res.status !== 200 || !res.body) throw x.c.statusError(res, `GET drive ${lastSegment(l)}`, true);
-          if (!present(res.body)) continue;
-          inv.storage.push({ name: str(res.body.Name) ?? lastSegment(l), sizeBytes: Number(res.body.CapacityBytes ?? 0), serial: str(res.body.SerialNumber) });
-        }
-      }
-    } else if (link(sys.SimpleStorage)) {
-      inv.storage = [];
-      for (const s of await members(sys.SimpleStorage, 'the SimpleStorage')) {
-        for (const d of (s.Devices ?? []) as Doc[]) {
-          if (!present(d)) continue;
-          inv.storage.push({ name: str(d.Name) ?? 'device', sizeBytes: Number(d.CapacityBytes ?? 0), serial: str(d.SerialNumber) });
-        }
-      }
-    }
+    const inv = await readInventory(x.c, (await this.system(x)).doc, x.notes);
+    if (inv.unreadable.length) x.notes.push(`read without ${inv.unreadable.map((u) => `${u.part} (${u.reason})`).join(', ')}`);
     return this.result(x, inv);
   }
 }

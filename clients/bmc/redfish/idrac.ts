@@ -8,12 +8,16 @@
  * (ServerBoot.1.FirstBootDevice, with VirtualMedia.1.BootOnce for once) in the manager's
  * DellAttributes. iDRAC lists Nmi among its ResetTypes.
  */
-import { genericOccupied, redfishGeneric, type RedfishFlavour } from './driver';
+import { genericOccupied, redfishGeneric, slotEmpty, type RedfishFlavour } from './driver';
+import type { Doc } from './client';
 
 export const idrac: RedfishFlavour = {
   ...redfishGeneric,
   name: 'idrac',
   capabilities: { ...redfishGeneric.capabilities, nmi: true },
-  occupied: genericOccupied,
+  // iDRAC keeps a connection with the image set after Inserted went false, and refuses InsertMedia
+  // over it (IDRAC.2.8.VRM0012): connected with an image counts as occupied here.
+  occupied: (vm: Doc) => genericOccupied(vm)
+    ?? (!slotEmpty({ ...vm, Inserted: true }) && typeof vm.ConnectedVia === 'string' && vm.ConnectedVia !== 'NotConnected' ? `${String(vm.Image)} is connected (${vm.ConnectedVia})` : null),
   virtualCdBoot: 'dell-vcd',
 };

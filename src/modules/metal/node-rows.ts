@@ -144,6 +144,8 @@ const CHANGE_CASTS = {
   workflowId: 'text',
   discoveredMac: 'text',
   macs: 'text[]',
+  // The UUID the BMC reports, for a node enrolled without one (the enroll workflow).
+  productUuid: 'uuid',
   // The workflow engine's writes: inspection results, the BMC-reported addresses, discovery's
   // PXE window, the role a deploy gives.
   inventory: 'jsonb',
@@ -170,6 +172,7 @@ export type NodeChange = Partial<{
   workflowId: string;
   discoveredMac: string | null;
   macs: string[];
+  productUuid: string | null;
   inventory: Record<string, unknown> | null;
   addresses: string[];
   pxeCycledAt: Date | null;

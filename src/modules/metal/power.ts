@@ -32,6 +32,12 @@ export async function power(ctx: Context, nodeId: string, action: PowerAction): 
   if (!allowed.legal) {
     throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: ${allowed.why}`, { state: node.provisionState });
   }
+  // An aborted or failed run's cleanup powers the machine off: a power command of the verb beside
+  // it would be a second, contradictory one in flight on the same machine (issue 20).
+  const cleaning = await ctx.prisma.workflowRun.findFirst({ where: { nodeId: node.id, status: 'aborting' }, select: { id: true, kind: true }, orderBy: { createdAt: 'desc' } });
+  if (cleaning) {
+    throw new AppError('INVALID_STATE', `node ${node.id}: workflow run ${cleaning.id} (${cleaning.kind}) is still cleaning up and sends its own power commands; power it when that run has ended`, { state: node.provisionState, runId: cleaning.id });
+  }
   if (!(await siteIsServed(ctx, node.siteId))) {
     throw new AppError('INVALID_STATE', `no site agent serves site ${node.siteId} (no heartbeat within ${ctx.config.agentHeartbeatMs / 1000} s)`, { state: node.provisionState });
   }

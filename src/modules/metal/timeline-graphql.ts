@@ -7,7 +7,7 @@ const WorkflowStepRef = builder.objectRef<TimelineStep>('WorkflowStep').implemen
     idx: t.exposeInt('idx'),
     name: t.exposeString('name', { description: 'Machine name, e.g. wipe-disks.' }),
     title: t.exposeString('title', { description: 'What an operator reads, e.g. "Securely erasing disks".' }),
-    status: t.exposeString('status', { description: 'pending, running, waiting, succeeded, failed or skipped.' }),
+    status: t.exposeString('status', { description: 'pending, running, waiting, succeeded, unverified (done, but a BMC action it sent cannot be proven on this BMC: the message says why, and the next wait is the proof), failed or skipped.' }),
     destructive: t.exposeBoolean('destructive'),
     cleanup: t.exposeBoolean('cleanup', { description: 'A cleanup the run ran on abort or failure.' }),
     attempts: t.exposeInt('attempts'),

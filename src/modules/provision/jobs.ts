@@ -111,7 +111,7 @@ function view(job: JobRows): ControlNodeJob {
   // A run's step rows are written at its first dispatch: a run still queued counts its workflow's steps.
   const unstarted = job.runs.filter((r) => r.steps.length === 0).map((r) => r.kind);
   const total = steps.length + [...unstarted, ...job.pending].reduce((n, k) => n + stepCount(k), 0);
-  const done = steps.filter((s) => s.status === 'succeeded' || s.status === 'skipped').length;
+  const done = steps.filter((s) => s.status === 'succeeded' || s.status === 'unverified' || s.status === 'skipped').length;
   const current = last.steps.find((s) => !s.cleanup && (s.status === 'running' || s.status === 'waiting' || s.status === 'pending'));
   const installing = current?.title === 'Installing OS' && last.percent !== null ? Math.min(100, Math.max(0, last.percent)) / 100 : 0;
   // A run of the chain that succeeded with more to come is the job still running (the next run is written in the same transaction).
@@ -212,7 +212,7 @@ export async function provisionProgress(ctx: Context, bmcIp: string, latest: boo
   const out: ProgressRecord[] = [];
   for (const r of rows) {
     if (!visibleTo(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId })) continue;
-    const ended = r.status === 'succeeded' || r.status === 'skipped';
+    const ended = r.status === 'succeeded' || r.status === 'unverified' || r.status === 'skipped';
     const open = r.status === 'running' || r.status === 'waiting' || r.status === 'pending';
     const cancelled = r.runStatus === 'aborted' || r.runStatus === 'aborting' || r.errorCode === 'ABORTED';
     const status = ended ? 'completed' : cancelled && (open || r.status === 'failed') ? 'cancelled' : r.status === 'failed' ? 'failed' : open && !ACTIVE.includes(r.runStatus) ? 'cancelled' : 'running';

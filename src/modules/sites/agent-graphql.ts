@@ -29,7 +29,7 @@ builder.prismaNode('Command', {
     siteId: t.exposeID('siteId'),
     nodeId: t.exposeID('nodeId', { nullable: true }),
     params: t.expose('params', { type: 'JSON' }),
-    status: t.exposeString('status'),
+    status: t.exposeString('status', { description: 'queued, claimed, succeeded, unverified (sent and accepted by the BMC, but nothing it shows proves the effect: see result.unverified), failed or expired.' }),
     expiresAt: t.expose('expiresAt', { type: 'DateTime' }),
     claimedAt: t.expose('claimedAt', { type: 'DateTime', nullable: true }),
     leaseExpiresAt: t.expose('leaseExpiresAt', {
@@ -148,11 +148,12 @@ builder.mutationField('commandCredentials', (t) =>
 );
 
 const CommandResultInputRef = builder.inputType('CommandResultInput', {
-  description: 'What a command ended with: { ok: true, value, notes } or { ok: false, code, message, retryable }.',
+  description: 'What a command ended with: { ok: true, value, notes, unverified } or { ok: false, code, message, retryable }.',
   fields: (t) => ({
     ok: t.boolean({ required: true }),
     value: t.field({ type: 'JSON', required: false, description: 'The driver\'s value: the power state read back (bmc.power, bmc.power-state), the out-of-band inventory (bmc.inventory).' }),
     notes: t.stringList({ required: false, description: 'For the step\'s timeline (at most 32, 1000 characters each).' }),
+    unverified: t.string({ required: false, description: 'When ok is true: the action was sent and accepted but nothing the BMC shows proves its effect, and why. The command then ends unverified, not succeeded.' }),
     code: t.string({ required: false, description: 'When ok is false: a BmcErrorCode, AGENT_ERROR or AGENT_LOST.' }),
     message: t.string({ required: false }),
     retryable: t.boolean({ required: false }),

@@ -1,6 +1,6 @@
 import { insertJobsSql, wakeRunCtes } from '../../../jobs/registry';
 import { afterWake, type RunWaker } from '../../../jobs/local-wake';
-import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from './commands';
+import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, resultStatus, type CommandKind, type CommandResult } from './commands';
 
 /**
  * The rows of the agent protocol, in SQL shared by the remote agents' API (agent.ts) and the
@@ -216,7 +216,7 @@ export async function recordResult(db: Runner, commandId: string, agentId: strin
      ), ${wakeRunCtes('(SELECT run_id FROM upd)', { when: '$5::boolean' })}
      SELECT (SELECT count(*) FROM upd)::int AS recorded, (SELECT run_id FROM upd) AS run_id,
             (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`,
-    [commandId, agentId, result.ok ? 'succeeded' : 'failed', JSON.stringify(result), !waker],
+    [commandId, agentId, resultStatus(result), JSON.stringify(result), !waker],
   );
   const r = rows[0]!;
   if (Number(r.recorded) === 0) return false;

@@ -37,11 +37,19 @@ export const DESTRUCTIVE_COMMANDS: Readonly<Record<CommandKind, boolean>> = {
  * AGENT_LOST: the agent's claim lapsed without a result, so whether the action ran is unknown.
  */
 export type CommandResult =
-  | { ok: true; value?: unknown; notes?: string[] }
+  /**
+   * unverified: the action was sent and the BMC accepted it, but nothing it shows proves the effect
+   * (issue 20: a restart on a BMC with no LastResetTime and no power transition seen): the command
+   * ends `unverified`, never `succeeded`, and a step that ran it says so.
+   */
+  | { ok: true; value?: unknown; notes?: string[]; unverified?: string }
   | { ok: false; code: BmcErrorCode | 'AGENT_ERROR' | 'AGENT_LOST' | 'EXPIRED'; message: string; retryable?: boolean };
 
-/** command.status: queued, claimed, succeeded, failed, expired. */
-export type CommandStatus = 'queued' | 'claimed' | 'succeeded' | 'failed' | 'expired';
+/** command.status: queued, claimed, succeeded, unverified (sent and accepted, effect not provable), failed, expired. */
+export type CommandStatus = 'queued' | 'claimed' | 'succeeded' | 'unverified' | 'failed' | 'expired';
+
+/** The status a reported result ends its command in. */
+export const resultStatus = (result: CommandResult): CommandStatus => (result.ok ? (result.unverified ? 'unverified' : 'succeeded') : 'failed');
 
 export interface CommandRow {
   id: string;
@@ -162,7 +170,7 @@ function checkValue(kind: string, value: unknown): void {
 export function checkCommandResult(kind: string, raw: unknown): CommandResult {
   if (!isObject(raw)) throw invalidInput('result', 'must be an object');
   if (typeof raw.ok !== 'boolean') throw invalidInput('result.ok', 'must be true or false');
-  const allowed = raw.ok ? ['ok', 'value', 'notes'] : ['ok', 'code', 'message', 'retryable'];
+  const allowed = raw.ok ? ['ok', 'value', 'notes', 'unverified'] : ['ok', 'code', 'message', 'retryable'];
   for (const key of Object.keys(raw)) {
     if (!allowed.includes(key)) throw invalidInput(`result.${key}`, `is not a field of a ${raw.ok ? 'successful' : 'failed'} result (${allowed.join(', ')})`);
   }
@@ -180,7 +188,12 @@ export function checkCommandResult(kind: string, raw: unknown): CommandResult {
       checkJson('result.value', value);
     }
     checkValue(kind, value);
-    return { ok: true, ...(value !== undefined ? { value } : {}), ...(notes ? { notes } : {}) };
+    let unverified: string | undefined;
+    if (raw.unverified !== undefined && raw.unverified !== null) {
+      unverified = checkText('result.unverified', raw.unverified, RESULT_LIMITS.noteChars);
+      if (!unverified.trim()) throw invalidInput('result.unverified', 'must say why the effect cannot be proven');
+    }
+    return { ok: true, ...(value !== undefined ? { value } : {}), ...(notes ? { notes } : {}), ...(unverified ? { unverified } : {}) };
   }
   if (!(AGENT_RESULT_CODES as readonly unknown[]).includes(raw.code)) throw invalidInput('result.code', `must be one of ${AGENT_RESULT_CODES.join(', ')}`);
   const message = checkText('result.message', raw.message, RESULT_LIMITS.messageChars);

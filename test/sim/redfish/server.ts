@@ -32,6 +32,12 @@ export interface MachineOptions {
   /** The Reset's ResetType@Redfish.AllowableValues instead of the mockup's (e.g. one that lists PowerCycle). */
   resetTypes?: string[];
   /**
+   * The system links no EthernetInterfaces, so the BMC reports no MAC: DMTF's public-bladed blades
+   * (../shared/redfish-mockups/public-bladed/Systems/529QB945*R6) link none. The machine still
+   * PXE-boots from its MACs; a node of it needs PXE discovery.
+   */
+  noEthernetInterfaces?: boolean;
+  /**
    * Where the BMC listens; default 127.0.0.1 on a free port. A BMC known only by its IP (the
    * control-node API's bmc_ip) is reached on 443: e.g. { host: '127.77.0.5', port: 443 } (root only).
    */
@@ -248,6 +254,7 @@ class Machine {
       for (const k of [...docs.keys()]) if (k.startsWith('/redfish/v1/SessionService')) docs.delete(k);
     }
     const sys = this.system();
+    if (o.noEthernetInterfaces) delete sys.EthernetInterfaces;
     sys.UUID = o.uuid ?? randomUUID();
     sys.SerialNumber = o.serial ?? `SIM${String(index).padStart(6, '0')}`;
     sys.PowerState = o.powerState ?? 'Off';
