@@ -3,6 +3,8 @@ module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
+  // The interop suite needs peers from outside the repository: `npm run test:interop` (jest.interop.config.js).
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/interop/'],
   transform: {
     '^.+\\.ts$': ['@swc/jest', {
       jsc: { parser: { syntax: 'typescript' }, target: 'es2022' },

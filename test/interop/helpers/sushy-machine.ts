@@ -1,0 +1,128 @@
+/**
+ * The machines behind sushy-tools, played the way their firmware would see them. sushy's fake
+ * driver has no machine at all, only a BMC: this player watches each system's power over Redfish
+ * (as firmware observes its BMC) and, when the machine powers on, boots what the override says,
+ * through the project's one machine play (test/sim/machine/play.ts: PXE, iPXE script by MAC,
+ * ramdisk callbacks). It never touches the BMC's state: GETs only.
+ *
+ * The sushy behaviours it plays, each from ../shared/peers/README.md ("sushy-tools, fake driver")
+ * and sushy_tools/emulator/resources/systems/fakedriver.py:
+ * - power changes are deferred by 1-11 s and applied on a later GET (fakedriver.py set_power_state,
+ *   _update_if_needed): a power-on is seen as Off, then On, on some later poll;
+ * - ForceRestart/GracefulRestart set PowerState Off at once and On later (fakedriver.py: 'Restart'
+ *   sets power_state Off, pending On): a restart is the same Off-then-On transition, so a restart
+ *   is a boot too. A restart whose Off lasts less than one poll is not seen (then no boot is counted);
+ * - BootSourceOverrideEnabled always reads Continuous (templates/system.json; README "Boot override"):
+ *   the target is what the machine boots on every power-on until it is changed, so the player reads
+ *   the target at each boot, whatever Enabled says; Hdd (sushy's default, fakedriver.py
+ *   get_boot_device) or no override boots the disk (the installed OS), counted;
+ * - the fake systems report no CPUs, memory or (except node-1's) drives out of band: the in-band
+ *   hardware below is the machine's own, node-1's drive the one emulator.conf gives its BMC.
+ */
+import type { Hardware } from '../../sim/machine/inventory';
+import { PlayedMachine, type MachineBehaviour, type PlayFleet, type PxeEvent } from '../../sim/machine/play';
+import { SUSHY_SYSTEMS, type Sushy, type SushyNode } from './sushy';
+
+/** What the machine finds in-band. node-1's drive is SUSHY_EMULATOR_DRIVES of emulator.conf (899527000000 bytes, "Drive Sample"). */
+export function sushyHardware(node: SushyNode): Hardware {
+  const disks = node === 'node-1'
+    ? [{ name: 'sda', serial: `sushy-${node}-DRIVE0001`, sizeBytes: 899527000000, model: 'Drive Sample' }]
+    : [{ name: 'sda', serial: `sushy-${node}-D0`, sizeBytes: 480103981056, model: 'Virtual Disk' }];
+  return { cpus: [{ model: 'QEMU Virtual CPU version 2.5+', cores: 2, threads: 2 }], memoryMiB: 4096, disks };
+}
+
+export interface PowerObservation {
+  at: number;
+  power: string;
+  /** The boot the machine made at this power-on (null: no boot, a power-off or the first read). */
+  booted: string | null;
+}
+
+export interface SushyMachine extends PlayedMachine {
+  node: SushyNode;
+  /** The power states seen, in order (a change only). */
+  observations: PowerObservation[];
+}
+
+export interface SushyMachines {
+  machine(node: SushyNode): SushyMachine;
+  pxe: PxeEvent[];
+  /** Poll errors (the BMC down or refusing): a running suite expects none. */
+  errors: string[];
+  stop(): Promise<void>;
+}
+
+/** Starts one machine per node, each polling its system every `pollMs` (default 100 ms). */
+export async function startSushyMachines(opts: { sushy: Sushy; serviceUrl: string; nodes: SushyNode[]; pollMs?: number; behaviour?: MachineBehaviour }): Promise<SushyMachines> {
+  const pollMs = opts.pollMs ?? 100;
+  const plays = new Set<Promise<void>>();
+  const pxe: PxeEvent[] = [];
+  const errors: string[] = [];
+  const fleet: PlayFleet = {
+    serviceUrl: opts.serviceUrl.replace(/\/+$/, ''),
+    onPxe: (e) => pxe.push(e),
+    track(play) {
+      plays.add(play);
+      void play.finally(() => plays.delete(play));
+    },
+    lingering() {},
+  };
+  const machines = new Map<SushyNode, SushyMachine>();
+  let stopped = false;
+  const loops: Promise<void>[] = [];
+  for (const node of opts.nodes) {
+    const system = SUSHY_SYSTEMS[node];
+    const state = { power: null as string | null };
+    const machine = new PlayedMachine(
+      { id: node, uuid: () => system.uuid, poweredOn: () => state.power === 'On' },
+      [...system.macs], `sushy-${node}`, sushyHardware(node), { ...opts.behaviour }, fleet,
+    ) as SushyMachine;
+    machine.node = node;
+    machine.observations = [];
+    machines.set(node, machine);
+    loops.push((async () => {
+      while (!stopped) {
+        try {
+          const r = await opts.sushy.get(`/redfish/v1/Systems/${system.uuid}`);
+          if (r.status !== 200) throw new Error(`GET system answered ${r.status}`);
+          const power = String(r.body.PowerState);
+          if (power !== state.power) {
+            const before = state.power;
+            state.power = power;
+            let booted: string | null = null;
+            // Off -> On: a power-on or the second half of a restart; the first read is no transition.
+            if (before === 'Off' && power === 'On') {
+              const boot = (r.body.Boot ?? {}) as { BootSourceOverrideTarget?: string; BootSourceOverrideEnabled?: string };
+              const enabled = boot.BootSourceOverrideEnabled ?? 'Disabled';
+              const target = (enabled === 'Once' || enabled === 'Continuous') && boot.BootSourceOverrideTarget && boot.BootSourceOverrideTarget !== 'None' ? boot.BootSourceOverrideTarget : 'Hdd';
+              booted = target;
+              machine.powerOn(target);
+            } else if (power === 'Off') {
+              // Power gone: a play in progress stops at its next call (poweredOn() is false now).
+              machine.interrupt();
+            }
+            machine.observations.push({ at: Date.now(), power, booted });
+          }
+        } catch (error) {
+          if (!stopped) errors.push(`${node}: ${(error as Error).message}`);
+        }
+        await new Promise((r) => setTimeout(r, pollMs));
+      }
+    })());
+  }
+  return {
+    machine: (node) => {
+      const m = machines.get(node);
+      if (!m) throw new Error(`no sushy machine ${node}`);
+      return m;
+    },
+    pxe,
+    errors,
+    async stop() {
+      stopped = true;
+      for (const m of machines.values()) m.interrupt();
+      await Promise.allSettled(loops);
+      await Promise.allSettled([...plays]);
+    },
+  };
+}

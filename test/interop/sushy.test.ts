@@ -1,0 +1,3 @@
+import { sushySuite } from './helpers/sushy-suite';
+
+sushySuite(false);
