@@ -23,35 +23,16 @@
  */
 import path from 'node:path';
 import type { BmcEndpoint, OutOfBandInventory } from '../../clients/bmc/driver';
+import type { MediaSlot } from '../../clients/bmc/redfish/driver';
+import type { RedfishInventory } from '../../clients/bmc/redfish/inventory';
 import { REDFISH_FLAVOURS, RedfishDriver, RedfishTransport } from '../../clients/bmc/redfish';
-import { buildTree, capturesDir, requireDir, startMockup, type MockupServer } from './helpers/mockup-server';
+import { buildTree } from './helpers/capture-tree';
+import { startMockupServer, type MockupServer } from './helpers/mockup';
+import { interopPaths } from './helpers/peers';
 
 jest.setTimeout(60_000);
 
-// ---- the driver API of issue 20 (/work/briefs/driver-api.md), typed here so this file compiles before it lands ----
-
-interface Disk { name: string; sizeBytes: number; serial: string | null }
-interface Unreadable { part: string; reason: string }
-type Inventory = OutOfBandInventory & { unreadable?: Unreadable[] };
-interface BootPlan {
-  path: string;
-  via: 'system' | 'settings';
-  body: Record<string, unknown>;
-  enabled: 'Once' | 'Continuous';
-  notes: string[];
-}
-interface MediaSlot {
-  id: string;
-  path: string;
-  empty: boolean;
-  mount: 'action' | 'patch' | 'none';
-  insertTarget: string | null;
-  ejectTarget: string | null;
-}
-interface PlanningDriver {
-  bootOverridePlan(bmc: BmcEndpoint, device: 'pxe' | 'disk' | 'cd' | 'bios', mode: { persistent: boolean; uefi?: boolean }): Promise<BootPlan>;
-  mediaSlots(bmc: BmcEndpoint): Promise<MediaSlot[]>;
-}
+type Disk = NonNullable<OutOfBandInventory['storage']>[number];
 
 // ---- rows ----
 
@@ -73,7 +54,7 @@ interface Row {
   media?: MediaSlot[];
 }
 
-const CAPTURES = capturesDir();
+const CAPTURES = interopPaths().captures;
 const LIBREDFISH = path.join(CAPTURES, 'nvidia-libredfish/tests/mockups');
 const tree = (capture: string) => () => ({ dir: path.join(LIBREDFISH, capture, 'redfish/v1') });
 const pxeOnce = (mode?: 'UEFI') => ({ Boot: { BootSourceOverrideTarget: 'Pxe', BootSourceOverrideEnabled: 'Once', ...(mode ? { BootSourceOverrideMode: mode } : {}) } });
@@ -208,7 +189,10 @@ const ROWS: Row[] = [
     },
     // Systems/1/VirtualMedia/index.json: EXT1-4, Remote1-4, RDOC1-2; each …/index.json MediaTypes
     // CD/DVD/Floppy/USBStick, Image null, Inserted false, NO Actions. The xcc flavour mounts its EXT
-    // slots by PATCH (docs/bmc-redfish.md); Remote and RDOC slots have no way to mount.
+    // slots by PATCH (docs/bmc-redfish.md); Remote and RDOC slots have no way to mount: they are the
+    // remote console's and the uploaded-image (RDOC) slots, and Lenovo's own Redfish client skips them
+    // when it mounts by PATCH (Ansible community.general xcc_redfish_command.py,
+    // _find_empty_virt_media_slot: `if 'RDOC' in uri: continue; if 'Remote' in uri: continue`).
     media: [
       ...['EXT1', 'EXT2', 'EXT3', 'EXT4'].map((id) => ({ id, path: `/redfish/v1/Systems/1/VirtualMedia/${id}`, empty: true, mount: 'patch' as const, insertTarget: null, ejectTarget: null })),
       ...['Remote1', 'Remote2', 'Remote3', 'Remote4', 'RDOC1', 'RDOC2'].map((id) => ({ id, path: `/redfish/v1/Systems/1/VirtualMedia/${id}`, empty: true, mount: 'none' as const, insertTarget: null, ejectTarget: null })),
@@ -242,7 +226,8 @@ const ROWS: Row[] = [
     boot: {
       // Systems/1/index.json Boot: Target AllowableValues has "Pxe"; no Enabled AllowableValues;
       // BootSourceOverrideMode "UEFI" (this X13 shows a Mode, unlike the older boards the supermicro
-      // flavour was written for); no @Redfish.Settings. At rest: Disabled, Target "Pxe".
+      // flavour was written for; NVIDIA's libredfish src/supermicro.rs set_boot_override sends
+      // BootSourceOverrideMode UEFI to these machines); no @Redfish.Settings. At rest: Disabled, "Pxe".
       path: '/redfish/v1/Systems/1',
       via: 'system',
       enabled: 'Once',
@@ -450,7 +435,6 @@ const diskKey = (d: Disk) => `${d.serial ?? ''}|${d.name}|${d.sizeBytes}`;
 let transport: RedfishTransport;
 
 beforeAll(() => {
-  requireDir(CAPTURES, 'the Redfish captures', 'INTEROP_CAPTURES');
   transport = new RedfishTransport({ connectTimeoutMs: 5000, headersTimeoutMs: 10_000, bodyTimeoutMs: 10_000, retries5xx: 0 });
 });
 
@@ -463,14 +447,14 @@ describe.each(ROWS)('$name', (row) => {
   let cleanup: (() => void) | undefined;
   let bmc: BmcEndpoint;
   let driver: RedfishDriver;
-  let inventory: Promise<Inventory> | undefined;
-  const inv = () => (inventory ??= driver.inventory(bmc).then((r) => r.value as Inventory));
+  let inventory: Promise<RedfishInventory> | undefined;
+  const inv = () => (inventory ??= driver.inventory(bmc).then((r) => r.value));
 
   beforeAll(async () => {
     const m = row.mockup();
     cleanup = m.remove;
-    server = await startMockup(m.dir);
-    bmc = { address: server.origin, username: 'interop', password: 'interop-password', options: row.systemId ? { systemId: row.systemId } : {} };
+    server = await startMockupServer(m.dir);
+    bmc = { address: server.url, username: 'interop', password: 'interop-password', options: row.systemId ? { systemId: row.systemId } : {} };
     driver = new RedfishDriver(FLAVOURS.get(row.flavour)!, transport, { pollMs: 50, verifyDeadlineMs: 2000 });
   });
 
@@ -510,7 +494,7 @@ describe.each(ROWS)('$name', (row) => {
   const boot = row.boot;
   if (boot) {
     it(`boot override for a UEFI PXE boot once: ${boot.via} ${boot.path}`, async () => {
-      const plan = await (driver as unknown as PlanningDriver).bootOverridePlan(bmc, 'pxe', { persistent: false, uefi: true });
+      const plan = await driver.bootOverridePlan(bmc, 'pxe', { persistent: false, uefi: true });
       expect({ path: plan.path, via: plan.via, enabled: plan.enabled, body: plan.body }).toEqual(boot);
     });
   }
@@ -518,7 +502,7 @@ describe.each(ROWS)('$name', (row) => {
   const media = row.media;
   if (media) {
     it(`virtual media: ${media.length} CD/DVD slots`, async () => {
-      const slots = await (driver as unknown as PlanningDriver).mediaSlots(bmc);
+      const slots = await driver.mediaSlots(bmc);
       const key = (s: MediaSlot) => s.path;
       expect([...slots].map((s) => ({ id: s.id, path: s.path, empty: s.empty, mount: s.mount, insertTarget: s.insertTarget, ejectTarget: s.ejectTarget })).sort(byKey(key)))
         .toEqual([...media].sort(byKey(key)));
@@ -528,10 +512,10 @@ describe.each(ROWS)('$name', (row) => {
 
 describe('a capture with several systems', () => {
   it('DGX H100 (Systems/index.json: DGX, HGX_Baseboard_0) without systemId: refused, naming both, nothing guessed', async () => {
-    const server = await startMockup(path.join(LIBREDFISH, 'nvidia_viking/redfish/v1'));
+    const server = await startMockupServer(path.join(LIBREDFISH, 'nvidia_viking/redfish/v1'));
     try {
       const driver = new RedfishDriver(FLAVOURS.get('redfish')!, transport, { pollMs: 50, verifyDeadlineMs: 2000 });
-      const err = await driver.inventory({ address: server.origin, username: 'interop', password: 'interop-password', options: {} }).then(() => null, (e: unknown) => e);
+      const err = await driver.inventory({ address: server.url, username: 'interop', password: 'interop-password', options: {} }).then(() => null, (e: unknown) => e);
       expect(err).toMatchObject({ code: 'BMC_UNSUPPORTED' });
       expect((err as Error).message).toMatch(/DGX/);
       expect((err as Error).message).toMatch(/HGX_Baseboard_0/);
