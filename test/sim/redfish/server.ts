@@ -71,6 +71,17 @@ export interface Faults {
   notImplementedResetTypes?: string[];
   /** Reset answers 202 with a task monitor; the task completes when the change applies. */
   asyncTasks?: boolean;
+  /**
+   * With asyncTasks: the task ends Exception (TaskStatus OK) instead of Completed, after the change
+   * was applied or (applied false) without it. NVIDIA DGX H100's AMI BMC ends tasks Exception with
+   * TaskStatus OK, Gigabyte's with Critical (../shared/redfish-captures/QUIRKS.md, "Other").
+   */
+  taskEnds?: { state: 'Exception'; applied: boolean };
+  /**
+   * BootSourceOverrideEnabled reads Continuous after any boot PATCH, whatever was sent: sushy-tools
+   * ignores it (../shared/peers/README.md), older Supermicro X11/X12 read Continuous (QUIRKS.md).
+   */
+  overrideReadsContinuous?: boolean;
   /** Overrides the machine's applyDelayMs while set (a test that must see the change in flight). */
   applyDelayMs?: number;
 }
@@ -211,7 +222,7 @@ class Machine {
   faults: Faults = {};
   etagVersion = 1;
   readonly sessions = new Map<string, { id: string; user: string }>();
-  readonly tasks = new Map<string, { state: 'Running' | 'Completed'; resetType: string }>();
+  readonly tasks = new Map<string, { state: 'Running' | 'Completed' | 'Exception'; resetType: string }>();
   readonly calls: DestructiveCall[] = [];
   readonly requests: RequestRecord[] = [];
   readonly noSessions: boolean;
@@ -599,7 +610,9 @@ function get(m: Machine, path: string, res: http.ServerResponse): void {
   if (monitor && task) {
     const doc = { '@odata.type': '#Task.v1_7_0.Task', '@odata.id': `/redfish/v1/TaskService/Tasks/${monitor[2]}`, Id: monitor[2], Name: `Reset ${task.resetType}`, TaskState: task.state, TaskStatus: 'OK', PercentComplete: task.state === 'Completed' ? 100 : 50, TaskMonitor: `/redfish/v1/TaskService/TaskMonitors/${monitor[2]}` };
     // A task monitor answers 202 while the task runs, then the operation's result (204 here).
-    if (monitor[1] === 'TaskMonitors') return task.state === 'Running' ? send(res, 202, doc, { Location: doc.TaskMonitor, 'Retry-After': '1' }) : send(res, 204);
+    if (monitor[1] === 'TaskMonitors' && task.state === 'Running') return send(res, 202, doc, { Location: doc.TaskMonitor, 'Retry-After': '1' });
+    if (monitor[1] === 'TaskMonitors' && task.state === 'Completed') return send(res, 204);
+    if (task.state === 'Exception') Object.assign(doc, { Messages: [{ MessageId: 'TaskEvent.1.0.TaskAborted', MessageArgs: [monitor[2]], Message: `The task with Id '${monitor[2]}' has been aborted.` }] });
     return send(res, 200, doc);
   }
   const doc = m.docs.get(path);
@@ -633,6 +646,7 @@ function patchSystem(m: Machine, req: http.IncomingMessage, body: Doc, res: http
   }
   if (m.faults.lies) return done(204);
   Object.assign(boot, patch);
+  if (m.faults.overrideReadsContinuous) boot.BootSourceOverrideEnabled = 'Continuous';
   if (boot.BootSourceOverrideEnabled === 'Continuous' && boot.BootSourceOverrideTarget === 'Hdd') m.continuousDiskOverrides++;
   m.etagVersion++;
   done(204, undefined, { ETag: m.etag() });
@@ -673,7 +687,12 @@ function reset(m: Machine, req: http.IncomingMessage, body: Doc, res: http.Serve
     taskId = randomBytes(6).toString('hex');
     m.tasks.set(taskId, { state: 'Running', resetType: type });
   }
-  const finish = () => { apply(); if (taskId) m.tasks.get(taskId)!.state = 'Completed'; };
+  const ends = taskId ? m.faults.taskEnds : undefined;
+  const finish = () => {
+    if (!ends || ends.applied) apply();
+    else if (target) sys.PowerState = from;
+    if (taskId) m.tasks.get(taskId)!.state = ends?.state ?? 'Completed';
+  };
   const delayMs = m.faults.applyDelayMs ?? m.applyDelayMs;
   if (delayMs > 0 || taskId) m.later(Math.max(delayMs, 0), finish);
   else finish();
