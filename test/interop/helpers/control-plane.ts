@@ -37,10 +37,16 @@ export interface EnrollBmc {
   driverOptions?: Record<string, unknown>;
 }
 
+/** A further tenant, site and pool (the fixtures'): machines that share MACs or a UUID each get a site of their own. */
+export async function addPool(cp: ControlPlane, name: string): Promise<string> {
+  return (await makeTenantTree(cp.t.app.database.prisma, name, { pools: 1, nodesPerPool: 0, agent: 'bcd' })).pools[0]!.id;
+}
+
 /** POST /api/compute/metal/enroll with no MACs (unless given): the node's id. */
-export async function enroll(cp: ControlPlane, name: string, bmc: EnrollBmc, extra: { macs?: string[] } = {}): Promise<string> {
+export async function enroll(cp: ControlPlane, name: string, bmc: EnrollBmc, extra: { macs?: string[]; poolId?: string } = {}): Promise<string> {
+  const { poolId, ...rest_ } = extra;
   const r = await rest(cp.t.url, cp.t.adminToken, 'POST', '/api/compute/metal/enroll', {
-    poolId: cp.poolId, name, ...extra,
+    poolId: poolId ?? cp.poolId, name, ...rest_,
     bmc: { address: bmc.address, driver: bmc.driver ?? 'redfish', credentials: { username: bmc.username, password: bmc.password }, ...(bmc.driverOptions ? { driverOptions: bmc.driverOptions } : {}) },
   });
   if (r.status !== 200) throw new Error(`enroll ${name}: ${r.status} ${JSON.stringify(r.body).slice(0, 500)}`);
@@ -82,7 +88,7 @@ export async function runsOf(cp: ControlPlane, nodeId: string): Promise<RunRow[]
 export const ACTIVE_RUN = ['queued', 'running', 'waiting', 'aborting'];
 
 /** GET /api/compute/metal/nodes/{id}/timeline: the runs, newest first, each with its steps. */
-export async function timeline(cp: ControlPlane, nodeId: string): Promise<{ kind: string; status: string; steps: { idx: number; name: string; status: string; message: string | null; errorCode: string | null }[] }[]> {
+export async function timeline(cp: ControlPlane, nodeId: string): Promise<{ id: string; kind: string; status: string; steps: { idx: number; name: string; status: string; message: string | null; errorCode: string | null }[] }[]> {
   const r = await rest(cp.t.url, cp.t.adminToken, 'GET', `/api/compute/metal/nodes/${nodeId}/timeline?last=50`);
   if (r.status !== 200) throw new Error(`timeline: ${r.status}`);
   return r.body.runs;

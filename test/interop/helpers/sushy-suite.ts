@@ -11,7 +11,7 @@
  * the machine play answers DCGM and the wipes at once, so the time is sushy's.
  */
 import { isRunning } from '../../helpers/service';
-import { startControlPlane, describeNode, deployProfile, enroll, nodeRow, powerVerb, runCommand, runsOf, settle, timeline, until, verb, ACTIVE_RUN, type ControlPlane } from './control-plane';
+import { startControlPlane, describeNode, deployProfile, enroll, nodeRow, powerVerb, runCommand, runsOf, settle, timeline, until, verb, type ControlPlane } from './control-plane';
 import { startImageServer } from './image-server';
 import { startSushy, SUSHY_SYSTEMS, type Sushy, type SushyNode } from './sushy';
 import { startSushyMachines, type SushyMachines } from './sushy-machine';
@@ -57,8 +57,9 @@ export function sushySuite(tls: boolean): void {
 
     it('node-1 enrolled with no MACs takes 52:54:00:aa:00:01, 52:54:00:bb:00:01 and its UUID from the BMC and reaches inspecting with no error', async () => {
       for (const node of NODES) ids[node] = await enroll(cp, `sushy-${node}`, bmc(node));
-      const enrolled = async (node: SushyNode) => (await runsOf(cp, ids[node])).find((r) => r.kind === 'metal-enroll')!;
-      await until('end of node-1\'s enroll run', () => enrolled('node-1'), (r) => !ACTIVE_RUN.includes(r.status) || r.waitingFor !== null && !r.waitingFor.startsWith('the site agent'), 90000);
+      // Out of enrolling, or stuck there waiting for confirmMac (the MACs never taken from the BMC).
+      await until('node-1 out of enrolling', async () => ({ node: await nodeRow(cp, ids['node-1']), runs: await runsOf(cp, ids['node-1']) }),
+        (v) => v.node.state !== 'enrolling' || v.runs.some((r) => r.kind === 'metal-enroll' && /confirmMac/.test(r.waitingFor ?? '')), 90000, () => describeNode(cp, ids['node-1']));
       const node1 = await nodeRow(cp, ids['node-1']);
       const runs = await runsOf(cp, ids['node-1']);
       expect({
@@ -125,11 +126,13 @@ export function sushySuite(tls: boolean): void {
       }
       expect(seen).toEqual(want);
       const nmi = await powerVerb(cp, ids['node-2'], 'nmi');
-      expect({ status: nmi.status, code: nmi.result?.code }).toEqual({ status: 'failed', code: 'BMC_UNSUPPORTED' });
+      expect({ status: nmi.status, code: nmi.result?.code, message: nmi.result?.message }).toEqual({ status: 'failed', code: 'BMC_UNSUPPORTED', message: expect.any(String) });
     }, 300000);
 
     it('virtual media: insert puts a loopback image in the empty Cd slot (sushy downloads it), eject empties it', async () => {
       if (!ids['node-2']) throw new Error('not enrolled');
+      // One active run per node: the commands below run under a run of their own.
+      await settle(cp, [ids['node-2']], [], 200000);
       const slotPath = `/redfish/v1/Systems/${SUSHY_SYSTEMS['node-2'].uuid}/VirtualMedia/Cd`;
       // sushy's empty slot: ConnectedVia "URI", Image "", Inserted false (peers README).
       expect((await sushy.get(slotPath)).body).toMatchObject({ Inserted: false, Image: '' });
