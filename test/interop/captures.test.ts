@@ -525,3 +525,38 @@ describe('a capture with several systems', () => {
     }
   });
 });
+
+describe('a boot override sent to a captured BMC, served by the Mockup Server (PATCH merges into its memory)', () => {
+  it('DGX H100 (AMI): sent to /Systems/DGX/SD, proven by the settings object holding it pending; the System itself never changes', async () => {
+    const server = await startMockupServer(path.join(LIBREDFISH, 'nvidia_viking/redfish/v1'));
+    try {
+      const driver = new RedfishDriver(FLAVOURS.get('redfish')!, transport, { pollMs: 50, verifyDeadlineMs: 2000 });
+      const bmc = { address: server.url, username: 'interop', password: 'interop-password', options: { systemId: 'DGX' } };
+      const r = await driver.setBootDevice(bmc, 'pxe', { persistent: false });
+      expect(r.notes.join(' ')).toMatch(/held in the BMC's pending settings \(\/redfish\/v1\/Systems\/DGX\/SD\)/);
+      const get = async (p: string) => (await fetch(`${server.url}${p}`)).json() as Promise<{ Boot: Record<string, unknown> }>;
+      expect((await get('/redfish/v1/Systems/DGX/SD')).Boot).toMatchObject({ BootSourceOverrideTarget: 'Pxe', BootSourceOverrideEnabled: 'Once', BootSourceOverrideMode: 'UEFI' });
+      expect((await get('/redfish/v1/Systems/DGX')).Boot).toMatchObject({ BootSourceOverrideTarget: 'None', BootSourceOverrideEnabled: 'Disabled' });
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('a restart of a captured machine with no usable LastResetTime (HPE iLO 5), which a static server never shows: unverified, never success', async () => {
+    const server = await startMockupServer(path.join(LIBREDFISH, 'hpe/redfish/v1'));
+    try {
+      const driver = new RedfishDriver(FLAVOURS.get('ilo')!, transport, { pollMs: 50, verifyDeadlineMs: 2000 });
+      const bmc = { address: server.url, username: 'interop', password: 'interop-password', options: {} };
+      const state = await driver.powerState(bmc);
+      if (state === 'on') {
+        const r = await driver.power(bmc, 'reset');
+        expect(r.unverified).toMatch(/no usable LastResetTime/);
+      } else {
+        // Off: a reset powers it on, and a static server never shows it on.
+        expect(await driver.power(bmc, 'reset').then(() => 'succeeded', (e: { code?: string }) => e.code)).toBe('BMC_NOT_APPLIED');
+      }
+    } finally {
+      await server.stop();
+    }
+  });
+});
