@@ -18,6 +18,7 @@ import type { StaticAddress } from './inventory';
 import { controlnodeBmcOptions, driverOfVendor } from './register';
 import { enroll } from '../metal/enroll';
 import { checkBmcNetwork } from '../metal/bmc-networks';
+import { decideOnControlnodePool } from './controlnode-pool';
 import { siteIsServed } from '../sites/agent';
 import type { InstallParams } from '../../../jobs/workflows/install';
 
@@ -354,7 +355,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   // The caller must be allowed to enroll into that pool before anything is read, written or told.
   const { rows: [pool] } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string }>('SELECT id, tenant_id AS "tenantId", site_id AS "siteId" FROM pool WHERE id = $1', [poolId]);
   if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
-  decide(requirePrincipal(ctx), 'compute:nodes:provision', poolResource(pool));
+  decideOnControlnodePool(requirePrincipal(ctx), pool);
   // A node any tenant has at this address, in any of the forms enroll keeps, is never enrolled twice.
   if (n.taken) throw unknown();
   await refuseOutsideSite(ctx, pool.siteId, n.bmcIp);

@@ -11,6 +11,7 @@ import type { NodeChange } from '../metal/node-rows';
 import { lockMacs, machineMac, refuseTakenMacs } from '../metal/mac';
 import { poolResource } from '../tenancy/resources';
 import { checkBmcNetwork } from '../metal/bmc-networks';
+import { decideOnControlnodePool } from './controlnode-pool';
 import { ACTIVE_RUN_STATUSES } from '../metal/states';
 import type { RunParams } from '../metal/verbs';
 
@@ -155,7 +156,7 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
   const { rows: [pool] } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; bmcNetworks: string[] }>(
     'SELECT p.id, p.tenant_id AS "tenantId", p.site_id AS "siteId", s.bmc_networks AS "bmcNetworks" FROM pool p JOIN site s ON s.id = p.site_id WHERE p.id = $1', [poolId]);
   if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
-  decide(principal, 'compute:nodes:provision', poolResource(pool));
+  decideOnControlnodePool(principal, pool);
   const c = check(input);
   // The BMC's address inside its site's networks, before anything is written (issue 21 item 6).
   await checkBmcNetwork(c.bmcIp, pool.bmcNetworks, ctx.config.bmcNetworks, field('bmcIp'));
