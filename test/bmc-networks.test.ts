@@ -169,3 +169,24 @@ describe('enroll, register and provision refuse a BMC outside its site\'s networ
     expect(await t.app.database.prisma.site.count({ where: { name: 'bmcnet-3' } })).toBe(0);
   });
 });
+
+describe('issue 21 item 7: the test suite itself reaches only loopback', () => {
+  it('every service a test starts (in process or spawned with this environment) refuses a BMC outside 127.0.0.0/8 at enroll', async () => {
+    expect(process.env.BMC_NETWORKS).toBe('127.0.0.0/8');
+    expect(loadConfig().bmcNetworks).toEqual(['127.0.0.0/8']);
+    const t = await startTestApp({ role: 'api' });
+    try {
+      expect(t.app.config.bmcNetworks).toEqual(['127.0.0.0/8']);
+      const tree = await makeTenantTree(t.app.database.prisma, 'loopback-only', { pools: 1, nodesPerPool: 0 });
+      const enroll = (address: string) => rest(t.url, t.adminToken, 'POST', '/api/compute/metal/enroll', {
+        poolId: tree.pools[0]!.id, bmc: { address, driver: 'redfish', credentials: 'secret://x' },
+      });
+      for (const stray of ['10.20.0.5', '192.168.1.10', 'https://172.16.0.1/', '[fd00::5]:443', 'bmc.example.net']) {
+        expect([stray, (await enroll(stray)).status]).toEqual([stray, 400]);
+      }
+      expect((await enroll('127.3.0.1')).status).toBe(200);
+    } finally {
+      await t.stop();
+    }
+  });
+});
