@@ -100,6 +100,8 @@ export interface Config {
    * separated); none: any address but loopback, link-local, unspecified, multicast and broadcast.
    */
   bmcNetworks: string[];
+  /** ISO_DIR_MAX_BYTES: what installer ISOs may take in ISO_DIR in all (0: no cap); a new one that would not fit is refused (ISO_DIR_FULL). */
+  isoDirMaxBytes: number;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -200,6 +202,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     controlnodeIsoConcurrency: intEnv(env, 'CONTROLNODE_ISO_CONCURRENCY', 2, 1),
     controlnodeInstallStuckS: intEnv(env, 'CONTROLNODE_INSTALL_STUCK_S', 1800, 10),
     bmcNetworks: parseBmcNetworksEnv(env.BMC_NETWORKS),
+    isoDirMaxBytes: intEnv(env, 'ISO_DIR_MAX_BYTES', 8 * 1024 ** 3),
   };
 }
 

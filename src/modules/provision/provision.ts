@@ -13,6 +13,7 @@ import { decideMove } from '../metal/states';
 import { runMoveVerb } from '../metal/verbs';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
+import { refuseFullIsoDir } from './iso-janitor';
 import { renderPreseed } from './preseed';
 import type { StaticAddress } from './inventory';
 import { controlnodeBmcOptions, driverOfVendor } from './register';
@@ -200,6 +201,7 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   }
 
   await refuseOutsideSite(ctx, node.siteId, bmcIp);
+  await refuseFullIsoDir(ctx.config.isoDir, ctx.config.isoDirMaxBytes);
   await refuseUnserved(ctx, node.siteId);
   const { secrets, ref, generated } = await keepOsPassword(ctx, node.tenantId, osUsername, osPassword);
   const runId = newId('WorkflowRun');
@@ -362,6 +364,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const credentials = await defaultBmcCredentials(file);
   const driverOptions = await controlnodeBmcOptions(ctx.config);
+  await refuseFullIsoDir(ctx.config.isoDir, ctx.config.isoDirMaxBytes);
   await refuseUnserved(ctx, pool.siteId);
   const { secrets, ref, generated } = await keepOsPassword(ctx, pool.tenantId, n.osUsername, n.osPassword);
   const jobId = newId('WorkflowRun');
