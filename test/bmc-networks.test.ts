@@ -35,7 +35,8 @@ describe('checkBmcNetwork', () => {
   it.each([
     '127.0.0.1', '127.1', '2130706433', '0x7f.1', '127.0.0.1:8443', 'https://127.0.0.1/', 'http://0177.0.0.1:80/',
     '::1', '[::1]:443', '::ffff:127.0.0.1', '[::ffff:7f00:1]', 'https://[::1]/',
-    '169.254.169.254', 'fe80::1', '0.0.0.0', '::', '224.0.0.1', 'ff02::1', '255.255.255.255', 'localhost', 'bmc.localhost:443',
+    '169.254.169.254', 'fe80::1', 'fe80::1%eth0', '[fe80::1%25eth0]:443', '0.0.0.0', '0', '::', '224.0.0.1', 'ff02::1', '255.255.255.255', 'localhost', 'bmc.localhost:443',
+    'https://[fe80::1%25eth0]/',
   ])('with nothing configured, refuses %s', async (address) => {
     expect(await fieldOf(checkBmcNetwork(address, [], [], 'bmc.address', noDns))).toMatchObject({ code: 'INVALID_INPUT', field: 'bmc.address' });
   });

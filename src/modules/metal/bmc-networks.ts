@@ -109,7 +109,12 @@ export async function checkBmcNetwork(
 ): Promise<void> {
   const networks = siteNetworks && siteNetworks.length ? siteNetworks : serviceNetworks;
   const from = siteNetworks && siteNetworks.length ? 'its site\'s bmcNetworks' : 'BMC_NETWORKS';
-  const target = bmcTarget(address);
+  let target: ReturnType<typeof bmcTarget>;
+  try {
+    target = bmcTarget(address);
+  } catch {
+    throw invalidInput(field, 'is not an address whose network can be checked');
+  }
   if (networks.length) {
     if ('name' in target) throw invalidInput(field, `must be an IP address in ${from}: a host name cannot be held to networks`);
     if (!inNetworks(target.ip, networks)) throw invalidInput(field, `is outside ${from}`);
@@ -130,7 +135,12 @@ export async function checkBmcNetwork(
   if (addresses.length === 0) throw invalidInput(field, 'is a host name that does not resolve');
   for (const a of addresses) {
     if (!isIP(a)) continue;
-    const range = refusedRange(ipaddr.process(a));
+    let range: string | null;
+    try {
+      range = refusedRange(ipaddr.process(a));
+    } catch {
+      range = 'unspecified';
+    }
     if (range) throw invalidInput(field, `is a host name that resolves to ${RANGE_WORDS[range]}, which no BMC has`);
   }
 }
