@@ -162,6 +162,19 @@ describe('enroll, register and provision refuse a BMC outside its site\'s networ
     expect((await enroll('198.51.100.10')).status).toBe(200);
   });
 
+  it('REST: PATCH /api/compute/sites/{id} sets them, POST /api/compute/sites takes them, GET shows them; a bad entry is named', async () => {
+    const patched = await rest(t.url, admin, 'PATCH', `/api/compute/sites/${tree.site.id}`, { bmcNetworks: ['198.51.100.0/24'] });
+    expect(patched.status).toBe(200);
+    expect(patched.body.site).toMatchObject({ id: tree.site.id, bmcNetworks: ['198.51.100.0/24'] });
+    expect((await rest(t.url, admin, 'GET', `/api/compute/sites/${tree.site.id}`)).body.site.bmcNetworks).toEqual(['198.51.100.0/24']);
+    const bad = await rest(t.url, admin, 'PATCH', `/api/compute/sites/${tree.site.id}`, { bmcNetworks: ['198.51.100.0/24', 'nope'] });
+    expect([bad.status, bad.body.error.details.field]).toEqual([400, 'body.bmcNetworks[1]']);
+    expect((await rest(t.url, token, 'PATCH', `/api/compute/sites/${tree.site.id}`, { bmcNetworks: [] })).status).toBe(403);
+    const created = await rest(t.url, admin, 'POST', '/api/compute/sites', { name: 'bmcnet-rest', bmcNetworks: ['10.8.0.0/16'] });
+    expect([created.status, created.body.site.bmcNetworks]).toEqual([201, ['10.8.0.0/16']]);
+    expect((await rest(t.url, admin, 'PATCH', `/api/compute/sites/${tree.site.id}`, { bmcNetworks: [] })).body.site.bmcNetworks).toEqual([]);
+  });
+
   it('createSite takes bmcNetworks, checked and stored canonically', async () => {
     const ok = await gql(t.url, admin, 'mutation { createSite(input: {name: "bmcnet-2", bmcNetworks: ["10.9.1.1/16"]}) { bmcNetworks } }');
     expect(ok.data?.createSite).toEqual({ bmcNetworks: ['10.9.0.0/16'] });
