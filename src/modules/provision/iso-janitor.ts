@@ -19,7 +19,7 @@ export const ISO_FILE = /^(wf_[0-9a-f-]{36})-[0-9a-f]{8}\.iso$/;
 /** A run whose ISO may still be read or written. */
 const ACTIVE_RUN = ['queued', 'running', 'waiting', 'aborting'];
 /** How often a worker sweeps ISO_DIR; a job's ISO is gone at most this long after it ended. */
-export const ISO_SWEEP_MS = 15_000;
+export const ISO_SWEEP_MS = 5_000;
 /** What an ISO is assumed to take before any was built here (the Debian netboot installer is ~54 MiB). */
 export const ISO_SIZE_ESTIMATE = 64 * 1024 * 1024;
 
