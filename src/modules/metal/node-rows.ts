@@ -155,6 +155,7 @@ const CHANGE_CASTS = {
   name: 'text',
   bmcAddress: 'text',
   bmcDriver: 'text',
+  bmcDriverOptions: 'jsonb',
   bmcCredentialsRef: 'text',
   driverBindings: 'jsonb',
 } as const;
@@ -177,6 +178,7 @@ export type NodeChange = Partial<{
   name: string | null;
   bmcAddress: string;
   bmcDriver: string;
+  bmcDriverOptions: Record<string, unknown>;
   bmcCredentialsRef: string;
   driverBindings: Record<string, unknown>;
 }>;
