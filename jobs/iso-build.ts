@@ -84,7 +84,8 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
     const preseed = renderPreseed({
       hostname: p.hostname, osUsername: p.osUsername, osPassword: secret.password, disks: p.disks, poolType: p.poolType,
       nicMac: p.nicMac, nicName: p.nicName, network: p.network ?? { mode: 'dhcp' }, gpuPassthrough: p.gpuPassthrough,
-      callback: { baseUrl: p.callbackBase ?? publicUrl, jobId: runId, token }, bmcIp: run.bmc_address as string,
+      // The job's id (a new BMC's provision: the enrollment that began it), the one provision answered with.
+      callback: { baseUrl: p.callbackBase ?? publicUrl, jobId: typeof run.params.jobId === 'string' ? run.params.jobId : runId, token }, bmcIp: run.bmc_address as string,
     });
     await fs.mkdir(deps.isoDir, { recursive: true });
     file = path.join(deps.isoDir, `${runId}-${randomBytes(4).toString('hex')}.iso`);

@@ -144,9 +144,10 @@ describe('provision of a BMC address no node has', () => {
     expect(runs.map((x) => [x.kind, x.status, x.job])).toEqual([
       ['metal-enroll', 'succeeded', jobId], ['metal-inspect', 'succeeded', jobId], ['metal-commission', 'succeeded', jobId], ['metal-install', 'succeeded', jobId],
     ]);
-    // The installer called back on the install run, and its job is the same job.
+    // The ISO carries the job's id, the one provision answered with (issue 21 item 14): the installer
+    // called back on it with the job's own token; the install run's id names the same job.
     const install = runs[3]!.id as string;
-    expect(played.get('new-dell')!.job).toBe(install);
+    expect(played.get('new-dell')!.job).toBe(jobId);
     expect((await rest(t.url, token, 'GET', `/controlnode/job/${install}`)).body).toMatchObject({ id: jobId, job_status: 'completed' });
     // Every run's steps are the job's events too (jobProgress(jobId)); workflowProgress finds each run's by workflowId.
     const stepRuns = (await sql().query(`SELECT DISTINCT payload->>'workflowId' AS run FROM event WHERE subject = $1 AND type = 'workflow.step'`, [jobId])).rows.map((e) => e.run);
