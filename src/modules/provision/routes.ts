@@ -157,7 +157,7 @@ const PROVISION_BODY: JsonSchema = {
     cache_dir: { ...str, description: 'must lie inside ISO_DIR' }, controlnode_host: { ...str, description: 'where the installer reports (else PUBLIC_URL)' }, controlnode_port: str,
     debian_version: str, device_id: { ...int, description: 'NetBox Device ID for tracking' },
     gpu_passthrough: { description: 'GPU passthrough config for IOMMU/vfio-pci: true, or { iommu: intel|amd, pci_ids: ["10de:2330"] }' },
-    hostname: { ...str, description: 'the installed system\'s host name (required)' }, kubernetes_cluster_name: str, kubernetes_cluster_type: str, location: str,
+    hostname: { ...str, description: 'the installed system\'s host name; optional: without it, the NetBox device\'s name for the BMC, else node-<serial> from the serial the BMC reports (a new BMC\'s, once its enrollment read it). The job\'s metadata says which (hostnameSource: request, netbox or bmc-serial)' }, kubernetes_cluster_name: str, kubernetes_cluster_type: str, location: str,
     mac_address: str, network_role: { ...str, description: 'IPAM fields for static IP allocation' },
     os_password: { ...str, description: 'OS password, kept in the secret broker (the ISO holds its SHA-512 crypt hash only); absent: a random one (the seed\'s adminadmin default is not kept)' },
     os_username: { ...str, description: 'OS credentials for provisioned system (default debian; root\'s login is disabled)' },
