@@ -189,21 +189,26 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   }
 
   const { node, any: taken } = await nodeByBmc(ctx, principal, bmcIp);
-  const named = askedHostname ? { hostname: askedHostname, source: 'request' as const } : await defaultHostname(ctx, bmcIp, node);
-  const { hostname } = named;
-  if (hostname === null && node) {
-    throw invalidInput(f('hostname'), 'is required here: NetBox names no device for this BMC and the BMC has reported no serial to name it by');
-  }
-  if (hostname === null && input.prefixId != null) {
-    throw invalidInput(f('hostname'), 'is required with prefix_id for a BMC no node has yet, unless NetBox names its device: the address is allocated under the host name before the BMC\'s serial is read');
-  }
-  const installParams = (generated: boolean, network: StaticAddress | null): InstallParams & Record<string, unknown> => ({
-    verb: 'provision', vendor, hostname, hostnameSource: named.source, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
+  // The system's name, asked for once the caller may provision this node (or enroll into the pool): a default is a NetBox lookup.
+  const nameIt = async (): Promise<Named> => {
+    const named = askedHostname ? { hostname: askedHostname, source: 'request' as const } : await defaultHostname(ctx, bmcIp, node);
+    if (named.hostname === null && node) {
+      throw invalidInput(f('hostname'), 'is required here: NetBox names no device for this BMC and the BMC has reported no serial to name it by');
+    }
+    if (named.hostname === null && input.prefixId != null) {
+      throw invalidInput(f('hostname'), 'is required with prefix_id for a BMC no node has yet, unless NetBox names its device: the address is allocated under the host name before the BMC\'s serial is read');
+    }
+    return named;
+  };
+  const installParams = (named: Named, generated: boolean, network: StaticAddress | null): InstallParams & Record<string, unknown> => ({
+    verb: 'provision', vendor, hostname: named.hostname, hostnameSource: named.source, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
     gpuPassthrough: input.gpuPassthrough ?? null, callbackBase, stuckSeconds: ctx.config.controlnodeInstallStuckS, role: 'controlnode-os',
     passwordGenerated: generated, ...facts, ...(network ? { network: networkOf(network), netboxIpId: network.netboxIpId } : {}),
   });
-  const address = (jobId: string) => (hostname === null ? Promise.resolve(null) : staticAddressFor(ctx, input.prefixId ?? null, hostname, jobId));
-  if (!node) return provisionNewBmc(ctx, { bmcIp, taken, vendor, driver, hostname, osUsername, osPassword, nicMac, installParams, address, rootPass: !!input.rootPass });
+  const address = (hostname: string | null, jobId: string) => (hostname === null ? Promise.resolve(null) : staticAddressFor(ctx, input.prefixId ?? null, hostname, jobId));
+  if (!node) return provisionNewBmc(ctx, { bmcIp, taken, vendor, driver, name: nameIt, osUsername, osPassword, nicMac, installParams, address, rootPass: !!input.rootPass });
+  const named = await nameIt();
+  const { hostname } = named;
   const move = decideMove('deploy', node.provisionState as never, node.failedFrom as never);
   if (!move.legal) {
     throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: provisioning is a deploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
@@ -214,12 +219,12 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   const runId = newId('WorkflowRun');
   let network: StaticAddress | null;
   try {
-    network = await address(runId);
+    network = await address(hostname, runId);
   } catch (error) {
     await secrets.delete(ref, node.tenantId).catch(() => undefined);
     throw error;
   }
-  const params = installParams(generated, network);
+  const params = installParams(named, generated, network);
   const data: NodeChange = { provisionState: 'deploying' };
   if (node.bmcDriver !== driver) {
     data.bmcDriver = driver;
@@ -250,7 +255,9 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
  * from the serial the enrollment reads (installHostname). A NetBox that fails is the request's
  * failure, never a silent other name.
  */
-async function defaultHostname(ctx: Context, bmcIp: string, node: BmcNode | undefined): Promise<{ hostname: string | null; source: HostnameSource }> {
+type Named = { hostname: string | null; source: HostnameSource };
+
+async function defaultHostname(ctx: Context, bmcIp: string, node: BmcNode | undefined): Promise<Named> {
   if (ctx.inventory && ctx.config.netboxUrl) {
     try {
       const name = hostnameFromDeviceName((await ctx.inventory.forBmc(bmcIp, f('bmcIp'))).deviceName);
@@ -356,11 +363,11 @@ interface NewBmc {
   /** Whether a node (any tenant's) already has this BMC address. */
   taken: boolean;
   vendor: string; driver: string;
-  /** Null when it comes from the BMC's serial, which the enrollment reads: the install names the system then. */
-  hostname: string | null;
+  /** The system's name, asked for once the caller may enroll into the pool (its hostname null: from the serial the enrollment reads). */
+  name: () => Promise<Named>;
   osUsername: string; osPassword: string | null; nicMac: string | null; rootPass: boolean;
-  installParams: (generated: boolean, network: StaticAddress | null) => InstallParams & Record<string, unknown>;
-  address: (jobId: string) => Promise<StaticAddress | null>;
+  installParams: (named: Named, generated: boolean, network: StaticAddress | null) => InstallParams & Record<string, unknown>;
+  address: (hostname: string | null, jobId: string) => Promise<StaticAddress | null>;
 }
 
 /**
@@ -383,6 +390,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   decide(requirePrincipal(ctx), 'compute:nodes:provision', poolResource(pool));
   // A node any tenant has at this address, in any of the forms enroll keeps, is never enrolled twice.
   if (n.taken) throw unknown();
+  const named = await n.name();
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const credentials = await defaultBmcCredentials(file);
   const driverOptions = await controlnodeBmcOptions(ctx.config);
@@ -392,21 +400,21 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   let nodeId: string;
   let network: StaticAddress | null = null;
   try {
-    network = await n.address(jobId);
+    network = await n.address(named.hostname, jobId);
     nodeId = await enroll(ctx, {
       // The installer's NIC (selected_nic_mac / mac_address) is the operator's word for the machine's
       // MAC, as enroll's macs are; without one the enrollment waits for confirmMac like any other.
-      poolId, name: n.hostname, bmc: { address: n.bmcIp, driver: n.driver, credentials, driverOptions }, macs: n.nicMac ? [n.nicMac] : [],
+      poolId, name: named.hostname, bmc: { address: n.bmcIp, driver: n.driver, credentials, driverOptions }, macs: n.nicMac ? [n.nicMac] : [],
     }, {
       runId: jobId,
-      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(generated, network) } },
+      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(named, generated, network) } },
       inTransaction: async (tx, id) => {
         // One node per BMC address (locked by its canonical host): a concurrent provision of the same new address loses here.
         await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${bmcHostOf(n.bmcIp)}`]);
         if ((await nodesWithBmc(tx, n.bmcIp, id)).length) {
           throw new AppError('CONFLICT', `the BMC address ${n.bmcIp} was enrolled concurrently; provision again`, { bmcIp: n.bmcIp });
         }
-        await recordOs(tx, id, pool.tenantId, n.vendor, n.hostname, n.osUsername, ref);
+        await recordOs(tx, id, pool.tenantId, n.vendor, named.hostname, n.osUsername, ref);
       },
     });
   } catch (error) {
@@ -416,7 +424,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   }
   return {
     jobId, nodeId,
-    message: `enrolling the new BMC ${n.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${n.hostname === null ? ' (its host name from the serial the BMC reports)' : ''}${addressNote(network)}${notesOf(generated, n.rootPass)}`,
+    message: `enrolling the new BMC ${n.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${named.hostname === null ? ' (its host name from the serial the BMC reports)' : ''}${addressNote(network)}${notesOf(generated, n.rootPass)}`,
   };
 }
 
