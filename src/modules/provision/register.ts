@@ -146,9 +146,10 @@ function text(name: keyof RegisterInput, value: string | null | undefined, patte
 
 /** Every field checked before anything is written, each refusal naming its field. */
 function check(input: RegisterInput) {
+  if (given(input.bmcIp) && typeof input.bmcIp !== 'string') throw invalidInput(field('bmcIp'), 'must be a string: the BMC\'s IP address or URL');
   if (!given(input.bmcIp) || input.bmcIp.trim() === '') throw invalidInput(field('bmcIp'), 'is required: the control node\'s BMC address');
-  if (typeof input.bmcIp !== 'string') throw invalidInput(field('bmcIp'), 'must be a string: the BMC\'s IP address or URL');
   const bmcIp = bmcAddressOf(input.bmcIp);
+  if (given(input.systemId) && typeof input.systemId !== 'string') throw invalidInput(field('systemId'), 'must be a string: the Id of one of the BMC\'s systems');
   const systemId = text('systemId', input.systemId, null, '');
   if (systemId !== null) {
     try {
