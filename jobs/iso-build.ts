@@ -10,6 +10,7 @@ import { buildInstallerIso, findBaseImage, type BaseImage } from '../src/modules
 import { publishIso } from '../src/modules/provision/iso-store';
 import { ISO_DIR_FULL_MESSAGE, isoDirHasRoom } from '../src/modules/provision/iso-janitor';
 import { renderPreseed } from '../src/modules/provision/preseed';
+import { installHostname } from '../src/modules/provision/hostname';
 import type { InstallParams } from './workflows/install';
 
 /**
@@ -54,7 +55,7 @@ const clip = (s: string) => (s.length > 500 ? `${s.slice(0, 499)}…` : s);
 
 export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'built' | 'failed' | 'skipped'> {
   const { rows: [run] } = await deps.sql.query(
-    `SELECT w.id, w.kind, w.status, w.params, n.id AS node_id, n.tenant_id, n.bmc_address, b.os_credentials_ref,
+    `SELECT w.id, w.kind, w.status, w.params, n.id AS node_id, n.tenant_id, n.bmc_address, n.inventory, b.os_credentials_ref,
             EXISTS (SELECT 1 FROM install_report r WHERE r.run_id = w.id AND r.kind = 'iso') AS built
        FROM workflow_run w JOIN node n ON n.id = w.node_id LEFT JOIN bmc_info b ON b.node_id = n.id WHERE w.id = $1`,
     [runId],
@@ -88,11 +89,14 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
     if (!run.os_credentials_ref) throw new Error('the node has no OS password in the broker');
     const secret = (await deps.secrets.get(run.os_credentials_ref as string, run.tenant_id as string)) as { password?: unknown } | null;
     if (!secret || typeof secret.password !== 'string') throw new Error('the OS password in the broker is not { username, password }');
+    const hostname = installHostname(p, run.inventory);
+    if (!hostname) throw new Error('the job has no host name: the request gave none, NetBox named no device for the BMC and the BMC reports no serial');
     const token = randomBytes(32).toString('base64url');
     const preseed = renderPreseed({
-      hostname: p.hostname, osUsername: p.osUsername, osPassword: secret.password, disks: p.disks, poolType: p.poolType,
+      hostname, osUsername: p.osUsername, osPassword: secret.password, disks: p.disks, poolType: p.poolType,
       nicMac: p.nicMac, nicName: p.nicName, network: p.network ?? { mode: 'dhcp' }, gpuPassthrough: p.gpuPassthrough,
-      callback: { baseUrl: p.callbackBase ?? publicUrl, jobId: runId, token }, bmcIp: run.bmc_address as string,
+      // The job's id (a new BMC's provision: the enrollment that began it), the one provision answered with.
+      callback: { baseUrl: p.callbackBase ?? publicUrl, jobId: typeof run.params.jobId === 'string' ? run.params.jobId : runId, token }, bmcIp: run.bmc_address as string,
     });
     await fs.mkdir(deps.isoDir, { recursive: true });
     file = path.join(deps.isoDir, `${runId}-${randomBytes(4).toString('hex')}.iso`);
@@ -105,7 +109,7 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
     }
     const bytes = (await fs.stat(file)).size;
     // A BIOS-only ISO (a base folder without the EFI files) is said so: a UEFI-only BMC will not boot it.
-    await record({ ok: true, bytes, ms: Date.now() - started, uefi: built.uefi, ...(built.note ? { note: built.note } : {}) }, { file, name: `${p.hostname.split('.')[0]}.iso`, token });
+    await record({ ok: true, bytes, ms: Date.now() - started, uefi: built.uefi, ...(built.note ? { note: built.note } : {}) }, { file, name: `${hostname.split('.')[0]}.iso`, token });
     if (!built.uefi) deps.log.warn({ runId, note: built.note }, 'installer ISO built for BIOS only');
     deps.log.info({ runId, bytes, ms: Date.now() - started, uefi: built.uefi }, 'installer ISO built');
     return 'built';

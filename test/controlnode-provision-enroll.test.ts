@@ -41,7 +41,7 @@ const played = new Map<string, InstallerJob>();
 
 beforeAll(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cn-enroll-'));
-  const certs = bmcCertificates(dir, [ipOf(0), ipOf(1), ipOf(2)]);
+  const certs = bmcCertificates(dir, [ipOf(0), ipOf(1), ipOf(2), ipOf(3)]);
   const caFile = path.join(dir, 'bmc-ca.pem');
   fs.writeFileSync(caFile, certs.ca);
   credentialsFile = path.join(dir, 'bmc-credentials');
@@ -55,15 +55,16 @@ beforeAll(async () => {
         { id: 'new-dell', flavour: 'idrac', mockup: 'public-localstorage', listen: { host: ipOf(0), port: 443 }, username: 'root', password: BMC_PASSWORD },
         { id: 'wrong-password', flavour: 'ilo', listen: { host: ipOf(1), port: 443 }, username: 'root', password: 'Not-The-Default-1' },
         { id: 'hidden', listen: { host: ipOf(2), port: 443 }, username: 'root', password: BMC_PASSWORD },
+        { id: 'new-serial', flavour: 'idrac', mockup: 'public-localstorage', listen: { host: ipOf(3), port: 443 }, username: 'root', password: BMC_PASSWORD, serial: 'CN7/00X-9' },
       ],
       tls: { key: certs.key, cert: certs.cert },
     },
     onBoot: (bmc, boot) => {
-      if (bmc.id !== 'new-dell' || boot.target !== 'Cd' || !boot.image) return;
+      if ((bmc.id !== 'new-dell' && bmc.id !== 'new-serial') || boot.target !== 'Cd' || !boot.image) return;
       installs.push((async () => {
         const job = await readInstallerJob(boot.image!, dir, [OS_PASSWORD, BMC_PASSWORD]);
         played.set(bmc.id, job);
-        await playInstall(job, '10.40.3.10', REPORTED);
+        await playInstall(job, bmc.id === 'new-dell' ? '10.40.3.10' : '10.40.3.11', REPORTED);
       })());
     },
   });
@@ -144,9 +145,10 @@ describe('provision of a BMC address no node has', () => {
     expect(runs.map((x) => [x.kind, x.status, x.job])).toEqual([
       ['metal-enroll', 'succeeded', jobId], ['metal-inspect', 'succeeded', jobId], ['metal-commission', 'succeeded', jobId], ['metal-install', 'succeeded', jobId],
     ]);
-    // The installer called back on the install run, and its job is the same job.
+    // The ISO carries the job's id, the one provision answered with (issue 21 item 14): the installer
+    // called back on it with the job's own token; the install run's id names the same job.
     const install = runs[3]!.id as string;
-    expect(played.get('new-dell')!.job).toBe(install);
+    expect(played.get('new-dell')!.job).toBe(jobId);
     expect((await rest(t.url, token, 'GET', `/controlnode/job/${install}`)).body).toMatchObject({ id: jobId, job_status: 'completed' });
     // Every run's steps are the job's events too (jobProgress(jobId)); workflowProgress finds each run's by workflowId.
     const stepRuns = (await sql().query(`SELECT DISTINCT payload->>'workflowId' AS run FROM event WHERE subject = $1 AND type = 'workflow.step'`, [jobId])).rows.map((e) => e.run);
@@ -179,6 +181,24 @@ describe('provision of a BMC address no node has', () => {
     // The media is out, and no password was logged.
     expect(sim.redfish.machines.find((m) => m.id === 'new-dell')!.state().virtualMedia.every((v) => !v.inserted)).toBe(true);
     expect(lines.join('\n')).not.toMatch(new RegExp(`${BMC_PASSWORD}|${OS_PASSWORD}|${REPORTED}`));
+  });
+
+  /**
+   * Issue 21 item 15: without hostname, and no NetBox, a new BMC's system is named by the serial its
+   * enrollment reads from the BMC (node-<serial>), which provision cannot know yet: the job's
+   * metadata says so (hostnameSource bmc-serial), and the install names the system when it runs.
+   */
+  it('without hostname, the new BMC\'s system is named from the serial its enrollment reads', async () => {
+    const ip = ipOf(3);
+    const r = await rest(t.url, token, 'POST', '/controlnode/provision/dell', body(ip, { hostname: undefined, selected_nic_mac: sim.machine('new-serial').macs[0] }));
+    expect(r.status).toBe(200);
+    expect(r.body.message).toMatch(/its host name from the serial the BMC reports/);
+    const early = (await rest(t.url, token, 'GET', `/controlnode/job/${r.body.job_id}`)).body;
+    expect(JSON.parse(early.metadata)).toMatchObject({ hostname: null, hostnameSource: 'bmc-serial' });
+    const view = await jobUntil(r.body.job_id, (v) => v.job_status !== 'running' && v.job_status !== 'pending');
+    expect(view).toMatchObject({ job_status: 'completed', resource_name: 'node-cn7-00x-9' });
+    expect(played.get('new-serial')!.preseed).toMatch(/netcfg\/get_hostname string node-cn7-00x-9\n/);
+    expect((await sql().query('SELECT os_hostname FROM bmc_info WHERE node_id = $1', [r.body.node_id])).rows[0]!.os_hostname).toBe('node-cn7-00x-9');
   });
 
   it('with BMC credentials the default ones do not open, the job fails while enrolling, naming the BMC\'s refusal', async () => {

@@ -38,16 +38,19 @@ let prefix: { id: number };
 
 beforeAll(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cn-static-'));
-  const certs = bmcCertificates(dir, [ipOf(0), ipOf(1), ipOf(2)]);
+  const certs = bmcCertificates(dir, [ipOf(0), ipOf(1), ipOf(2), ipOf(3)]);
   nb = await startNetboxSim({ version: '4.6' });
   prefix = nb.addPrefix({ prefix: '10.40.7.0/24', customFields: { gateway: '10.40.7.1/24', dns_servers: '10.40.0.53, 10.40.0.54' } });
   // The gateway's own address is recorded, as a site's IPAM does: NetBox hands out the next one.
   nb.addIpAddress({ address: '10.40.7.1/24', description: 'gateway' });
+  // The machine NetBox names (issue 21 item 15: a provision without hostname takes the device's name).
+  nb.addDevice({ name: 'cn-r14-02', serial: 'NB-SERIAL-1', bmcIp: `${ipOf(3)}/24` });
   sim = await startRedfishSim({
     machines: [
       { id: 'one', flavour: 'supermicro', listen: { host: ipOf(0), port: 443 }, password: BMC_PASSWORD },
       { id: 'two', flavour: 'supermicro', listen: { host: ipOf(1), port: 443 }, password: BMC_PASSWORD },
       { id: 'refused', flavour: 'supermicro', listen: { host: ipOf(2), port: 443 }, password: BMC_PASSWORD },
+      { id: 'named', flavour: 'supermicro', listen: { host: ipOf(3), port: 443 }, password: BMC_PASSWORD },
     ],
     tls: { key: certs.key, cert: certs.cert },
     onBoot: (machine, boot) => {
@@ -172,5 +175,19 @@ describe('provision with prefix_id: a static address from NetBox', () => {
     expect(await runsOf('refused')).toBe(before);
     expect((await t.app.services.sql.query('SELECT provision_state FROM node WHERE id = $1', [nodeOf.get('refused')])).rows[0]!.provision_state).toBe('ready');
     expect(lines.join('\n')).not.toMatch(new RegExp(`${OS_PASSWORD}|${BMC_PASSWORD}|${nb.v2Token.split('.')[1]}`));
+  });
+});
+
+describe('provision without hostname', () => {
+  it('names the system as NetBox names the BMC\'s device: the address is allocated under that name, the ISO carries it, the job\'s metadata says it came from NetBox', async () => {
+    const r = await rest(t.url, token, 'POST', '/controlnode/provision', body(machine('named'), { hostname: undefined }));
+    expect(r.status).toBe(200);
+    const held = (await nbAddresses()).filter((a) => a.dns_name === 'cn-r14-02');
+    expect(held).toHaveLength(1);
+    const view = (await rest(t.url, token, 'GET', `/controlnode/job/${r.body.job_id}`)).body;
+    expect(view.resource_name).toBe('cn-r14-02');
+    expect(JSON.parse(view.metadata)).toMatchObject({ hostname: 'cn-r14-02', hostnameSource: 'netbox' });
+    expect(await settled(nodeOf.get('named')!)).toMatchObject({ provision_state: 'deployed', addresses: [held[0]!.address.split('/')[0]] });
+    expect(jobs.get('named')!.preseed).toMatch(/netcfg\/get_hostname string cn-r14-02\n/);
   });
 });

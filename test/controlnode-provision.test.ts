@@ -52,12 +52,13 @@ const install = (job: Job, osIp: string) => playInstall(job, osIp, REPORTED_PASS
 beforeAll(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cn-provision-'));
   isoDir = path.join(dir, 'iso');
-  const certs = bmcCertificates(dir, [...VENDORS.map((_, i) => ipOf(i)), ipOf(8), ipOf(9)]);
+  const certs = bmcCertificates(dir, [...VENDORS.map((_, i) => ipOf(i)), ipOf(7), ipOf(8), ipOf(9)]);
   sim = await startRedfishSim({
     machines: [
       ...VENDORS.map(([vendor, flavour], i) => ({ id: vendor, flavour, listen: { host: ipOf(i), port: 443 }, password: BMC_PASSWORD, requireEtag: flavour === 'xcc' || flavour === 'ilo' })),
       { id: 'stuck', listen: { host: ipOf(9), port: 443 }, password: BMC_PASSWORD },
       { id: 'cancel', flavour: 'idrac' as const, listen: { host: ipOf(8), port: 443 }, password: BMC_PASSWORD },
+      { id: 'unnamed', flavour: 'idrac' as const, listen: { host: ipOf(7), port: 443 }, password: BMC_PASSWORD },
     ],
     tls: { key: certs.key, cert: certs.cert },
     onBoot: (machine, boot) => {
@@ -172,6 +173,34 @@ describe('the job\'s callbacks and its refusals', () => {
     expect(reports).toEqual([{ kind: 'step', payload: { step: 'partitioning', state: 'active', percent: 15 } }]);
     const events = (await t.app.services.sql.query(`SELECT payload FROM event WHERE type = 'provision.step' AND subject = $1`, [r.body.job_id])).rows;
     expect(events.map((e) => e.payload)).toEqual([expect.objectContaining({ jobId: r.body.job_id, step: 'partitioning', state: 'active', percent: 15 })]);
+  });
+
+  /**
+   * Issue 21 item 15: the seed marks only bmc_IP and vendor "(required)". Without hostname (and no
+   * NetBox here) the system is named from the serial the node's BMC reported, node-<serial>; the
+   * job's metadata says so, the ISO carries the name and the control-node record keeps it.
+   */
+  it('without hostname the system is named from the BMC\'s serial, and the job\'s metadata says where the name came from', async () => {
+    const m = sim.machines.find((x) => x.id === 'unnamed')!;
+    const nodeId = nodeOf.get('unnamed')!;
+    await t.app.services.sql.query(`UPDATE node SET inventory = '{"outOfBand": {"serial": "SN 77/A"}}'::jsonb WHERE id = $1`, [nodeId]);
+    let preseed = '';
+    installer.set('unnamed', async (boot) => {
+      const job = await readJob(boot.image!);
+      preseed = job.preseed;
+      await install(job, '10.40.9.77');
+    });
+    const r = await rest(t.url, token, 'POST', '/controlnode/provision/dell', body(m, { hostname: undefined }));
+    expect(r.status).toBe(200);
+    const view = (await rest(t.url, token, 'GET', `/controlnode/job/${r.body.job_id}`)).body;
+    expect(view.resource_name).toBe('node-sn-77-a');
+    expect(JSON.parse(view.metadata)).toMatchObject({ hostname: 'node-sn-77-a', hostnameSource: 'bmc-serial' });
+    expect(await settled(nodeId)).toMatchObject({ provision_state: 'deployed', addresses: ['10.40.9.77'] });
+    expect(preseed).toMatch(/netcfg\/get_hostname string node-sn-77-a\n/);
+    expect((await t.app.services.sql.query('SELECT os_hostname FROM bmc_info WHERE node_id = $1', [nodeId])).rows[0]!.os_hostname).toBe('node-sn-77-a');
+    // A given hostname is the request's, and says so.
+    const named = await rest(t.url, token, 'GET', `/controlnode/job/${(await t.app.services.sql.query(`SELECT id FROM workflow_run WHERE kind = 'metal-install' AND params->>'hostname' = 'cn-dell'`)).rows[0]!.id}`);
+    expect(JSON.parse(named.body.metadata)).toMatchObject({ hostname: 'cn-dell', hostnameSource: 'request' });
   });
 
   it('GET /controlnode/job/{id} shows the stage and progress; cancel mid-install ejects the media, ends the token and records cancelled, idempotently', async () => {
@@ -322,7 +351,7 @@ describe('the job\'s callbacks and its refusals', () => {
   const REFUSED: [string, Record<string, unknown>, string][] = [
     ['no bmc_IP', { bmc_IP: undefined }, 'body.bmc_IP'],
     ['no vendor on the plain route', { vendor: undefined }, 'body.vendor'],
-    ['no hostname', { hostname: undefined }, 'body.hostname'],
+    ['no hostname, and neither NetBox nor a BMC serial to name the system by', { hostname: undefined }, 'body.hostname'],
     ['a mirror of one disk', { selected_disks: ['nvme0n1'] }, 'body.pool_type'],
     ['an unknown pool type', { pool_type: 'raid10' }, 'body.pool_type'],
     ['a disk path', { selected_disks: ['../../etc/passwd', 'sda'] }, 'body.selected_disks[0]'],

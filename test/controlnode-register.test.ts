@@ -25,7 +25,7 @@ const NEW_OS_PASSWORD = 'Os-Rotat3d-Pa55';
 const SECRETS = [BMC_PASSWORD, OS_PASSWORD, NEW_OS_PASSWORD];
 const hex = (s: string) => Buffer.from(s, 'utf8').toString('hex');
 // Loopback addresses of their own, each BMC on 443 as the control-node API's bare bmc_ip implies.
-const IP = { cn: '127.77.0.1', nocred: '127.77.0.2', moved: '127.77.0.3', other: '127.77.0.4' };
+const IP = { cn: '127.77.0.1', nocred: '127.77.0.2', moved: '127.77.0.3', other: '127.77.0.4', port: '127.77.0.5' };
 
 let t: TestApp;
 let sim: RedfishSim;
@@ -42,6 +42,8 @@ beforeAll(async () => {
     machines: [
       { id: 'cn', flavour: 'idrac', listen: { host: IP.cn, port: 443 }, password: BMC_PASSWORD, serial: 'J30X8K1' },
       { id: 'nocred', listen: { host: IP.nocred, port: 443 }, password: BMC_PASSWORD },
+      // A BMC on another port, its system named by Id (rackmount1's 437XR1138R2).
+      { id: 'port', flavour: 'idrac', listen: { host: IP.port, port: 8443 }, password: BMC_PASSWORD, serial: 'PORT-1' },
     ],
     tls: { key: certs.key, cert: certs.cert },
   });
@@ -133,6 +135,9 @@ describe('register', () => {
     expect(r.body).toMatchObject({ created: false, node_id: cnId, hostname: 'mgmt-01b', node_ip: '10.30.0.6', success: true });
     const info = (await t.app.services.sql.query('SELECT os_hostname, os_ip, fqdn, atlas_device_id, version FROM bmc_info WHERE node_id = $1', [cnId])).rows[0]!;
     expect(info).toMatchObject({ os_hostname: 'mgmt-01b', os_ip: '10.30.0.6', fqdn: 'mgmt-01.dc1.example', atlas_device_id: 1741 });
+    // No vendor in this call: the node keeps its flavour (idrac) as the record keeps its vendor (issue 21 item 18).
+    expect((await t.app.services.sql.query('SELECT n.bmc_driver, n.driver_bindings, b.vendor FROM node n JOIN bmc_info b ON b.node_id = n.id WHERE n.id = $1', [cnId])).rows[0])
+      .toEqual({ bmc_driver: 'idrac', driver_bindings: { power: 'idrac', management: 'idrac', virtualMedia: 'idrac' }, vendor: 'Dell' });
     // The new OS password in, the replaced one out; the node keeps its state.
     expect(await secrets()).toBe(before);
     expect((await settled(cnId)).provision_state).toBe('adopted');
@@ -140,8 +145,47 @@ describe('register', () => {
     expect((await register({ bmc_ip: IP.moved, serial_number: 'J30X8K1' })).body).toMatchObject({ created: false, node_id: cnId });
     expect((await t.app.services.sql.query('SELECT bmc_address FROM node WHERE id = $1', [cnId])).rows[0]!.bmc_address).toBe(IP.moved);
     expect((await register({ bmc_ip: IP.cn, serial_number: 'J30X8K1' })).status).toBe(200);
-    // Without a serial, the BMC address finds it.
+    // Without a serial, the BMC address finds it, in any form of it (a port, a URL).
     expect((await register({ bmc_ip: IP.cn, os_hostname: 'mgmt-01' })).body).toMatchObject({ created: false, node_id: cnId });
+    expect((await register({ bmc_ip: `${IP.cn}:443` })).body).toMatchObject({ created: false, node_id: cnId });
+    expect((await register({ bmc_ip: `https://${IP.cn}/` })).body).toMatchObject({ created: false, node_id: cnId });
+    expect((await t.app.services.sql.query('SELECT bmc_address, bmc_driver FROM node WHERE id = $1', [cnId])).rows[0]).toEqual({ bmc_address: IP.cn, bmc_driver: 'idrac' });
+    // A vendor given is the flavour: the Manufacturer a BMC reports for another vendor moves it, and back.
+    expect((await register({ bmc_ip: IP.cn, vendor: 'Hewlett Packard Enterprise' })).status).toBe(200);
+    expect((await t.app.services.sql.query('SELECT bmc_driver FROM node WHERE id = $1', [cnId])).rows[0]!.bmc_driver).toBe('ilo');
+    expect((await register({ bmc_ip: IP.cn, vendor: 'Dell Inc.' })).status).toBe(200);
+    expect((await t.app.services.sql.query('SELECT bmc_driver FROM node WHERE id = $1', [cnId])).rows[0]!.bmc_driver).toBe('idrac');
+  });
+
+  it('a BMC on another port, by URL or address:port, with its system id: the node\'s address and driverOptions.systemId, which the driver then uses', async () => {
+    const r = await register({ bmc_ip: `https://${IP.port}:8443`, system_id: '437XR1138R2', vendor: 'Dell Inc.', bmc_username: 'admin', bmc_password: BMC_PASSWORD });
+    expect(r.status).toBe(200);
+    expect(r.body.created).toBe(true);
+    const node = await settled(r.body.node_id);
+    expect(node).toMatchObject({ provision_state: 'adopted', bmc_driver: 'idrac' });
+    expect(node.bmc_driver_options).toMatchObject({ systemId: '437XR1138R2', caCert: expect.stringContaining('BEGIN CERTIFICATE') });
+    expect((node.inventory as { outOfBand: { serial: string } }).outOfBand.serial).toBe('PORT-1');
+    expect((await t.app.services.sql.query('SELECT bmc_address FROM node WHERE id = $1', [r.body.node_id])).rows[0]!.bmc_address).toBe(`https://${IP.port}:8443`);
+    // The same BMC as address:port, without the system id: the same node, which keeps its system.
+    expect((await register({ bmc_ip: `${IP.port}:8443`, os_hostname: 'mgmt-03' })).body).toMatchObject({ created: false, node_id: r.body.node_id });
+    expect((await t.app.services.sql.query('SELECT bmc_driver_options FROM node WHERE id = $1', [r.body.node_id])).rows[0]!.bmc_driver_options).toMatchObject({ systemId: '437XR1138R2' });
+    // Another system of that BMC is another node; then the BMC alone no longer says which.
+    const second = await register({ bmc_ip: `${IP.port}:8443`, system_id: 'Blade-2', bmc_username: 'admin', bmc_password: BMC_PASSWORD });
+    expect(second.body.created).toBe(true);
+    expect(second.body.node_id).not.toBe(r.body.node_id);
+    // The driver reads the system id: this BMC has no system Blade-2, and the adoption says so.
+    expect(await settled(second.body.node_id)).toMatchObject({ provision_state: 'failed', last_error_message: expect.stringMatching(/systemId "Blade-2" is not among the BMC's systems/) });
+    const which = await register({ bmc_ip: `${IP.port}:8443`, os_hostname: 'mgmt-03' });
+    expect([which.status, which.body.error.code, which.body.error.details.field]).toEqual([400, 'INVALID_INPUT', 'body.system_id']);
+    expect((await register({ bmc_ip: `${IP.port}:8443`, system_id: '437XR1138R2' })).body).toMatchObject({ created: false, node_id: r.body.node_id });
+    // GraphQL takes the same, camelCased.
+    const m = await gql(t.url, token, 'mutation($i: RegisterControlNodeInput!) { registerControlNode(input: $i) { created node { id } } }', { i: { bmcIp: `${IP.port}:8443`, systemId: 'Blade-3' } });
+    expect(m.errors).toBeUndefined();
+    expect((m.data!.registerControlNode as { created: boolean }).created).toBe(true);
+    const third = (m.data!.registerControlNode as { node: { id: string } }).node.id;
+    expect((await t.app.services.sql.query('SELECT bmc_driver_options FROM node WHERE id = $1', [third])).rows[0]!.bmc_driver_options).toMatchObject({ systemId: 'Blade-3' });
+    const bad = await gql(t.url, token, 'mutation($i: RegisterControlNodeInput!) { registerControlNode(input: $i) { created } }', { i: { bmcIp: `${IP.port}:8443`, systemId: 'a/b' } });
+    expect(bad.errors![0]!.extensions).toMatchObject({ code: 'INVALID_INPUT', details: { field: 'input.systemId' } });
   });
 
   it('CONFLICT when the serial and the BMC address name two machines, or the address is a machine with another serial', async () => {
@@ -171,7 +215,15 @@ describe('register', () => {
   const REFUSED: [string, Record<string, unknown>, string][] = [
     ['no bmc_ip', { serial_number: 'X1' }, 'body.bmc_ip'],
     ['a bmc_ip that is no address', { bmc_ip: 'bmc-07.example' }, 'body.bmc_ip'],
-    ['a bmc_ip with a port', { bmc_ip: '127.0.0.1:443' }, 'body.bmc_ip'],
+    ['a bmc_ip with a port past 65535', { bmc_ip: '127.9.0.1:65536' }, 'body.bmc_ip'],
+    ['a bmc_ip URL with a host name', { bmc_ip: 'https://bmc-07.example:8443' }, 'body.bmc_ip'],
+    ['a bmc_ip URL with a path', { bmc_ip: 'https://127.9.0.1:8443/redfish/v1' }, 'body.bmc_ip'],
+    ['a bmc_ip URL with credentials', { bmc_ip: 'https://root:pw@127.9.0.1:8443' }, 'body.bmc_ip'],
+    ['a bmc_ip with another scheme', { bmc_ip: 'ftp://127.9.0.1' }, 'body.bmc_ip'],
+    ['a system_id with a slash', { bmc_ip: '127.9.0.1', system_id: '../Managers/1' }, 'body.system_id'],
+    ['a system_id with a space', { bmc_ip: '127.9.0.1', system_id: 'System 1' }, 'body.system_id'],
+    ['a 300-character system_id', { bmc_ip: '127.9.0.1', system_id: 'S'.repeat(300) }, 'body.system_id'],
+    ['a system_id that is a number', { bmc_ip: '127.9.0.1', system_id: 1 }, 'body.system_id'],
     ['a user name without its password', { bmc_ip: '127.9.0.1', bmc_username: 'admin' }, 'body.bmc_password'],
     ['a password without its user name', { bmc_ip: '127.9.0.1', bmc_password: BMC_PASSWORD }, 'body.bmc_username'],
     ['an os_ip that is no address', { bmc_ip: '127.9.0.1', os_ip: '10.30.0' }, 'body.os_ip'],
@@ -254,5 +306,13 @@ describe('the control-node BMC settings', () => {
   it('vendors pick their Redfish flavour, case-insensitively; others are generic Redfish', () => {
     expect(['Dell', 'hp', 'HPE', 'lenovo', 'Cisco', 'supermicro', 'Acme', '', null].map(driverOfVendor))
       .toEqual(['idrac', 'ilo', 'ilo', 'xcc', 'cimc', 'supermicro', 'redfish', 'redfish', 'redfish']);
+    // The Manufacturer strings BMCs report (issue 20 item 7), trimmed, any case.
+    const reported: [string, string][] = [
+      ['Dell Inc.', 'idrac'], [' DELL INC ', 'idrac'], ['Dell', 'idrac'], ['HPE', 'ilo'], ['Hewlett Packard Enterprise', 'ilo'], ['hewlett-packard enterprise', 'ilo'],
+      ['HP', 'ilo'], ['Lenovo', 'xcc'], ['LENOVO ', 'xcc'], ['Supermicro', 'supermicro'], ['Super Micro Computer, Inc.', 'supermicro'],
+      ['Cisco Systems Inc', 'cimc'], ['Cisco Systems, Inc.', 'cimc'], ['cisco systems inc.', 'cimc'],
+      ['Dellware', 'redfish'], ['Inc.', 'redfish'], ['Contoso', 'redfish'], ['NVIDIA', 'redfish'],
+    ];
+    expect(reported.map(([v]) => [v, driverOfVendor(v)])).toEqual(reported);
   });
 });

@@ -337,10 +337,10 @@ describe('the edge: auth first, inputs checked without echo, limits, NUL, depth,
       const duplicate = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: [ids[0], ids[1], ids[2], ids[1]] });
       expect(duplicate.body.error).toMatchObject({ code: 'INVALID_INPUT', details: { field: 'body.nodeIds[3]' } });
       expect(duplicate.body.error.message).toMatch(/^body\.nodeIds\[3\]: each node may be listed once; the same node is body\.nodeIds\[1\]$/);
-      const foreign = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: [ids[0], ids[1], ids[2], 'node_missing'] });
+      const foreign = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'inspect', reason: 'r', nodeIds: [ids[0], ids[1], ids[2], 'node_missing'] });
       expect(foreign.body.error).toMatchObject({ code: 'INVALID_INPUT', details: { field: 'body.nodeIds[3]', refused: [{ nodeId: 'node_missing', field: 'body.nodeIds[3]' }] } });
       expect(foreign.body.error.message).toMatch(/first: body\.nodeIds\[3\] node_missing: not a node of pool/);
-      const viaGraphql = await gql(t.url, token, 'mutation ($i: MetalBulkInput!) { bulkNodes(input: $i) { nodes { id } } }', { i: { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: [ids[0], 'node_missing'] } });
+      const viaGraphql = await gql(t.url, token, 'mutation ($i: MetalBulkInput!) { bulkNodes(input: $i) { nodes { id } } }', { i: { poolId: tree.pools[0]!.id, verb: 'inspect', reason: 'r', nodeIds: [ids[0], 'node_missing'] } });
       expect(viaGraphql.errors![0]!.extensions!.details).toMatchObject({ field: 'input.nodeIds[1]' });
     });
 

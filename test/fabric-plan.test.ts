@@ -127,12 +127,20 @@ describe('fabric plan (pure): the seed\'s sentences', () => {
     expect(plan(GQL_REQ).risks).toEqual([]);
   });
 
-  it('a stored pool is kept (0 = stored), and a plan that changes it says POST will need the switch ack', () => {
+  it('the VTEP pool is what the body asks, stored config or not (seed: "empty => 10.255.0.0 default", "0 => auto-size"); a plan that changes the stored pool says POST will need the switch ack', () => {
     const stored: FabricSettings = { ...DEFAULT_SETTINGS, as: 65001, routerIdBase: '10.254.0.1', routerIdPrefixLen: 24, expectedNodes: 10, expectedVms: 10 };
-    const kept = plan(GQL_REQ, stored);
-    expect(kept.config).toMatchObject({ as: 65001, routerIdBase: '10.254.0.1', routerIdPrefixLen: 24 });
+    // Empty base, prefix 0: the default base, auto-sized for expected_nodes 40 (a /26), not the stored /24 at 10.254.0.1.
+    const asked = plan(GQL_REQ, stored);
+    expect(asked.config).toMatchObject({ as: 65001, routerIdBase: '10.255.0.0', routerIdPrefixLen: 26 });
+    expect(asked.risks.some((r) => /changes the stored VTEP pool 10\.254\.0\.1\/24 to 10\.255\.0\.0\/26: POST answers 409 REQUIRES_SWITCH_RECONFIG_ACK/.test(r))).toBe(true);
+    // Only the prefix given: the default base with it; only the base: auto-sized at that base.
+    expect(plan({ ...GQL_REQ, routerIdPrefixLen: 23 }, stored).config).toMatchObject({ routerIdBase: '10.255.0.0', routerIdPrefixLen: 23 });
+    expect(plan({ ...GQL_REQ, routerIdBase: '10.254.0.1' }, stored).config).toMatchObject({ routerIdBase: '10.254.0.1', routerIdPrefixLen: 26 });
+    // The stored pool asked for: kept, no risk.
+    const kept = plan({ ...GQL_REQ, routerIdBase: '10.254.0.1', routerIdPrefixLen: 24 }, stored);
+    expect(kept.config).toMatchObject({ routerIdBase: '10.254.0.1', routerIdPrefixLen: 24 });
     expect(kept.risks.some((r) => /REQUIRES_SWITCH_RECONFIG_ACK/.test(r))).toBe(false);
-    const changed = plan({ ...GQL_REQ, routerIdPrefixLen: 23 }, stored);
+    const changed = plan({ ...GQL_REQ, routerIdBase: '10.254.0.1', routerIdPrefixLen: 23 }, stored);
     expect(changed.risks.some((r) => /changes the stored VTEP pool 10\.254\.0\.1\/24 to 10\.254\.0\.1\/23: POST answers 409 REQUIRES_SWITCH_RECONFIG_ACK/.test(r))).toBe(true);
   });
 
@@ -262,7 +270,7 @@ describe('fabric plan over REST and GraphQL (real service and database)', () => 
     expect(await eventCount()).toBe(events);
   });
 
-  it('the plan reads the stored config (0 / empty = stored), never returns a secret, and writes nothing', async () => {
+  it('the plan reads the stored config (0 / empty = stored, but for the VTEP pool), never returns a secret, and writes nothing', async () => {
     await reset();
     const created = await call(admin, 'POST', CONFIG, {
       as: 64700, management_cidr: '192.168.111.0/24', router_id_cidr: '10.254.0.1/24', bgp_password: BGP_PASSWORD, expected_nodes: 10, expected_vms: 10, bfd_enabled: true,
@@ -272,7 +280,10 @@ describe('fabric plan over REST and GraphQL (real service and database)', () => 
     const events = await eventCount();
     const answer = await call(reader, 'POST', PLAN, { ...REQ, fabric_switch_as: 65100 });
     expect(answer.status).toBe(200);
-    expect(answer.body.config).toMatchObject({ as: 64700, router_id_base: '10.254.0.1', router_id_prefix_len: 24, bfd_enabled: true, bgp_password: '', fabric_switch_as: 65100 });
+    expect(answer.body.config).toMatchObject({ as: 64700, router_id_base: '10.255.0.0', router_id_prefix_len: 26, bfd_enabled: true, bgp_password: '', fabric_switch_as: 65100 });
+    // The stored pool, asked for, is the plan's.
+    const same = await call(reader, 'POST', PLAN, { ...REQ, fabric_switch_as: 65100, router_id_base: '10.254.0.1', router_id_prefix_len: 24 });
+    expect(same.body.config).toMatchObject({ router_id_base: '10.254.0.1', router_id_prefix_len: 24 });
     // eBGP, but a password is stored: no risk about it.
     expect(answer.body.risks.some((r: string) => /eBGP/.test(r))).toBe(false);
     expect(await row()).toEqual(before);

@@ -127,7 +127,7 @@ describe('fabric preflight against real sshd nodes', () => {
     for (const node of h.nodes.slice(0, 4)) expect(await h.calls(node)).toEqual([]);
   });
 
-  it('a node_overrides entry resolves the node (mode override, derived bridge name); ready needs every node reuse and at least one node', async () => {
+  it('a node_overrides entry resolves the node (mode override, derived bridge name); ready is every node reuse (an empty cluster too), and apply refuses an empty cluster', async () => {
     await deploy([0, 1, 2, 3]);
     const answer = await preflight({ underlay_cidr: CIDR, node_overrides: [{ node_ip: h.nodes[3]!.address, underlay_iface_hint: 'eth1', underlay_ip: '10.60.200.13/24' }] });
     expect(answer.status).toBe(200);
@@ -153,7 +153,14 @@ describe('fabric preflight against real sshd nodes', () => {
     await deploy([]);
     const empty = await preflight({ underlay_cidr: CIDR });
     expect(empty.status).toBe(200);
-    expect(empty.body).toMatchObject({ ready: false, nodes: [], underlay_mtu: 0, mtu_drift: [], matched_bridges: [] });
+    // The seed: "ready (boolean) – true ⟺ every node ∈ {reuse}": true of no node (issue 21 item 19).
+    expect(empty.body).toMatchObject({ ready: true, nodes: [], underlay_mtu: 0, mtu_drift: [], matched_bridges: [] });
+    // What refuses an empty cluster is apply, saying why, with nothing recorded.
+    const jobs = await prisma().fabricJob.count();
+    const apply = await rest(t.url, t.adminToken, 'POST', '/controlnode/fabric-config/apply');
+    expect([apply.status, apply.body.error?.code]).toEqual([409, 'INVALID_STATE']);
+    expect(apply.body.error.message).toMatch(/no compute node is deployed: the fabric has nothing to roll out to/);
+    expect(await prisma().fabricJob.count()).toBe(jobs);
   });
 
   it('refuses bad input naming the field, before any node is contacted', async () => {

@@ -196,6 +196,17 @@ describe('fabric rollout over real sshd', () => {
       ]);
       expect(checklist.body[1]).toMatchObject({ step_id: `${jobId}:install_frr`, node_ip: sshdA.address, bmc_ip: bmcOf.get(metalIds[sshdA.index]!), job_id: jobId, progress: 0, message: '`apt-get install -y frr` exited 100' });
       expect(checklist.body[0]).toMatchObject({ progress: 100 });
+      // Every step has its times (the seed types them as strings): a step not reached is as old as
+      // the job's checklist for the node (issue 21 item 17); a reached one has its own.
+      const made = (await prisma().fabricJobNode.findUniqueOrThrow({ where: { jobId_nodeId: { jobId, nodeId: metalIds[sshdA.index]! } } })).createdAt.toISOString();
+      for (const step of checklist.body.slice(2)) expect([step.step, step.created_at, step.updated_at]).toEqual([step.step, made, made]);
+      for (const step of checklist.body.slice(0, 2)) {
+        expect(typeof step.created_at).toBe('string');
+        expect(Date.parse(step.updated_at)).toBeGreaterThanOrEqual(Date.parse(step.created_at));
+      }
+      const gqlList = await gql(t.url, reader, 'query ($ip: String!) { fabricNodePostdeploy(nodeIp: $ip) { step createdAt updatedAt } }', { ip: sshdA.address });
+      expect(gqlList.errors).toBeUndefined();
+      expect((gqlList.data!.fabricNodePostdeploy as { createdAt: string }[]).slice(2).every((x) => x.createdAt === made)).toBe(true);
     } finally {
       await lab.setFakeExit(sshdA, 'apt-get', 0);
     }

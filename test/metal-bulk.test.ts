@@ -96,16 +96,33 @@ describe('bulk', () => {
     expect(await snapshot(ids)).toMatchObject({ runs: '50', jobs: '50' });
   });
 
-  it('a non-destructive verb (inspect) makes no batch, and starts every node\'s run and its job in its statement', async () => {
-    const ids = await nodes(3);
-    const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: ids }, { 'x-request-id': 'bulk-inspect-1' });
+  /**
+   * Issue 21 item 20: inspect boots the inspection ramdisk and provide powers off and wipes: their
+   * workflows send destructive commands (jobs/workflows), so each bulk call records a quorum batch,
+   * needs a reason, and on a pool with approver keys starts nothing before the quorum.
+   */
+  it.each([['inspect', 'metal-inspect'], ['provide', 'metal-commission']])('bulk %s sends destructive commands: a batch with its reason, and with approver keys no run before the quorum', async (verb, kind) => {
+    const ids = await nodes(3, 'ready', 1);
+    const unreasoned = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[1]!.id, verb, nodeIds: ids });
+    expect([unreasoned.status, unreasoned.body.error.message]).toEqual([400, expect.stringMatching(/reason: is required/)]);
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[1]!.id, verb, nodeIds: ids, reason: `bulk ${verb}` }, { 'x-request-id': `bulk-${verb}-1` });
     expect(response.status).toBe(200);
-    expect(response.body.batch).toBeNull();
-    await expectOneRunEach(ids, 'metal-inspect', { verb: 'inspect', requestId: 'bulk-inspect-1' }, null);
-    for (const n of response.body.nodes) expect(n.workflowId).toEqual(expect.stringMatching(/^wf_/));
-    const events = (await sql.query('SELECT node_id, payload FROM event WHERE node_id = ANY($1)', [ids])).rows;
-    const runs = await runsOf(ids);
-    for (const e of events) expect(e.payload.workflowId).toBe(runs.find((r) => r.nodeId === e.node_id)!.id);
+    const batch = response.body.batch;
+    expect(batch).toMatchObject({ verb, reason: `bulk ${verb}`, status: 'awaiting-approval', quorum: 2, nodeCount: 3 });
+    expect(batch).toEqual(await storedBatch(batch.id));
+    // The nodes moved (their events are there), but no run, no job and no release job before the quorum.
+    expect(await snapshot(ids)).toMatchObject({ events: '3', runs: '0', jobs: '0' });
+    expect((await sql.query(`SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.batch' AND data->>'batchId' = $1`, [batch.id])).rows[0].n).toBe(0);
+    expect(await releaseBatch(t.app.services.sql, batch.id)).toBe(0);
+    expect(await snapshot(ids)).toMatchObject({ runs: '0', jobs: '0' });
+    const APPROVE = 'mutation ($b: ID!, $k: String!, $s: String!) { approveCommandBatch(batchId: $b, keyId: $k, signature: $s) { status } }';
+    for (const [i, k] of ['alice', 'bob'].entries()) {
+      const signature = sign(null, Buffer.from(batch.digest, 'hex'), keys[i]!.privateKey).toString('base64');
+      expect((await gql(t.url, token, APPROVE, { b: batch.id, k, s: signature })).errors).toBeUndefined();
+    }
+    // The quorum reached: the release starts each node's run, with the batch.
+    expect(await playRelease(batch.id)).toBe(3);
+    await expectOneRunEach(ids, kind, { verb, reason: `bulk ${verb}`, batchId: batch.id }, batch.id);
   });
 
   const refusals: [string, () => Promise<Record<string, unknown>>, number, RegExp][] = [
@@ -236,7 +253,7 @@ describe('bulk', () => {
       const ids = await nodes(n);
       await gql(t.url, token, '{ viewer { tokenId } }');
       const before = t.app.database.statements.count;
-      const response = await gql(t.url, token, 'mutation ($i: MetalBulkInput!) { bulkNodes(input: $i) { batch { id } } }', { i: { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: ids } });
+      const response = await gql(t.url, token, 'mutation ($i: MetalBulkInput!) { bulkNodes(input: $i) { batch { id } } }', { i: { poolId: tree.pools[0]!.id, verb: 'inspect', reason: 'r', nodeIds: ids } });
       expect(response.errors).toBeUndefined();
       return t.app.database.statements.count - before;
     };

@@ -107,10 +107,11 @@ describe('REST and GraphQL give the same result for every verb', () => {
 
   it('bulk', async () => {
     const [a, b] = await twin('ready');
-    const br = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: [a] });
-    const bg = await gql(t.url, token, `mutation ($i: MetalBulkInput!) { bulkNodes(input: $i) { nodes { ${VIEW} } batch { id } } }`, { i: { poolId: tree.pools[0]!.id, verb: 'inspect', nodeIds: [b] } });
-    expect(br.body.batch).toBeNull();
-    expect(bg.data!.bulkNodes.batch).toBeNull();
+    const br = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'inspect', reason: 'r', nodeIds: [a] });
+    const bg = await gql(t.url, token, `mutation ($i: MetalBulkInput!) { bulkNodes(input: $i) { nodes { ${VIEW} } batch { id verb } } }`, { i: { poolId: tree.pools[0]!.id, verb: 'inspect', reason: 'r', nodeIds: [b] } });
+    // inspect boots a ramdisk: destructive, so both record a batch.
+    expect(br.body.batch).toMatchObject({ verb: 'inspect' });
+    expect(bg.data!.bulkNodes.batch).toMatchObject({ verb: 'inspect' });
     expect(comparable(Object.fromEntries(Object.keys(bg.data!.bulkNodes.nodes[0]).map((k) => [k, br.body.nodes[0][k]])))).toEqual(comparable(bg.data!.bulkNodes.nodes[0]));
   });
 });

@@ -3,9 +3,11 @@ import { fromRoot } from '../src/paths';
 import {
   FAILABLE, POWER_REFUSED, PROVISION_STATES, RECOVER_TO, STABLE_POINT_RUNS, STUCK_RESUMES, VERBS, WAITS, WORKFLOW_KINDS, WORKFLOW_MOVES, clearedFailure, decideMove, decidePower,
   runKindOf,
-  decideWorkflowMove, isDestructive, type ProvisionState, type Verb, type WorkflowKind,
+  decideWorkflowMove, VERB_RUNS, WORKFLOW_CHAINS, type ProvisionState, type Verb, type WorkflowKind,
 } from '../src/modules/metal/states';
 import { provisionStatesDoc } from '../src/modules/metal/print-diagram';
+import { bulkBatchVerbs, isDestructive, verbSteps } from '../src/modules/metal/step-facts';
+import { WORKFLOWS } from '../jobs/workflows';
 
 /** The seed's sentences, one row per verb: legal sources, target and event, as written. */
 const SEED: Record<Exclude<Verb, 'enroll' | 'recover'>, { from: ProvisionState[]; to: ProvisionState | null; event: string }> = {
@@ -73,9 +75,37 @@ describe('the provision state table', () => {
   it('bulk runs exactly manage, inspect, provide, undeploy, rescue and retire', () => {
     const bulk = Object.entries(VERBS).filter(([, r]) => r.bulk).map(([v]) => v).sort();
     expect(bulk).toEqual(['inspect', 'manage', 'provide', 'rescue', 'retire', 'undeploy']);
-    expect(isDestructive('undeploy')).toBe(true);
-    expect(isDestructive('retire')).toBe(true);
-    expect(isDestructive('inspect')).toBe(false);
+  });
+
+  /**
+   * Issue 21 item 20: the step facts are the workflows' own (jobs/workflows), never a copy. For each
+   * verb, the steps of the runs it starts (and what they chain to) are read here straight from the
+   * definitions; the docs list exactly them, and bulk's batch rule is "any of them destructive".
+   */
+  it('the docs and bulk\'s quorum rule read the step facts from the workflow definitions', () => {
+    const doc = provisionStatesDoc();
+    for (const verb of Object.keys(VERBS) as Verb[]) {
+      if (verb === 'recover') continue;
+      const kinds: WorkflowKind[] = [];
+      for (let k = VERB_RUNS[verb] as WorkflowKind | null | undefined; k; k = WORKFLOW_CHAINS[k]) kinds.push(k);
+      const defined = kinds.flatMap((k) => WORKFLOWS[k]!.steps.map((s) => [s.name, s.destructive === true] as const));
+      expect([verb, verbSteps(verb).map((s) => [s.name, s.destructive])]).toEqual([verb, defined]);
+      const destructive = defined.some(([, d]) => d);
+      expect([verb, isDestructive(verb)]).toEqual([verb, destructive]);
+      // The doc's row: every step by its workflow name, destructive ones in bold, and bulk's rule.
+      const row = doc.slice(doc.indexOf('## Verbs and their workflow steps')).split('\n').find((l) => l.startsWith(`| \`${verb}\` |`));
+      expect(row).toBeDefined();
+      expect(row).toContain(defined.map(([name, d]) => (d ? `**${name}**` : name)).join(', ') || '—');
+      expect(row!.endsWith(!VERBS[verb].bulk ? '| not in bulk |' : destructive ? '| a quorum batch (approver keys: waits for the quorum) |' : '| runs at once, no batch |')).toBe(true);
+    }
+    // What the hand copy in states.ts had wrong: inspect boots a ramdisk (and chains commissioning's
+    // wipe), provide powers off; undeploy's steps are the release workflow's.
+    expect(verbSteps('inspect')[0]).toMatchObject({ name: 'boot-inspection-ramdisk', destructive: true });
+    expect(verbSteps('provide').find((s) => s.name === 'power-off')).toMatchObject({ destructive: true });
+    expect(verbSteps('undeploy').map((s) => s.name)).toEqual(['boot-wipe-ramdisk', 'wipe-disks', 'power-off']);
+    // So every bulk verb records a quorum batch (bulk.ts asks isDestructive).
+    expect(bulkBatchVerbs().sort()).toEqual(['inspect', 'manage', 'provide', 'rescue', 'retire', 'undeploy']);
+    expect(fs.readFileSync(fromRoot('docs', 'provision-states.md'), 'utf8')).toBe(doc);
   });
 
   it('docs/provision-states.md is generated from the table (run `npm run docs:states`)', () => {

@@ -5,6 +5,7 @@ import { fail } from './common';
 import { installReports } from '../../src/modules/provision/callbacks';
 import { revokeIsos } from '../../src/modules/provision/iso-store';
 import type { PowerState } from '../../clients/bmc/driver';
+import { installHostname, type HostnameSource } from '../../src/modules/provision/hostname';
 
 /**
  * deploying, the control-node API's way (POST /controlnode/provision): a metal deploy whose
@@ -22,7 +23,13 @@ import type { PowerState } from '../../clients/bmc/driver';
 export interface InstallParams {
   verb: 'provision';
   vendor: string;
-  hostname: string;
+  /**
+   * The installed system's name: the request's, else the default provision chose (NetBox's device
+   * name, or node-<serial>); null for a new BMC's job, whose name comes from the serial its
+   * enrollment reads (installHostname).
+   */
+  hostname: string | null;
+  hostnameSource?: HostnameSource;
   osUsername: string;
   disks: string[];
   poolType: string;
@@ -145,7 +152,7 @@ export const installWorkflow: WorkflowDef = {
           `INSERT INTO bmc_info (node_id, tenant_id, os_ip, os_hostname, os_username) VALUES ($1, $2, $3, $4, $5)
            ON CONFLICT (node_id) DO UPDATE SET os_ip = EXCLUDED.os_ip, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
              version = bmc_info.version + 1, updated_at = now()`,
-          [ctx.node.id, ctx.node.tenantId, osIp, paramsOf(ctx).hostname, paramsOf(ctx).osUsername],
+          [ctx.node.id, ctx.node.tenantId, osIp, installHostname(paramsOf(ctx), ctx.node.inventory), paramsOf(ctx).osUsername],
         );
         return complete(`the installed system booted at ${osIp}`);
       },

@@ -37,6 +37,9 @@ export async function playInstall(job: InstallerJob, osIp: string, reportedPassw
   for (const [step, percent, state] of [['partitioning', 20, 'active'], ['installing-base', 60, 'active'], ['installing-finish', 90, 'done']] as const) {
     const r = await postJson(`${job.api}/job/${job.job}/step`, job.token, { step, percent, state });
     if (r.status !== 200) throw new Error(`step ${step}: ${r.status} ${await r.text()}`);
+    // The answer names the job by the id the ISO carries: the job's one id.
+    const answer = (await r.json()) as { job_id?: string };
+    if (answer.job_id !== job.job) throw new Error(`step ${step}: answered for job ${String(answer.job_id)}, not ${job.job}`);
   }
   const done = await postJson(`${job.api}/job/${job.job}/complete`, job.token, { os_ip: osIp, ...(reportedPassword ? { os_password: reportedPassword } : {}) });
   if (done.status !== 200) throw new Error(`complete: ${done.status} ${await done.text()}`);

@@ -145,7 +145,7 @@ builder.mutationField('deleteFabricConfig', (t) =>
 );
 
 export const FabricPlanInputRef = builder.inputType('FabricPlanInput', {
-  description: 'The plan request (seed: POST /controlnode/fabric-config/plan). 0 / empty = the stored value, else the planner\'s pick.',
+  description: 'The plan request (seed: POST /controlnode/fabric-config/plan). routerIdBase empty and routerIdPrefixLen 0 are the planner\'s (10.255.0.0, auto-sized) whatever is stored; other 0 / empty = the stored value, else the planner\'s pick.',
   fields: (t) => ({
     expectedNodes: t.int({ required: false, description: 'Sizing hint for the VTEP pool, 1..1000 (0 = unset: a /24)' }),
     expectedVms: t.int({ required: false, description: 'Sizing hint for tenant networks (notes only), 1..10000' }),
@@ -157,8 +157,8 @@ export const FabricPlanInputRef = builder.inputType('FabricPlanInput', {
     localAs: t.float({ required: false, description: `0 = auto-pick (65000); ${AS_DOC}` }),
     managementCidr: t.string({ required: false, description: 'e.g. 192.168.111.0/24 (required)' }),
     publicMtu: t.int({ required: false, description: 'VR public-side MTU: required in DC mode, ignored in Cube' }),
-    routerIdBase: t.string({ required: false, description: 'empty = 10.255.0.0' }),
-    routerIdPrefixLen: t.int({ required: false, description: '0 = auto-size; a value is kept verbatim' }),
+    routerIdBase: t.string({ required: false, description: 'empty = 10.255.0.0, whatever is stored' }),
+    routerIdPrefixLen: t.int({ required: false, description: '0 = auto-size, whatever is stored; a value is kept verbatim' }),
     underlayMode: t.string({ required: false, description: '"" / ospf (default) | bgp' }),
     vxlanMtu: t.int({ required: false, description: 'Fabric MTU, 1280..9216 (required)' }),
   }),

@@ -31,13 +31,16 @@ import {
  * (one row read, one render): the bench's target is 50 ms.
  *
  * What the planner decides (the "0 / empty" of each request field means: the stored value when a
- * config exists, else the planner's pick):
+ * config exists, else the planner's pick; but router_id_base and router_id_prefix_len are always
+ * the planner's when 0 / empty, as the seed documents them):
  * - local_as 0: 65000, the first of the 16-bit private range 64512-65534 (RFC 6996).
- * - router_id_base empty: 10.255.0.0. router_id_prefix_len 0: the smallest pool (longest prefix)
+ * - router_id_base empty: 10.255.0.0, stored pool or not. router_id_prefix_len 0 (stored pool or
+ *   not): the smallest pool (longest prefix)
  *   whose usable addresses (vtepPoolCapacity) hold expected_nodes plus the route reflector's listen
  *   headroom (intent.ts listenLimit: a quarter, at least 16) plus, under OSPF, the switch's own
  *   loopback; a /24 when expected_nodes is unset. An operator's prefix is kept verbatim (a risk
- *   says when it is too small). A stored pool is never resized silently: that needs the switch ack.
+ *   says when it is too small). A plan whose pool differs from the stored one says so (a risk):
+ *   POST would need the switch ack.
  * - fabric_switch_as 0: the host AS, so the fabric is iBGP: EVPN routes are reflected inside one AS
  *   with their next hops untouched, and the switch needs no per-host remote-as.
  * - fabric_switch_peering_ip empty: under OSPF the sessions run loopback to loopback, so the
@@ -399,8 +402,12 @@ export function planIntentOf(stored: FabricSettings | null, request: FabricPlanI
   for (const key of ['fabricSwitchPeeringIp', 'routerIdBase', 'fabricSwitchName', 'fabricSwitchRole'] as const) {
     if (input[key] === '') delete input[key];
   }
-  // A base without a prefix (or the reverse) keeps the stored other half, or leaves it to the planner.
   const intent = applyFabricInput(stored ?? DEFAULT_SETTINGS, input);
+  // The VTEP pool is what the body asks, as the seed documents it, stored config or not:
+  // "router_id_base – empty => 10.255.0.0 default", "router_id_prefix_len – 0 => auto-size".
+  // planFabric fills what is left '' / 0 (and says so when that changes a stored pool).
+  intent.routerIdBase = input.routerIdBase ?? '';
+  intent.routerIdPrefixLen = input.routerIdPrefixLen ?? 0;
   if (intent.externalRouteReflector && intent.publicMtu === 0) {
     throw invalidInput(p('publicMtu'), 'is required in DC mode (external_route_reflector is set: the VR\'s public side needs an MTU)');
   }

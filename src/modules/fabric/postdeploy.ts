@@ -10,7 +10,8 @@ import { APPLY_STEPS, checkNodeIp, type StepRecord } from './rollout';
  * the fabric steps of a node's latest apply, one entry per step, each with the node's two
  * identities (OS address and BMC address: the web batch surface keys by bmc_ip) and the metal
  * batch that provisioned it. A step the latest apply has not reached is `pending` at 0 %; a node
- * never rolled out shows every step pending. Reading needs a platform-scoped grant, like the rest
+ * never rolled out shows every step pending. created_at / updated_at are always set (the seed types
+ * them as strings): a step not reached yet carries its checklist's making. Reading needs a platform-scoped grant, like the rest
  * of the fabric.
  */
 
@@ -26,8 +27,9 @@ export interface PostdeployStep {
   status: 'pending' | 'running' | 'completed' | 'failed' | 'skipped';
   progress: number;
   message: string;
-  createdAt: Date | null;
-  updatedAt: Date | null;
+  /** When the step's record was made: its start, else (not reached yet) when its checklist was made (the latest apply, or the node's joining). */
+  createdAt: Date;
+  updatedAt: Date;
 }
 
 export interface NodeChecklist {
@@ -51,6 +53,11 @@ async function checklistOf(ctx: Context, node: { nodeId: string; nodeIp: string;
   });
   const batch = await ctx.prisma.commandBatch.findFirst({ where: { nodeIds: { has: node.nodeId } }, orderBy: { createdAt: 'desc' }, select: { id: true } });
   const recorded = ((latest?.steps ?? []) as unknown as StepRecord[]).filter((s) => s.phase === 'apply');
+  // A step not reached yet is as old as its checklist: the latest apply's row for the node, or,
+  // never rolled out, the node's joining the fabric (its compute_node row).
+  const made = latest?.createdAt
+    ?? (await ctx.prisma.computeNode.findUnique({ where: { nodeId: node.nodeId }, select: { createdAt: true } }))?.createdAt
+    ?? new Date();
   return APPLY_STEPS.map((step) => {
     // A retried job records a step again: the last record is the step's state.
     const record = recorded.filter((s) => s.step === step).pop();
@@ -65,8 +72,8 @@ async function checklistOf(ctx: Context, node: { nodeId: string; nodeIp: string;
       status,
       progress: status === 'completed' || status === 'skipped' ? 100 : 0,
       message: record?.message ?? '',
-      createdAt: record ? new Date(record.startedAt) : null,
-      updatedAt: record ? new Date(record.finishedAt ?? record.startedAt) : null,
+      createdAt: record ? new Date(record.startedAt) : made,
+      updatedAt: record ? new Date(record.finishedAt ?? record.startedAt) : made,
     };
   });
 }

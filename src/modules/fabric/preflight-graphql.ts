@@ -41,7 +41,7 @@ const ResultRef = builder.objectRef<PreflightResult>('FabricPreflight').implemen
   description: 'The preflight\'s findings (seed: POST /controlnode/fabric-config/preflight). Nothing is changed on any node.',
   fields: (t) => ({
     underlayCidr: t.exposeString('underlayCidr'),
-    ready: t.exposeBoolean('ready', { description: 'true iff there is at least one compute node and every node is reuse' }),
+    ready: t.exposeBoolean('ready', { description: 'true ⟺ every node ∈ {reuse} (also with no compute node: apply refuses that); needs_override or unreachable flips this to false' }),
     underlayMtu: t.exposeInt('underlayMtu', {
       description: 'consensus MTU of the reuse nodes\' bridges: N when all agree, 0 when they disagree (mtuDrift lists them) or none is reuse. A fabric config\'s vxlanMtu must equal it.',
     }),

@@ -89,7 +89,7 @@ const RESPONSE: JsonSchema = {
   required: ['underlay_cidr', 'ready', 'underlay_mtu', 'matched_bridges', 'mtu_drift', 'nodes', 'vtep_pool'],
   properties: {
     underlay_cidr: str,
-    ready: { ...bool, description: 'true iff there is at least one compute node and every node is reuse' },
+    ready: { ...bool, description: 'true ⟺ every node ∈ {reuse} (also with no compute node: apply refuses that); needs_override or unreachable flips this to false' },
     underlay_mtu: {
       ...int,
       description: 'consensus MTU of the reuse nodes\' bridges: N when all agree; 0 with mtu_drift listing every (node, mtu) when they disagree; 0 with no drift when no node is reuse. A fabric-config vxlan_mtu other than it is refused.',

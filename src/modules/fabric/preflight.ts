@@ -27,8 +27,9 @@ import { EXPECTED_NODES_MAX, isIPv4, parseIPv4Cidr, ROUTER_ID_PREFIX_MAX, ROUTER
  *   stays unreachable (nothing could be checked). Override nodes take no part in the MTU
  *   consensus (their bridge does not exist yet) and report bridge_mtu 0, as the seed says for
  *   every non-reuse node.
- * - `ready` is the seed's "every node is reuse", read literally (an override node is not reuse),
- *   and false when there is no compute node at all: an empty cluster has nothing to roll out.
+ * - `ready` is the seed's "true ⟺ every node ∈ {reuse}", read literally: an override node is not
+ *   reuse, and an empty cluster is ready (every node of none is reuse). Apply is what refuses an
+ *   empty cluster (INVALID_STATE: nothing to roll out).
  * - The capability is true only when every node that answered proved FRR >= 9.1 *and* accepted
  *   the key-chain snippet under `vtysh -C`; a node without FRR has proven nothing, so it counts
  *   as not capable. With no node answering the stored value is left as it was.
@@ -475,7 +476,8 @@ export async function runPreflight(ctx: Context, input: PreflightInput, opts: Pr
 
   const { underlayMtu, mtuDrift } = mtuConsensus(reports);
   const matchedBridges = [...new Set(reports.filter((n) => n.mode === 'reuse').map((n) => n.bridge))].sort();
-  const ready = reports.length > 0 && reports.every((n) => n.mode === 'reuse');
+  // The seed's "true ⟺ every node ∈ {reuse}": true of an empty cluster too (apply refuses that one).
+  const ready = reports.every((n) => n.mode === 'reuse');
   const frrHmacShaCapable = capabilities.length === 0 ? null : capabilities.every((c) => c === 'capable');
   const result: PreflightResult = { underlayCidr: v.underlay.text, ready, underlayMtu, matchedBridges, mtuDrift, nodes: reports, vtepPool, frrHmacShaCapable };
   await record(ctx.prisma, result);

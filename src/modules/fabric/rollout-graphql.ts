@@ -104,8 +104,8 @@ const PostdeployStepRef = builder.objectRef<PostdeployStep>('FabricPostdeploySte
     status: t.exposeString('status', { description: 'pending | running | completed | failed | skipped' }),
     progress: t.exposeInt('progress'),
     message: t.exposeString('message'),
-    createdAt: t.expose('createdAt', { type: 'DateTime', nullable: true }),
-    updatedAt: t.expose('updatedAt', { type: 'DateTime', nullable: true }),
+    createdAt: t.expose('createdAt', { type: 'DateTime', description: 'When the step started; for a step not reached yet, when its checklist was made (the latest apply, or the node joining the fabric)' }),
+    updatedAt: t.expose('updatedAt', { type: 'DateTime', description: 'When the step last changed; for a step not reached yet, as createdAt' }),
   }),
 });
 
@@ -164,7 +164,7 @@ builder.queryField('fabricBatchPostdeploy', (t) =>
 builder.mutationField('applyFabric', (t) =>
   t.field({
     type: ApplyPayload,
-    description: 'Rolls the fabric out to every compute node (a queued job; follow it with fabricRollout). strict: on the first node failure every touched node goes back to baseline. Needs fabric:admin (platform admin holds it).',
+    description: 'Rolls the fabric out to every compute node (a queued job; follow it with fabricRollout). strict: on the first node failure every touched node goes back to baseline. INVALID_STATE without a fabric config, or with no compute node to roll out to. Needs fabric:admin (platform admin holds it).',
     args: { strict: t.arg.boolean({ required: false }) },
     resolve: (_root, { strict }, ctx) => requestApply(ctx, { strict }),
   }),

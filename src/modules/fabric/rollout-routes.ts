@@ -108,14 +108,14 @@ const POSTDEPLOY_STEP: JsonSchema = {
     status: { type: 'string', enum: ['pending', 'running', 'completed', 'failed', 'skipped'] },
     progress: int,
     message: str,
-    created_at: nullableStr,
-    updated_at: nullableStr,
+    created_at: { type: 'string', format: 'date-time', description: 'when the step started; a step not reached yet: when its checklist was made (the latest apply, or the node joining the fabric)' },
+    updated_at: { type: 'string', format: 'date-time', description: 'when the step last changed; a step not reached yet: as created_at' },
   },
 };
 
 interface GqlStep {
   stepId: string; step: string; nodeIp: string; bmcIp: string; batchId: string; jobId: string;
-  status: string; progress: number; message: string; createdAt: string | null; updatedAt: string | null;
+  status: string; progress: number; message: string; createdAt: string; updatedAt: string;
 }
 
 const wireStep = (s: GqlStep) => ({
@@ -154,7 +154,7 @@ export const rolloutRoutes: Route[] = [
     summary: 'Manually trigger a fabric rollout to compute nodes',
     description: 'Re-runs the EVPN setup steps (FRR install, dpkg-divert, vtep0, BGP config, MTU sync, then a bounded wait for every BGP neighbour to be Established) on every compute node, as a queued job. '
       + 'Returns 202 with apply_job_id at once; the SSE channel "fabric" (event fabric_switch) streams per-node progress. `?strict=true`: the first node failure tears every touched node back to baseline and the job ends failed. '
-      + `The identical apply already running is returned with created false; another fabric job running is CONFLICT naming it. INVALID_STATE without a fabric config. ${AUTH_WRITE}`,
+      + `The identical apply already running is returned with created false; another fabric job running is CONFLICT naming it. INVALID_STATE without a fabric config, or with no compute node to roll out to. ${AUTH_WRITE}`,
     query: { type: 'object', additionalProperties: false, properties: { strict: { ...bool, description: 'roll every touched node back on the first failure' } } },
     variables: ({ query }) => ({ strict: query.strict ?? null }),
     respond: applyRespond('applyFabric'),

@@ -309,7 +309,8 @@ async function createJob(ctx: Context, tx: Tx, job: NewJob, configVersion: numbe
 
 /**
  * POST .../apply and .../node/{node_ip}/apply: records the job and queues it. INVALID_STATE when
- * there is no fabric config; NOT_FOUND for an address that is not a deployed compute node.
+ * there is no fabric config, or (apply to all) no compute node; NOT_FOUND for an address that is
+ * not a deployed compute node.
  */
 export async function requestApply(ctx: Context, request: ApplyRequest): Promise<ApplyResult> {
   decide(requirePrincipal(ctx), 'fabric:admin', { type: 'platform' });
@@ -332,6 +333,10 @@ export async function requestApply(ctx: Context, request: ApplyRequest): Promise
       nodes = [node];
     } else {
       nodes = await listComputeNodes(tx);
+      // An empty cluster has nothing to roll out: a job of no node would "complete" having done nothing.
+      if (nodes.length === 0) {
+        throw new AppError('INVALID_STATE', 'no compute node is deployed: the fabric has nothing to roll out to (provision a node and register it as a compute node first)');
+      }
     }
     const job = await createJob(ctx, tx, { ...wanted, nodes, state: 'apply_started' }, config.version);
     await setRolloutStatus(tx, 'rolling_out');

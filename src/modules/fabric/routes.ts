@@ -347,7 +347,7 @@ export const fabricRoutes: Route[] = [
     operation: 'FabricPlan',
     tag: 'fabric',
     summary: 'Dry-run a fabric configuration',
-    description: 'Returns a preview FabricConfig with an auto-sized VTEP pool, a suggested switch ASN and peering IP, the VNI range (notes), plan_hash and operator-actionable risks/notes. No DB write: commit with POST /controlnode/fabric-config: the config.* fields as returned, the expected_nodes / expected_vms sent here, and plan_hash (409 CONFLICT if the plan of what would be stored has changed since). fabric_switch_nos, management_cidr and vxlan_mtu are required; 0 / empty fields mean the stored value, else the planner\'s pick. config.bgp_password is always empty. Authorization: any platform-scoped grant.',
+    description: 'Returns a preview FabricConfig with an auto-sized VTEP pool, a suggested switch ASN and peering IP, the VNI range (notes), plan_hash and operator-actionable risks/notes. No DB write: commit with POST /controlnode/fabric-config: the config.* fields as returned, the expected_nodes / expected_vms sent here, and plan_hash (409 CONFLICT if the plan of what would be stored has changed since). fabric_switch_nos, management_cidr and vxlan_mtu are required; router_id_base empty means the 10.255.0.0 default and router_id_prefix_len 0 an auto-sized pool, whatever is stored (a risk says when that changes the stored pool); other 0 / empty fields mean the stored value, else the planner\'s pick. config.bgp_password is always empty. Authorization: any platform-scoped grant.',
     body: { type: 'object', additionalProperties: false, properties: PLAN_BODY },
     variables: ({ body }) => ({ input: Object.fromEntries(Object.entries(body!).map(([k, v]) => [toCamel(k), v])) }),
     respond: (data) => {

@@ -8,7 +8,8 @@ import { AppError, invalidInput, notFound, type ErrorCode } from '../../errors';
 import { newId } from '../../ids';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
-import { clearedFailure, decideMove, isDestructive, runKindOf, VERBS, type ProvisionState, type Verb } from './states';
+import { clearedFailure, decideMove, runKindOf, VERBS, type ProvisionState, type Verb } from './states';
+import { isDestructive } from './step-facts';
 import type { RunParams, WipeMode } from './verbs';
 import { insertJobsSql } from '../../../jobs/registry';
 import type { NodeRow } from './node-rows';
@@ -77,6 +78,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   if (input.wipe && input.verb !== 'undeploy') throw invalidInput('wipe', 'applies to undeploy only');
   // Rescue on an agentless pool sends nothing destructive: its nodes fail with UNSUPPORTED at once.
   const unsupported = input.verb === 'rescue' ? agentlessRescue(pool) : null;
+  // Destructive by the workflows' own steps (step-facts.ts): a ramdisk boot, a power change, a wipe.
   const destructive = isDestructive(input.verb) && !unsupported;
   const reason = input.reason?.trim() ?? '';
   if (destructive && !reason) throw invalidInput('reason', `is required: ${input.verb} sends destructive commands, recorded in a batch`);

@@ -157,6 +157,7 @@ const CHANGE_CASTS = {
   name: 'text',
   bmcAddress: 'text',
   bmcDriver: 'text',
+  bmcDriverOptions: 'jsonb',
   bmcCredentialsRef: 'text',
   driverBindings: 'jsonb',
 } as const;
@@ -180,6 +181,7 @@ export type NodeChange = Partial<{
   name: string | null;
   bmcAddress: string;
   bmcDriver: string;
+  bmcDriverOptions: Record<string, unknown>;
   bmcCredentialsRef: string;
   driverBindings: Record<string, unknown>;
 }>;

@@ -2,7 +2,9 @@
  * The provision state machine, as data: every state named and described once, then every verb
  * with its legal sources, its target and the event it publishes, then the moves the workflows make
  * on their own. Verbs, bulk, recover, the docs diagram and the tests all read this table; nothing
- * else says which move is legal. Source: the metal seed (shared/seeds/000_*.txt).
+ * else says which move is legal. Source: the metal seed (shared/seeds/000_*.txt). What each verb's
+ * workflows do (their steps, which are destructive) is the workflows' own word: step-facts.ts reads
+ * it from jobs/workflows.
  */
 export const PROVISION_STATES = [
   'adopting',
@@ -65,8 +67,6 @@ export interface VerbRule {
   to: ProvisionState | 'stable-point' | 'unchanged';
   /** The event the verb publishes. For recover: node.provision.<stable point>. */
   event: string;
-  /** Steps of the workflow the verb starts, and whether each sends a destructive command. */
-  steps: readonly { name: string; destructive: boolean }[];
   /** Whether `bulk` may run this verb. */
   bulk: boolean;
   /** Whether the move clears failedFrom and lastError (a node leaving failed carries no stale failure). */
@@ -78,80 +78,60 @@ export const VERBS = {
     from: [],
     to: 'enrolling',
     event: 'node.enrolled',
-    steps: [{ name: 'verify-bmc', destructive: false }, { name: 'inspect-out-of-band', destructive: false }],
     bulk: false,
   },
   manage: {
     from: ['ready'],
     to: 'enrolling',
     event: 'node.provision.enrolling',
-    // Re-verification chains re-inspection and re-commissioning, whose quick wipe is destructive.
-    steps: [
-      { name: 'verify-bmc', destructive: false },
-      { name: 'inspect', destructive: false },
-      { name: 'commission-quick-wipe', destructive: true },
-    ],
     bulk: true,
   },
   inspect: {
     from: ['ready'],
     to: 'inspecting',
     event: 'node.provision.inspecting',
-    steps: [{ name: 'boot-ramdisk', destructive: false }, { name: 'report-inventory', destructive: false }],
     bulk: true,
   },
   provide: {
     from: ['ready'],
     to: 'commissioning',
     event: 'node.provision.commissioning',
-    steps: [
-      { name: 'dcgm-diagnostics', destructive: false },
-      { name: 'quick-wipe', destructive: true },
-      { name: 'power-off', destructive: false },
-    ],
     bulk: true,
   },
   deploy: {
     from: ['ready'],
     to: 'deploying',
     event: 'node.provision.deploying',
-    steps: [{ name: 'run-profile', destructive: true }],
     bulk: false,
   },
   undeploy: {
     from: ['deployed', 'rescue'],
     to: 'releasing',
     event: 'node.provision.releasing',
-    steps: [{ name: 'wipe', destructive: true }, { name: 'power-off', destructive: true }],
     bulk: true,
   },
   rescue: {
     from: ['deployed'],
     to: 'rescue',
     event: 'node.provision.rescue',
-    // Rebooting a deployed machine into the ramdisk interrupts its OS.
-    steps: [{ name: 'boot-rescue-ramdisk', destructive: true }],
     bulk: true,
   },
   unrescue: {
     from: ['rescue'],
     to: 'unchanged',
     event: 'node.provision.unrescuing',
-    steps: [{ name: 'boot-installed-os', destructive: false }],
     bulk: false,
   },
   abort: {
     from: ['enrolling', 'inspecting', 'commissioning', 'deploying', 'releasing'],
     to: 'failed',
     event: 'node.provision.failed',
-    steps: [],
     bulk: false,
   },
   recover: {
     from: ['failed'],
     to: 'stable-point',
     event: 'node.provision.<stable point>',
-    steps: [],
     bulk: false,
     clearsFailure: true,
   },
@@ -159,11 +139,6 @@ export const VERBS = {
     from: ['adopting', 'adopted', 'enrolling', 'ready', 'failed'],
     to: 'retiring',
     event: 'node.provision.retiring',
-    steps: [
-      { name: 'crypto-erase (bcd pools)', destructive: true },
-      { name: 'power-off', destructive: true },
-      { name: 'revoke-identity', destructive: false },
-    ],
     bulk: true,
     // Not in the seed's words: a node retired out of failed would otherwise keep the failure it
     // left behind, and a later failure of its retire workflow would look like the old one.
@@ -358,9 +333,6 @@ export function decidePower(state: ProvisionState): { legal: true } | { legal: f
   const why = POWER_REFUSED[state];
   return why === null ? { legal: true } : { legal: false, why };
 }
-
-/** Whether any step of the verb sends a destructive command (bulk then creates a command batch). */
-export const isDestructive = (verb: Verb): boolean => VERBS[verb].steps.some((s) => s.destructive);
 
 /** The Mermaid state diagram of this table (docs/provision-states.md is generated from it). */
 export function mermaidDiagram(): string {

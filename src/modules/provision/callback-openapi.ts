@@ -14,7 +14,7 @@ export const INSTALLER_SECURITY_SCHEME = {
 };
 
 const EXAMPLE_JOB = 'wr_01KB3Q9XK7F2M4N6P8R0T2V4X7';
-const jobParam = { name: 'id', in: 'path', required: true, schema: { type: 'string', maxLength: 128, description: 'Job ID (the job\'s workflow run)' }, example: EXAMPLE_JOB };
+const jobParam = { name: 'id', in: 'path', required: true, schema: { type: 'string', maxLength: 128, description: 'Job ID: the job_id provision answered with, which the job\'s ISO carries (for a new BMC, the enrollment that began the job; its install run\'s id is taken too)' }, example: EXAMPLE_JOB };
 const unauthenticated = callbackError(401, 'UNAUTHENTICATED', 'the job\'s callback token (the one its ISO carries) is required',
   'UNAUTHENTICATED: no callback token, or one that is unknown, of another job, or of a job that ended (its ISO was revoked); nothing was changed');
 const invalid = (field: string, message: string) => callbackError(400, 'INVALID_INPUT', `${field}: ${message}`,

@@ -104,8 +104,9 @@ export class InstallerHttp {
       this.log.info({ requestId }, 'installer callback with an unknown, revoked or expired callback token');
       return null;
     }
-    if (jobId !== null && jobId !== session.runId) {
-      this.log.warn({ requestId, tokenJob: session.runId }, 'installer callback with another job\'s token');
+    // The job's id (what provision answered and the ISO carries), or its install run's.
+    if (jobId !== null && jobId !== session.jobId && jobId !== session.runId) {
+      this.log.warn({ requestId, tokenJob: session.jobId }, 'installer callback with another job\'s token');
       return null;
     }
     (req as IncomingMessage & { callbackToken?: string }).callbackToken = match[1]!;
@@ -141,7 +142,7 @@ export class InstallerHttp {
       return unauthorized(req, res, requestId);
     }
     if (replaced && replaced !== passwordRef) await this.secrets!.delete(replaced, session.tenantId).catch(() => undefined);
-    this.log.info({ requestId, jobId: session.runId, nodeId: session.nodeId, kind, reportId: stored.id }, 'installer report stored');
-    sendJson(res, 200, { success: true, job_id: session.runId, kind, report_id: stored.id, created_at: stored.createdAt.toISOString() });
+    this.log.info({ requestId, jobId: session.jobId, runId: session.runId, nodeId: session.nodeId, kind, reportId: stored.id }, 'installer report stored');
+    sendJson(res, 200, { success: true, job_id: session.jobId, kind, report_id: stored.id, created_at: stored.createdAt.toISOString() });
   }
 }

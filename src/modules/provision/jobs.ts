@@ -7,6 +7,7 @@ import { runMoveVerb } from '../metal/verbs';
 import { nodesWithBmc } from './provision';
 import { WORKFLOW_CHAINS, type WorkflowKind } from '../metal/states';
 import { WORKFLOWS } from '../../../jobs/workflows';
+import { hostnameFromSerial } from './hostname';
 
 /**
  * The control-node API's jobs (seed 004: GET /controlnode/job/{id}, POST /job/{id}/cancel) on the
@@ -67,6 +68,8 @@ interface RunRow {
   id: string; kind: string; status: string; params: Record<string, unknown>; batchId: string | null; createdAt: Date; updatedAt: Date;
   lastErrorCode: string | null; lastErrorMessage: string | null;
   nodeId: string; tenantId: string; siteId: string; poolId: string; bmcAddress: string; provisionState: string;
+  /** The serial the node's BMC reported (a job's host name may come from it). */
+  bmcSerial: string | null;
   /** The node's error, while this run is the node's latest (an abort records it on the node). */
   nodeErrorCode: string | null; nodeErrorMessage: string | null;
   steps: { title: string; status: string; cleanup: boolean }[]; percent: number | null;
@@ -83,6 +86,7 @@ async function loadJob(ctx: Context, id: string): Promise<JobRows> {
      SELECT w.id, w.kind, w.status, w.params, w.batch_id AS "batchId", w.created_at AS "createdAt", w.updated_at AS "updatedAt",
             w.last_error_code AS "lastErrorCode", w.last_error_message AS "lastErrorMessage",
             n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId", n.bmc_address AS "bmcAddress", n.provision_state AS "provisionState",
+            n.inventory->'outOfBand'->>'serial' AS "bmcSerial",
             CASE WHEN n.workflow_id = w.id THEN n.last_error_code END AS "nodeErrorCode", CASE WHEN n.workflow_id = w.id THEN n.last_error_message END AS "nodeErrorMessage",
             (SELECT COALESCE(jsonb_agg(jsonb_build_object('title', s.title, 'status', s.status, 'cleanup', s.cleanup) ORDER BY s.idx), '[]') FROM workflow_step s WHERE s.run_id = w.id) AS steps,
             (SELECT (r.payload->>'percent')::int FROM install_report r WHERE r.run_id = w.id AND r.kind = 'step' ORDER BY r.id DESC LIMIT 1) AS percent
@@ -123,7 +127,8 @@ function view(job: JobRows): ControlNodeJob {
     id: root.id, jobType: jobTypeOf(root)!, jobStatus,
     status: jobStatus === 'running' || jobStatus === 'pending' ? (current?.title ?? 'Starting') : jobStatus === 'cancelling' ? (last.kind === 'metal-install' ? 'Cancelling: ejecting the ISO' : 'Cancelling') : jobStatus,
     progress, metadata: JSON.stringify(requestOf(root)), nodeId: root.nodeId, nodeIp: root.bmcAddress, parentId: root.batchId ?? '',
-    resourceName: String(requestOf(root).hostname ?? ''), totalJobs: 1,
+    // A new BMC's job names its system by the serial its enrollment read (hostnameSource bmc-serial).
+    resourceName: String(requestOf(root).hostname ?? hostnameFromSerial(root.bmcSerial) ?? ''), totalJobs: 1,
     lastError: last.lastErrorCode ? `${last.lastErrorCode}: ${last.lastErrorMessage ?? ''}`
       : jobStatus !== 'running' && jobStatus !== 'pending' && jobStatus !== 'completed' && last.nodeErrorCode ? `${last.nodeErrorCode}: ${last.nodeErrorMessage ?? ''}` : null,
     createdAt: root.createdAt, updatedAt: last.updatedAt,
@@ -236,12 +241,12 @@ export interface IsoQueueEntry { queueId: string; jobId: string; state: 'pending
 /** GET /controlnode/provision/queue: the ISO builds waiting and running (pg-boss provision.iso), of nodes the caller may read. */
 export async function isoQueue(ctx: Context): Promise<IsoQueueEntry[]> {
   const principal = requirePrincipal(ctx);
-  const { rows } = await ctx.sql.query<{ queueId: string; jobId: string; state: string; createdAt: Date; startedAt: Date | null; bmcIp: string; hostname: string; nodeId: string; tenantId: string; siteId: string; poolId: string }>(
+  const { rows } = await ctx.sql.query<{ queueId: string; jobId: string; state: string; createdAt: Date; startedAt: Date | null; bmcIp: string; hostname: string; serial: string | null; nodeId: string; tenantId: string; siteId: string; poolId: string }>(
     `SELECT j.id::text AS "queueId", COALESCE(w.params->>'jobId', w.id) AS "jobId", j.state::text AS state, j.created_on AS "createdAt", j.started_on AS "startedAt",
-            n.bmc_address AS "bmcIp", COALESCE(w.params->>'hostname', '') AS hostname, n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId"
+            n.bmc_address AS "bmcIp", COALESCE(w.params->>'hostname', '') AS hostname, n.inventory->'outOfBand'->>'serial' AS serial, n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId"
        FROM pgboss.job j JOIN workflow_run w ON w.id = j.data->>'runId' JOIN node n ON n.id = w.node_id
       WHERE j.name = 'provision.iso' AND j.state IN ('created', 'retry', 'active')
       ORDER BY j.created_on`,
   );
-  return rows.filter((r) => visibleTo(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId })).map((r) => ({ queueId: r.queueId, jobId: r.jobId, state: r.state === 'active' ? 'active' : 'pending', bmcIp: r.bmcIp, hostname: r.hostname, createdAt: r.createdAt, startedAt: r.startedAt }));
+  return rows.filter((r) => visibleTo(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId })).map((r) => ({ queueId: r.queueId, jobId: r.jobId, state: r.state === 'active' ? 'active' : 'pending', bmcIp: r.bmcIp, hostname: r.hostname || hostnameFromSerial(r.serial) || '', createdAt: r.createdAt, startedAt: r.startedAt }));
 }

@@ -9,7 +9,7 @@ const ProvisionInput = builder.inputType('ProvisionControlNodeInput', {
   fields: (t) => ({
     bmcIp: t.string({ required: true, description: 'The BMC address of the node to install (a metal node with that BMC)' }),
     vendor: t.string({ required: false, description: `${PROVISION_VENDORS.join(', ')}: the Redfish flavour the BMC is driven with` }),
-    hostname: t.string({ required: false, description: 'The installed system\'s host name (required)' }),
+    hostname: t.string({ required: false, description: 'The installed system\'s host name. Optional: without it, the NetBox device\'s name for the BMC, else node-<serial> from the serial the BMC reports (for a new BMC, once its enrollment read it); the job\'s metadata says which (hostnameSource: request, netbox or bmc-serial)' }),
     osUsername: t.string({ required: false, description: 'The OS user (default debian; root\'s login is disabled, the user gets sudo)' }),
     osPassword: t.string({ required: false, description: 'Kept in the secret broker; the ISO holds only its SHA-512 crypt hash. Absent: a random one, kept in the broker' }),
     rootPass: t.string({ required: false, description: 'Not used: root\'s login is disabled' }),

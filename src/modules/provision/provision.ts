@@ -22,6 +22,7 @@ import { checkBmcNetwork } from '../metal/bmc-networks';
 import { decideOnControlnodePool } from './controlnode-pool';
 import { siteIsServed } from '../sites/agent';
 import type { InstallParams } from '../../../jobs/workflows/install';
+import { hostnameFromDeviceName, hostnameFromSerial, type HostnameSource } from './hostname';
 
 /**
  * POST /controlnode/provision (and /provision/<vendor>), on the one model: a metal deploy of the
@@ -76,6 +77,8 @@ export interface ProvisionResult { jobId: string; nodeId: string; message: strin
 type BmcNode = {
   id: string; tenantId: string; siteId: string; poolId: string; version: number; provisionState: string; failedFrom: string | null;
   bmcDriver: string; bmcCredentialsRef: string | null; osRef: string | null;
+  /** The serial the BMC reported (out-of-band inventory), else the one register recorded. */
+  serial: string | null;
 };
 
 /**
@@ -116,7 +119,7 @@ export async function nodesWithBmc(db: Pick<Runner, 'query'>, bmcIp: string, exc
   const { rows } = await db.query<BmcNode & { bmcAddress: string }>(
     `SELECT n.id, n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId", n.version, n.provision_state AS "provisionState",
             n.failed_from AS "failedFrom", n.bmc_driver AS "bmcDriver", n.bmc_credentials_ref AS "bmcCredentialsRef", b.os_credentials_ref AS "osRef",
-            n.bmc_address AS "bmcAddress"
+            COALESCE(NULLIF(n.inventory->'outOfBand'->>'serial', ''), b.serial_number) AS serial, n.bmc_address AS "bmcAddress"
        FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id
       WHERE n.provision_state <> 'retired' AND ($2::boolean IS NOT TRUE OR strpos(n.bmc_address, $1) > 0) AND ($2::boolean OR n.bmc_address LIKE '%:%')
         AND n.id IS DISTINCT FROM $3
@@ -142,9 +145,10 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   if (!/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(f('vendor'), 'must be a vendor name');
   const driver = driverOfVendor(vendor);
 
-  // Every field as the ISO build will use it, before anything is looked up or written.
-  const hostname = (input.hostname ?? '').trim();
-  if (!hostname) throw invalidInput(f('hostname'), 'is required: the installed system\'s host name');
+  // Every field as the ISO build will use it, before anything is looked up or written. hostname is
+  // optional (the seed marks only bmc_IP and vendor required): without it the NetBox device's name,
+  // else a name from the BMC's serial (hostname.ts), once the node is known.
+  const askedHostname = (input.hostname ?? '').trim();
   const osUsername = (input.osUsername ?? '').trim() || 'debian';
   const osPassword = input.osPassword ?? null;
   const nicMac = (input.selectedNicMac ?? input.macAddress ?? '').trim() || null;
@@ -154,7 +158,7 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
     nicMac: input.selectedNicMac ? 'input.selectedNicMac' : 'input.macAddress', nicName: 'input.selectedNic', gpuPassthrough: 'input.gpuPassthrough',
   } as const;
   renderPreseed({
-    hostname, osUsername, osPassword: osPassword ?? 'a-checked-placeholder', disks: input.selectedDisks ?? [], poolType: input.poolType ?? '',
+    hostname: askedHostname || 'checked-placeholder', osUsername, osPassword: osPassword ?? 'a-checked-placeholder', disks: input.selectedDisks ?? [], poolType: input.poolType ?? '',
     nicMac, nicName, network: { mode: 'dhcp' }, gpuPassthrough: input.gpuPassthrough ?? null,
     callback: { baseUrl: 'http://127.0.0.1', jobId: 'check', token: 'c'.repeat(32) }, bmcIp, fields,
   });
@@ -188,13 +192,26 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   }
 
   const { node, any: taken } = await nodeByBmc(ctx, principal, bmcIp);
-  const installParams = (generated: boolean, network: StaticAddress | null): InstallParams & Record<string, unknown> => ({
-    verb: 'provision', vendor, hostname, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
+  // The system's name, asked for once the caller may provision this node (or enroll into the pool): a default is a NetBox lookup.
+  const nameIt = async (): Promise<Named> => {
+    const named = askedHostname ? { hostname: askedHostname, source: 'request' as const } : await defaultHostname(ctx, bmcIp, node);
+    if (named.hostname === null && node) {
+      throw invalidInput(f('hostname'), 'is required here: NetBox names no device for this BMC and the BMC has reported no serial to name it by');
+    }
+    if (named.hostname === null && input.prefixId != null) {
+      throw invalidInput(f('hostname'), 'is required with prefix_id for a BMC no node has yet, unless NetBox names its device: the address is allocated under the host name before the BMC\'s serial is read');
+    }
+    return named;
+  };
+  const installParams = (named: Named, generated: boolean, network: StaticAddress | null): InstallParams & Record<string, unknown> => ({
+    verb: 'provision', vendor, hostname: named.hostname, hostnameSource: named.source, osUsername, disks: input.selectedDisks!, poolType: input.poolType!, nicMac, nicName,
     gpuPassthrough: input.gpuPassthrough ?? null, callbackBase, stuckSeconds: ctx.config.controlnodeInstallStuckS, role: 'controlnode-os',
     passwordGenerated: generated, ...facts, ...(network ? { network: networkOf(network), netboxIpId: network.netboxIpId } : {}),
   });
-  const address = (jobId: string) => staticAddressFor(ctx, input.prefixId ?? null, hostname, jobId);
-  if (!node) return provisionNewBmc(ctx, { bmcIp, taken, vendor, driver, hostname, osUsername, osPassword, nicMac, installParams, address, rootPass: !!input.rootPass });
+  const address = (hostname: string | null, jobId: string) => (hostname === null ? Promise.resolve(null) : staticAddressFor(ctx, input.prefixId ?? null, hostname, jobId));
+  if (!node) return provisionNewBmc(ctx, { bmcIp, taken, vendor, driver, name: nameIt, osUsername, osPassword, nicMac, installParams, address, rootPass: !!input.rootPass });
+  const named = await nameIt();
+  const { hostname } = named;
   const move = decideMove('deploy', node.provisionState as never, node.failedFrom as never);
   if (!move.legal) {
     throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: provisioning is a deploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
@@ -207,12 +224,12 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   const runId = newId('WorkflowRun');
   let network: StaticAddress | null;
   try {
-    network = await address(runId);
+    network = await address(hostname, runId);
   } catch (error) {
     await secrets.delete(ref, node.tenantId).catch(() => undefined);
     throw error;
   }
-  const params = installParams(generated, network);
+  const params = installParams(named, generated, network);
   const data: NodeChange = { provisionState: 'deploying' };
   if (node.bmcDriver !== driver) {
     data.bmcDriver = driver;
@@ -236,6 +253,27 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   return { jobId: runId, nodeId: node.id, message: `provisioning node ${node.id} (job ${runId}): Building ISO${addressNote(network)}${notesOf(generated, !!input.rootPass)}` };
 }
 
+/**
+ * The host name of a request that gives none: the NetBox device's name for the BMC (when NetBox is
+ * configured and has one), else `node-<serial>` from the serial the node's BMC reported (or
+ * register recorded). A BMC no node has yet has no serial read: null, and the install takes it
+ * from the serial the enrollment reads (installHostname). A NetBox that fails is the request's
+ * failure, never a silent other name.
+ */
+type Named = { hostname: string | null; source: HostnameSource };
+
+async function defaultHostname(ctx: Context, bmcIp: string, node: BmcNode | undefined): Promise<Named> {
+  if (ctx.inventory && ctx.config.netboxUrl) {
+    try {
+      const name = hostnameFromDeviceName((await ctx.inventory.forBmc(bmcIp, f('bmcIp'))).deviceName);
+      if (name) return { hostname: name, source: 'netbox' };
+    } catch (error) {
+      if (!(error instanceof AppError && error.code === 'NOT_FOUND')) throw error;
+    }
+  }
+  return { hostname: node ? hostnameFromSerial(node.serial) : null, source: 'bmc-serial' };
+}
+
 /** The OS password (the request's, else a random one: never a default), kept in the broker; the ISO gets only its crypt hash. */
 async function keepOsPassword(ctx: Context, tenantId: string, username: string, password: string | null) {
   const secrets = ctx.secrets;
@@ -245,7 +283,7 @@ async function keepOsPassword(ctx: Context, tenantId: string, username: string, 
 }
 
 /** The node's control-node record: its vendor and installed system, the OS credentials by broker reference. */
-async function recordOs(tx: Pick<Runner, 'query'>, nodeId: string, tenantId: string, vendor: string, hostname: string, osUsername: string, ref: string): Promise<void> {
+async function recordOs(tx: Pick<Runner, 'query'>, nodeId: string, tenantId: string, vendor: string, hostname: string | null, osUsername: string, ref: string): Promise<void> {
   await tx.query(
     `INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)
      ON CONFLICT (node_id) DO UPDATE SET vendor = EXCLUDED.vendor, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
@@ -335,9 +373,12 @@ interface NewBmc {
   bmcIp: string;
   /** Whether a node (any tenant's) already has this BMC address. */
   taken: boolean;
-  vendor: string; driver: string; hostname: string; osUsername: string; osPassword: string | null; nicMac: string | null; rootPass: boolean;
-  installParams: (generated: boolean, network: StaticAddress | null) => InstallParams & Record<string, unknown>;
-  address: (jobId: string) => Promise<StaticAddress | null>;
+  vendor: string; driver: string;
+  /** The system's name, asked for once the caller may enroll into the pool (its hostname null: from the serial the enrollment reads). */
+  name: () => Promise<Named>;
+  osUsername: string; osPassword: string | null; nicMac: string | null; rootPass: boolean;
+  installParams: (named: Named, generated: boolean, network: StaticAddress | null) => InstallParams & Record<string, unknown>;
+  address: (hostname: string | null, jobId: string) => Promise<StaticAddress | null>;
 }
 
 /**
@@ -361,6 +402,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   // A node any tenant has at this address, in any of the forms enroll keeps, is never enrolled twice.
   if (n.taken) throw unknown();
   await refuseOutsideSite(ctx, pool.siteId, n.bmcIp);
+  const named = await n.name();
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const credentials = await defaultBmcCredentials(file);
   const driverOptions = await controlnodeBmcOptions(ctx.config);
@@ -371,21 +413,21 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   let nodeId: string;
   let network: StaticAddress | null = null;
   try {
-    network = await n.address(jobId);
+    network = await n.address(named.hostname, jobId);
     nodeId = await enroll(ctx, {
       // The installer's NIC (selected_nic_mac / mac_address) is the operator's word for the machine's
       // MAC, as enroll's macs are; without one the enrollment waits for confirmMac like any other.
-      poolId, name: n.hostname, bmc: { address: n.bmcIp, driver: n.driver, credentials, driverOptions }, macs: n.nicMac ? [n.nicMac] : [],
+      poolId, name: named.hostname, bmc: { address: n.bmcIp, driver: n.driver, credentials, driverOptions }, macs: n.nicMac ? [n.nicMac] : [],
     }, {
       runId: jobId, addressField: f('bmcIp'),
-      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(generated, network) } },
+      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(named, generated, network) } },
       inTransaction: async (tx, id) => {
         // One node per BMC address (locked by its canonical host): a concurrent provision of the same new address loses here.
         await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${bmcHostOf(n.bmcIp)}`]);
         if ((await nodesWithBmc(tx, n.bmcIp, id)).length) {
           throw new AppError('CONFLICT', `the BMC address ${n.bmcIp} was enrolled concurrently; provision again`, { bmcIp: n.bmcIp });
         }
-        await recordOs(tx, id, pool.tenantId, n.vendor, n.hostname, n.osUsername, ref);
+        await recordOs(tx, id, pool.tenantId, n.vendor, named.hostname, n.osUsername, ref);
       },
     });
   } catch (error) {
@@ -395,7 +437,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   }
   return {
     jobId, nodeId,
-    message: `enrolling the new BMC ${n.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${addressNote(network)}${notesOf(generated, n.rootPass)}`,
+    message: `enrolling the new BMC ${n.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${named.hostname === null ? ' (its host name from the serial the BMC reports)' : ''}${addressNote(network)}${notesOf(generated, n.rootPass)}`,
   };
 }
 

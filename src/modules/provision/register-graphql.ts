@@ -41,11 +41,12 @@ builder.prismaObjectField('Node', 'bmcInfo', (t) =>
 const RegisterInput = builder.inputType('RegisterControlNodeInput', {
   description: 'The seed\'s register request (POST /controlnode/register), camelCased',
   fields: (t) => ({
-    bmcIp: t.string({ required: true, description: 'The BMC\'s IPv4 or IPv6 address: the control node\'s key when it gives no serial' }),
+    bmcIp: t.string({ required: true, description: 'The BMC\'s IPv4 or IPv6 address, optionally with a port (127.0.0.1:8443, [fd00::1]:8443), or its http(s) URL (https://127.0.0.1:8443): the control node\'s key when it gives no serial. A bare address is the BMC on 443' }),
+    systemId: t.string({ required: false, description: 'For a BMC with several systems: the Id of this machine\'s (a member of /redfish/v1/Systems); it becomes the node\'s driverOptions.systemId. Left out, a known node keeps its own' }),
     bmcUsername: t.string({ required: false, description: 'With bmcPassword: the BMC credentials, kept in the secret broker' }),
     bmcPassword: t.string({ required: false }),
     serialNumber: t.string({ required: false, description: 'The machine\'s serial: its identity (a second register with it updates the same node)' }),
-    vendor: t.string({ required: false, description: 'dell, hp, lenovo, cisco, supermicro (their Redfish flavours), or anything else (generic Redfish)' }),
+    vendor: t.string({ required: false, description: 'dell, hp, lenovo, cisco, supermicro, or the Manufacturer a BMC reports (Dell Inc., HPE, Hewlett Packard Enterprise, Lenovo, Supermicro, Cisco Systems Inc; any case): their Redfish flavours (idrac, ilo, xcc, cimc, supermicro); anything else is generic Redfish. Left out, a known node keeps its flavour' }),
     osHostname: t.string({ required: false, description: 'e.g. mgmt-01; also the node\'s name' }),
     osIp: t.string({ required: false }),
     osUsername: t.string({ required: false, description: 'Default root when an OS password is given' }),

@@ -14,6 +14,8 @@ import { checkBmcNetwork } from '../metal/bmc-networks';
 import { decideOnControlnodePool } from './controlnode-pool';
 import { ACTIVE_RUN_STATUSES } from '../metal/states';
 import type { RunParams } from '../metal/verbs';
+import { bmcOrigin } from '../../../clients/bmc/redfish/client';
+import { checkRedfishNode, RedfishNodeError } from '../../../clients/bmc/redfish/check';
 
 /**
  * POST /controlnode/register (seed 004: "Registers the management/control node in the bmc_infos
@@ -34,7 +36,10 @@ import type { RunParams } from '../metal/verbs';
  */
 
 export interface RegisterInput {
+  /** The BMC's IP address, optionally with a port (`127.0.0.1:8443`, `[fd00::1]:8443`), or its http(s) URL (`https://127.0.0.1:8443`). */
   bmcIp: string;
+  /** For a BMC with several systems: the Id of this machine's (the node's driverOptions.systemId). */
+  systemId?: string | null;
   bmcUsername?: string | null;
   bmcPassword?: string | null;
   serialNumber?: string | null;
@@ -61,19 +66,31 @@ export interface RegisterResult {
 
 /**
  * The Redfish flavour of each vendor the control-node API names (its provision/<vendor> routes:
- * cisco, dell, hp, lenovo, supermicro), with the names operators also write. Anything else is DMTF's
- * generic Redfish.
+ * cisco, dell, hp, lenovo, supermicro), with the names operators also write and the Manufacturer
+ * strings BMCs report ("Dell Inc.", "HPE", "Hewlett Packard Enterprise", "Lenovo", "Supermicro",
+ * "Cisco Systems Inc"). Keys are {@link vendorKey}s. Anything else is DMTF's generic Redfish.
  */
 const VENDOR_DRIVERS: Readonly<Record<string, string>> = {
   dell: 'idrac', idrac: 'idrac',
-  hp: 'ilo', hpe: 'ilo', ilo: 'ilo',
+  hp: 'ilo', hpe: 'ilo', ilo: 'ilo', 'hewlett packard': 'ilo', 'hewlett packard enterprise': 'ilo',
   lenovo: 'xcc', xcc: 'xcc',
-  cisco: 'cimc', cimc: 'cimc',
-  supermicro: 'supermicro',
+  cisco: 'cimc', 'cisco systems': 'cimc', cimc: 'cimc',
+  supermicro: 'supermicro', 'super micro': 'supermicro', 'super micro computer': 'supermicro',
 };
 
+/**
+ * A vendor string as a lookup key: trimmed, lowercased, punctuation (`.`, `,`, `-`) as spaces,
+ * spaces collapsed, and a company-form suffix dropped: "Dell Inc." and " DELL " are both `dell`,
+ * "Cisco Systems, Inc." is `cisco systems`, "Hewlett-Packard Enterprise" `hewlett packard enterprise`.
+ */
+export function vendorKey(vendor: string | null | undefined): string {
+  const words = (vendor ?? '').toLowerCase().replace(/[.,\-_]+/g, ' ').trim().split(/\s+/).filter(Boolean);
+  while (words.length > 1 && ['inc', 'incorporated', 'corp', 'corporation', 'co', 'company', 'ltd', 'llc', 'gmbh'].includes(words.at(-1)!)) words.pop();
+  return words.join(' ');
+}
+
 export function driverOfVendor(vendor: string | null | undefined): string {
-  const key = (vendor ?? '').trim().toLowerCase();
+  const key = vendorKey(vendor);
   return Object.hasOwn(VENDOR_DRIVERS, key) ? VENDOR_DRIVERS[key]! : 'redfish';
 }
 
@@ -91,6 +108,36 @@ function ipOf(name: 'bmcIp' | 'osIp', value: string): string {
   return isIP(v) === 6 ? v.toLowerCase() : v;
 }
 
+/**
+ * The BMC's address as the node keeps it: a bare IP as given (its BMC on 443), else the origin of
+ * `ip:port`, `[v6]:port` or an http(s) URL (`https://127.0.0.1:8443`). The host is always an IP
+ * literal; the Redfish client's own rules (bmcOrigin) decide the rest, so register and the driver
+ * cannot disagree.
+ */
+function bmcAddressOf(value: string): string {
+  const v = value.trim();
+  if (isIP(v)) return isIP(v) === 6 ? v.toLowerCase() : v;
+  const what = 'must be the BMC\'s IP address, optionally with a :port (e.g. 127.0.0.1:8443, [fd00::1]:8443), or its http(s) URL (e.g. https://127.0.0.1:8443)';
+  let origin: string;
+  try {
+    origin = bmcOrigin(v);
+  } catch {
+    throw invalidInput(field('bmcIp'), what);
+  }
+  if (!isIP(new URL(origin).hostname.replace(/^\[|\]$/g, ''))) throw invalidInput(field('bmcIp'), what);
+  return origin;
+}
+
+/** Two BMC addresses are one BMC when their origins (scheme, host, port) are the same. */
+function sameBmc(a: string, b: string): boolean {
+  if (a === b) return true;
+  try {
+    return bmcOrigin(a) === bmcOrigin(b);
+  } catch {
+    return false;
+  }
+}
+
 function text(name: keyof RegisterInput, value: string | null | undefined, pattern: RegExp | null, what: string): string | null {
   if (!given(value)) return null;
   const v = value.trim();
@@ -101,8 +148,19 @@ function text(name: keyof RegisterInput, value: string | null | undefined, patte
 
 /** Every field checked before anything is written, each refusal naming its field. */
 function check(input: RegisterInput) {
+  if (given(input.bmcIp) && typeof input.bmcIp !== 'string') throw invalidInput(field('bmcIp'), 'must be a string: the BMC\'s IP address or URL');
   if (!given(input.bmcIp) || input.bmcIp.trim() === '') throw invalidInput(field('bmcIp'), 'is required: the control node\'s BMC address');
-  const bmcIp = ipOf('bmcIp', input.bmcIp);
+  const bmcIp = bmcAddressOf(input.bmcIp);
+  if (given(input.systemId) && typeof input.systemId !== 'string') throw invalidInput(field('systemId'), 'must be a string: the Id of one of the BMC\'s systems');
+  const systemId = text('systemId', input.systemId, null, '');
+  if (systemId !== null) {
+    try {
+      checkRedfishNode(bmcIp, { systemId });
+    } catch (e) {
+      if (e instanceof RedfishNodeError) throw invalidInput(field('systemId'), e.field === 'bmc.driverOptions.systemId' ? 'must be the Id of one of the BMC\'s systems: at most 255 characters, with no /, ?, # or space' : e.reason);
+      throw e;
+    }
+  }
   const bmcUsername = text('bmcUsername', input.bmcUsername, null, '');
   const bmcPassword = given(input.bmcPassword) && input.bmcPassword !== '' ? input.bmcPassword : null;
   if ((bmcUsername === null) !== (bmcPassword === null)) {
@@ -115,6 +173,7 @@ function check(input: RegisterInput) {
   }
   return {
     bmcIp,
+    systemId,
     bmc: bmcUsername !== null && bmcPassword !== null ? { username: bmcUsername, password: bmcPassword } : null,
     serialNumber: text('serialNumber', input.serialNumber, SERIAL, 'must be a serial number: letters, digits and . _ : / -, at most 128'),
     vendor: text('vendor', input.vendor, /^[\x20-\x7e]{1,64}$/, 'must be at most 64 printable characters'),
@@ -138,6 +197,7 @@ interface Known {
   bmcAddress: string;
   bmcCredentialsRef: string | null;
   bmcDriver: string;
+  bmcDriverOptions: Record<string, unknown> | null;
   name: string | null;
   activeRun: string | null;
   infoVersion: number | null;
@@ -145,9 +205,42 @@ interface Known {
   osCredentialsRef: string | null;
 }
 
-const KNOWN_COLUMNS = `n.id, n.version, n.bmc_address AS "bmcAddress", n.bmc_credentials_ref AS "bmcCredentialsRef", n.bmc_driver AS "bmcDriver", n.name,
+const KNOWN_COLUMNS = `n.id, n.version, n.bmc_address AS "bmcAddress", n.bmc_credentials_ref AS "bmcCredentialsRef", n.bmc_driver AS "bmcDriver",
+       n.bmc_driver_options AS "bmcDriverOptions", n.name,
        (SELECT w.id FROM workflow_run w WHERE w.node_id = n.id AND w.status = ANY($3::text[]) LIMIT 1) AS "activeRun",
        b.version AS "infoVersion", b.serial_number AS "serialNumber", b.os_credentials_ref AS "osCredentialsRef"`;
+
+const systemIdOf = (n: Known): string | null => (typeof n.bmcDriverOptions?.systemId === 'string' ? n.bmcDriverOptions.systemId : null);
+
+/**
+ * The tenant's node whose BMC this is (the same origin, whatever form either address was written
+ * in): with a system id, the node of that system, else the one node of that BMC without one; with
+ * none, the BMC's one node (a BMC several nodes share needs system_id to say which).
+ */
+async function knownByAddress(ctx: Context, tenantId: string, c: { bmcIp: string; systemId: string | null }): Promise<Known | undefined> {
+  const host = (() => {
+    try {
+      return new URL(bmcOrigin(c.bmcIp)).hostname.replace(/^\[|\]$/g, '');
+    } catch {
+      return c.bmcIp;
+    }
+  })();
+  const { rows } = await ctx.sql.query<Known>(
+    `SELECT ${KNOWN_COLUMNS} FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id
+      WHERE n.tenant_id = $1 AND n.provision_state <> 'retired' AND (strpos(lower(n.bmc_address), $2) > 0 OR n.bmc_address LIKE '%:%:%')
+      ORDER BY n.id`,
+    [tenantId, host, ACTIVE_RUN_STATUSES],
+  );
+  const same = rows.filter((n) => sameBmc(n.bmcAddress, c.bmcIp));
+  if (c.systemId !== null) {
+    const unset = same.filter((n) => systemIdOf(n) === null);
+    return same.find((n) => systemIdOf(n) === c.systemId) ?? (unset.length === 1 ? unset[0] : undefined);
+  }
+  if (same.length > 1) {
+    throw invalidInput(field('systemId'), `is required: ${same.length} nodes have this BMC (systems ${same.map((n) => systemIdOf(n) ?? '(none)').join(', ')}): name the one this is`);
+  }
+  return same[0];
+}
 
 export async function registerControlNode(ctx: Context, input: RegisterInput): Promise<RegisterResult> {
   const principal = requirePrincipal(ctx);
@@ -160,7 +253,6 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
   const c = check(input);
   // The BMC's address inside its site's networks, before anything is written (issue 21 item 6).
   await checkBmcNetwork(c.bmcIp, pool.bmcNetworks, ctx.config.bmcNetworks, field('bmcIp'));
-  const driver = driverOfVendor(c.vendor);
 
   // The node: by its serial within the tenant, else the one whose BMC has this address.
   const bySerial = c.serialNumber
@@ -168,10 +260,7 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
         `SELECT ${KNOWN_COLUMNS} FROM bmc_info b JOIN node n ON n.id = b.node_id WHERE b.tenant_id = $1 AND b.serial_number = $2`,
         [pool.tenantId, c.serialNumber, ACTIVE_RUN_STATUSES])).rows[0]
     : undefined;
-  const byAddress = (await ctx.sql.query<Known>(
-    `SELECT ${KNOWN_COLUMNS} FROM node n LEFT JOIN bmc_info b ON b.node_id = n.id
-      WHERE n.tenant_id = $1 AND n.bmc_address = $2 AND n.provision_state <> 'retired' ORDER BY n.id LIMIT 1`,
-    [pool.tenantId, c.bmcIp, ACTIVE_RUN_STATUSES])).rows[0];
+  const byAddress = await knownByAddress(ctx, pool.tenantId, c);
   if (bySerial && byAddress && bySerial.id !== byAddress.id) {
     throw new AppError('CONFLICT', `serial_number ${c.serialNumber} is node ${bySerial.id}'s, but bmc_ip ${c.bmcIp} is the BMC of node ${byAddress.id}: one machine cannot be both`, { nodeId: bySerial.id, otherNodeId: byAddress.id });
   }
@@ -179,15 +268,18 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
     throw new AppError('CONFLICT', `bmc_ip ${c.bmcIp} is the BMC of node ${byAddress.id}, whose serial is ${byAddress.serialNumber}, not ${c.serialNumber}`, { nodeId: byAddress.id });
   }
   const known = bySerial ?? byAddress;
+  // What the call does not give is kept: without a vendor a known node keeps its flavour, without a system id its system.
+  const driver = c.vendor !== null || !known ? driverOfVendor(c.vendor) : known.bmcDriver;
+  const systemChanges = !!known && c.systemId !== null && c.systemId !== systemIdOf(known);
   if (known) {
-    const bmcChanges = known.bmcAddress !== c.bmcIp || c.bmc !== null || known.bmcDriver !== driver;
+    const bmcChanges = !sameBmc(known.bmcAddress, c.bmcIp) || c.bmc !== null || known.bmcDriver !== driver || systemChanges;
     if (bmcChanges && known.activeRun) {
       throw new AppError('CONFLICT', `node ${known.id} is running workflow ${known.activeRun}: its BMC cannot change under it; register again when it ends`, { nodeId: known.id, workflowId: known.activeRun });
     }
   }
 
   // A new node's TLS trust, from the configuration (an unreadable CA file is refused before any write).
-  const driverOptions = known ? {} : await controlnodeBmcOptions(ctx.config);
+  const driverOptions = known ? {} : { ...(await controlnodeBmcOptions(ctx.config)), ...(c.systemId !== null ? { systemId: c.systemId } : {}) };
 
   // Secrets first, as enroll does; removed again if nothing is written.
   const stored: string[] = [];
@@ -222,11 +314,12 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
           hardwareProfileId: null, driverBindings: bindings,
         }, {
           run: { id: newId('WorkflowRun'), kind: 'metal-adopt', params: { verb: 'register' } satisfies RunParams },
-          events: [{ type: 'node.registered', payload: { verb: 'register', to: 'adopting', created: true, controlNode: true, bmc: { address: c.bmcIp, driver } } }],
+          events: [{ type: 'node.registered', payload: { verb: 'register', to: 'adopting', created: true, controlNode: true, bmc: { address: c.bmcIp, driver, ...(c.systemId !== null ? { systemId: c.systemId } : {}) } } }],
         }, ctx.requestId);
       } else {
         const data: NodeChange = {};
-        if (known.bmcAddress !== c.bmcIp) data.bmcAddress = c.bmcIp;
+        if (!sameBmc(known.bmcAddress, c.bmcIp)) data.bmcAddress = c.bmcIp;
+        if (systemChanges) data.bmcDriverOptions = { ...(known.bmcDriverOptions ?? {}), systemId: c.systemId };
         if (known.bmcDriver !== driver) {
           data.bmcDriver = driver;
           data.driverBindings = { power: driver, management: driver, virtualMedia: driver };
@@ -235,7 +328,7 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
         if (name && name !== known.name) data.name = name;
         const updated = await updateNode(tx, { id: known.id, version: known.version }, {
           data, run: null,
-          events: [{ type: 'node.registered', payload: { verb: 'register', created: false, controlNode: true, bmc: { address: c.bmcIp, driver } } }],
+          events: [{ type: 'node.registered', payload: { verb: 'register', created: false, controlNode: true, bmc: { address: data.bmcAddress ?? known.bmcAddress, driver, ...(c.systemId !== null ? { systemId: c.systemId } : {}) } } }],
         }, ctx.requestId);
         if (!updated) throw new AppError('CONFLICT', `node ${known.id} changed while it was registered; register again`, { nodeId: known.id });
         if (bmcRef && known.bmcCredentialsRef) replaced.push(known.bmcCredentialsRef);

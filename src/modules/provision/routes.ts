@@ -83,7 +83,7 @@ const REGISTER_BODY: JsonSchema = {
     atlas_location_id: { ...int, description: 'NetBox Location ID' },
     atlas_rack_id: { ...int, description: 'NetBox Rack ID' },
     atlas_site_id: { ...int, description: 'Optional Atlas/NetBox IDs (populated from NetBox sync result during bootstrap)' },
-    bmc_ip: { ...str, description: 'Required field - BMC IP is the primary key (the node\'s key when no serial_number is given)' },
+    bmc_ip: { ...str, description: 'Required field - BMC IP is the primary key (the node\'s key when no serial_number is given). An IPv4 or IPv6 address (the BMC on 443), optionally with a port (127.0.0.1:8443, [fd00::1]:8443), or the BMC\'s http(s) URL (https://127.0.0.1:8443)' },
     bmc_password: { ...str, description: 'BMC password (kept in the secret broker, never returned)' },
     bmc_username: { ...str, description: 'Optional BMC credentials (with bmc_password)' },
     fqdn: { ...str, description: 'Fully qualified domain name' },
@@ -93,7 +93,8 @@ const REGISTER_BODY: JsonSchema = {
     os_username: { ...str, description: 'SSH username (default: root)' },
     primary_mac: { ...str, description: 'Primary NIC MAC address' },
     serial_number: { ...str, description: 'Used as UUID: the control node\'s identity' },
-    vendor: { ...str, description: 'Optional hardware info: dell, hp, lenovo, cisco or supermicro pick that Redfish flavour' },
+    system_id: { ...str, description: 'For a BMC with several systems: the Id of this machine\'s (a member of /redfish/v1/Systems), kept as the node\'s driverOptions.systemId; left out, a known node keeps its own. At most 255 characters, no /, ?, # or space' },
+    vendor: { ...str, description: 'Optional hardware info: dell, hp, lenovo, cisco or supermicro, or the Manufacturer the BMC reports (Dell Inc., HPE, Hewlett Packard Enterprise, Lenovo, Supermicro, Cisco Systems Inc; any case) pick that Redfish flavour (idrac, ilo, xcc, cimc, supermicro); anything else is generic Redfish. Left out, a known node keeps its flavour' },
   },
 };
 
@@ -156,7 +157,7 @@ const PROVISION_BODY: JsonSchema = {
     cache_dir: { ...str, description: 'must lie inside ISO_DIR' }, controlnode_host: { ...str, description: 'where the installer reports (else PUBLIC_URL)' }, controlnode_port: str,
     debian_version: str, device_id: { ...int, description: 'NetBox Device ID for tracking' },
     gpu_passthrough: { description: 'GPU passthrough config for IOMMU/vfio-pci: true, or { iommu: intel|amd, pci_ids: ["10de:2330"] }' },
-    hostname: { ...str, description: 'the installed system\'s host name (required)' }, kubernetes_cluster_name: str, kubernetes_cluster_type: str, location: str,
+    hostname: { ...str, description: 'the installed system\'s host name; optional: without it, the NetBox device\'s name for the BMC, else node-<serial> from the serial the BMC reports (a new BMC\'s, once its enrollment read it). The job\'s metadata says which (hostnameSource: request, netbox or bmc-serial)' }, kubernetes_cluster_name: str, kubernetes_cluster_type: str, location: str,
     mac_address: str, network_role: { ...str, description: 'IPAM fields for static IP allocation' },
     os_password: { ...str, description: 'OS password, kept in the secret broker (the ISO holds its SHA-512 crypt hash only); absent: a random one (the seed\'s adminadmin default is not kept)' },
     os_username: { ...str, description: 'OS credentials for provisioned system (default debian; root\'s login is disabled)' },
