@@ -1,7 +1,7 @@
 import type { Route } from './routes';
 import { components, type JsonSchema } from './schemas';
 import { EXAMPLE_IDS as ID } from './examples';
-import { HTTP_STATUS, type ErrorCode } from '../errors';
+import { HTTP_STATUS, errorTableRows, type ErrorCode } from '../errors';
 import { MAX_BODY_BYTES } from '../http/body';
 import { BOOT_SECURITY_SCHEME, bootOpenApiPaths } from '../modules/boot/openapi';
 import { INSTALLER_SECURITY_SCHEME, installerOpenApiPaths } from '../modules/provision/callback-openapi';
@@ -172,7 +172,7 @@ export function openApiDocument(routes: Route[], version: string): Record<string
         '',
         '| code | HTTP |',
         '| --- | --- |',
-        ...[...new Set(Object.values(HTTP_STATUS))].sort().map((status) => `| ${(Object.keys(HTTP_STATUS) as ErrorCode[]).filter((c) => HTTP_STATUS[c] === status).join(', ')} | ${status}${status === 400 ? ' (413 for a body over 1 MiB)' : ''} |`),
+        ...errorTableRows(),
       ].join('\n'),
     },
     servers: [{ url: '/' }],
