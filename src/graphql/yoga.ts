@@ -1,4 +1,4 @@
-import { createYoga, type Plugin } from 'graphql-yoga';
+import { createYoga, mapAsyncIterator, type Plugin } from 'graphql-yoga';
 import { GraphQLError, Kind, parse, type ExecutionArgs, specifiedRules, visit, type DocumentNode, type FragmentDefinitionNode, type GraphQLSchema, type SelectionSetNode, type ASTNode, type ASTVisitor, type ValidationContext, type DefinitionNode, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
 import { compileQuery, isCompiledQuery, type CompiledQuery } from 'graphql-jit';
 import type { PromiseOrValue } from 'graphql/jsutils/PromiseOrValue';
@@ -180,6 +180,43 @@ function errorLog(log: Services['log']): Plugin<{}, ServerContext> {
   };
 }
 
+/**
+ * The error with the request's id in `extensions.requestId`: the id REST puts in its error body and
+ * every answer carries as X-Request-Id, so a GraphQL error can be quoted and found in the log too.
+ * A new error (errors can be shared objects); the same one when it carries the id already.
+ */
+export function withRequestId<E extends GraphQLError | { message: string; extensions?: Record<string, unknown> }>(error: E, requestId: string): E {
+  if (error.extensions?.requestId === requestId) return error;
+  if (!(error instanceof GraphQLError)) return { ...error, extensions: { ...error.extensions, requestId } };
+  return new GraphQLError(error.message, {
+    nodes: error.nodes,
+    source: error.source,
+    positions: error.positions,
+    path: error.path,
+    originalError: error.originalError,
+    extensions: { ...error.extensions, requestId },
+  }) as E;
+}
+
+/**
+ * Every error of a result gets the request's id ({@link withRequestId}): single results, batches
+ * and each result of a stream (a subscription over SSE). After errorLog, which keys the causes of
+ * masked errors by the error objects themselves.
+ */
+function requestIdOnErrors(): Plugin<{}, ServerContext> {
+  const stamp = (result: ExecutionResult, requestId: string): ExecutionResult =>
+    result?.errors?.length ? { ...result, errors: result.errors.map((e) => withRequestId(e, requestId)) } : result;
+  return {
+    onResultProcess({ result, setResult, serverContext }) {
+      const requestId = serverContext?.requestId;
+      if (!requestId || !result || typeof result !== 'object') return;
+      if (Array.isArray(result)) setResult(result.map((r) => stamp(r as ExecutionResult, requestId)) as never);
+      else if (Symbol.asyncIterator in result) setResult(mapAsyncIterator(result as AsyncIterable<ExecutionResult> as never, (r: ExecutionResult) => stamp(r, requestId)) as never);
+      else if ('errors' in result) setResult(stamp(result as ExecutionResult, requestId) as never);
+    },
+  };
+}
+
 /** Hands the result to an in-process caller (see ServerContext.capture); must be the last plugin. */
 function captureResult(): Plugin<{}, ServerContext> {
   return {
@@ -196,7 +233,7 @@ function captureResult(): Plugin<{}, ServerContext> {
  * Every error leaves with a code: request-level errors (syntax, validation, depth/cost limits,
  * variable coercion) are the client's input; anything else without a code is INTERNAL and masked.
  */
-function withCode(error: GraphQLError, requestId: string): GraphQLError {
+export function withCode(error: GraphQLError, requestId: string): GraphQLError {
   const code = error.extensions?.code;
   if (isErrorCode(code)) return withoutValues(error);
   if (!error.path && !error.originalError) {
@@ -399,6 +436,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
       timing(metrics),
       codeErrors(metrics),
       errorLog(log),
+      requestIdOnErrors(),
       captureResult(),
     ],
   });
