@@ -359,6 +359,30 @@ function pageSizePlugin(max: number): Plugin {
   return { onValidate: ({ addValidationRule }) => addValidationRule(pageSizeRule(max)) };
 }
 
+/**
+ * GraphiQL's first screen: the schema loads without a token (introspection is public), so the
+ * headers start with the CSRF header alone (a placeholder token would be sent, refused, and leave
+ * "Error fetching schema"); the first query says where the token goes.
+ */
+export const GRAPHIQL_OPTIONS = {
+  title: 'Metal control plane',
+  headers: JSON.stringify({ [CSRF_HEADER]: '1' }),
+  defaultQuery: [
+    '# Metal control plane: GraphQL',
+    '#',
+    '# The schema (Docs, autocompletion) needs no token. Everything else does: in the Headers tab',
+    '# below, add your token beside the CSRF header, e.g.',
+    '#',
+    `#   { "${CSRF_HEADER}": "1", "authorization": "Bearer <your token>" }`,
+    '#',
+    '# (the first start writes an admin token to DATA_DIR/admin-token). The schema is fetched again',
+    '# with the new headers. Then run this query with the play button or Ctrl-Enter:',
+    '',
+    '{ viewer { tokenId platformAdmin } }',
+    '',
+  ].join('\n'),
+};
+
 export function createGraphqlServer(services: Services, metrics: Metrics, cache: ResponseCache | null = null) {
   const { config, log } = services;
   return createYoga<ServerContext, Context>({
@@ -370,7 +394,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
     // TransformStream on every request.
     maxRequestBodySize: false,
     landingPage: false,
-    graphiql: { title: 'Metal control plane', headers: JSON.stringify({ [CSRF_HEADER]: '1', Authorization: 'Bearer <token>' }) },
+    graphiql: GRAPHIQL_OPTIONS,
     // GraphiQL's scripts and styles come from this service (src/graphql/graphiql.ts), not a CDN.
     renderGraphiQL: renderOfflineGraphiQL,
     // Yoga calls error() for every error it masks, client refusals included: each is logged once,
