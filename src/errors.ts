@@ -1,4 +1,5 @@
 import { GraphQLError } from 'graphql';
+import { typeOfId } from './ids';
 
 /** The one error vocabulary (DESIGN.md). Every refusal the service makes carries one of these. */
 export const ERROR_CODES = [
@@ -80,8 +81,13 @@ export class AppError extends GraphQLError {
 
 export const invalidInput = (field: string, message: string) =>
   new AppError('INVALID_INPUT', `${field}: ${message}`, { field });
+/**
+ * `<what> <id> not found`, naming the id only when it is a well-formed id of this service (the same
+ * answer for another tenant's object and a missing one); anything else a caller sent (an address,
+ * a made-up string) is not repeated: `<what> not found`.
+ */
 export const notFound = (what: string, id?: string) =>
-  new AppError('NOT_FOUND', id ? `${what} ${id} not found` : `${what} not found`);
+  new AppError('NOT_FOUND', id && typeOfId(id) ? `${what} ${id} not found` : `${what} not found`);
 export const permissionDenied = (permission: string, on: string) =>
   new AppError('PERMISSION_DENIED', `missing permission ${permission} on ${on}`, { permission });
 export const unauthenticated = (message = 'a valid bearer token is required') =>

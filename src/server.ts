@@ -209,7 +209,7 @@ export function createHttpServer(deps: HttpDeps): http.Server {
       if (deps.boot?.owns(url.pathname)) return await deps.boot.serve(req, res, url, requestId);
       if (deps.installer?.owns(url.pathname)) return await deps.installer.serve(req, res, url, requestId);
       if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res, await authenticateRest(deps.tokens, req));
-      return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);
+      return sendError(res, 404, 'NOT_FOUND', 'no route has this method and path (see /docs for the REST routes, /graphql for GraphQL)', requestId);
     } catch (error) {
       if (res.destroyed || !res.socket || res.socket.destroyed) return; // the client went away: nothing to answer
       if (res.headersSent) {

@@ -122,7 +122,7 @@ function filterSql(filter: EventFilter, principal: Principal, values: unknown[])
 
 /** Parses a cursor argument: a decimal sequence number. */
 export function parseCursor(value: string, field: string): bigint {
-  if (!/^\d{1,19}$/.test(value)) throw invalidInput(field, `"${value}" is not a cursor (a decimal event sequence number)`);
+  if (!/^\d{1,19}$/.test(value)) throw invalidInput(field, 'is not a cursor (a decimal event sequence number)');
   return BigInt(value);
 }
 
@@ -415,12 +415,12 @@ export class EventHub {
       const after = options.after != null ? parseCursor(options.after, 'after') : pruned;
       const known = head > this.head ? head : this.head;
       if (after < pruned) {
-        throw new AppError('INVALID_INPUT', `after: cursor ${after} is older than the event retention; events up to ${pruned} were pruned. Read the current state and resume from "${pruned}"`, {
+        throw new AppError('INVALID_INPUT', `after: the cursor is older than the event retention; events up to ${pruned} were pruned. Read the current state and resume from "${pruned}"`, {
           field: 'after',
           prunedThrough: String(pruned),
         });
       }
-      if (after > known) throw invalidInput('after', `cursor ${after} is ahead of the stream (its head is ${known})`);
+      if (after > known) throw invalidInput('after', `the cursor is ahead of the stream (its head is ${known})`);
       if (this.stopped) throw new AppError('INVALID_STATE', 'the service is shutting down; reconnect to another process or retry');
       // Registered below, synchronously with reading the head: events after it are dispatched to
       // this subscriber, events up to it are in the table. A cursor past this process's head (it

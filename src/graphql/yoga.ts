@@ -340,7 +340,7 @@ function pageSizeRule(max: number) {
         if ((node.name.value === 'first' || node.name.value === 'last') && node.value.kind === Kind.INT) {
           const value = Number(node.value.value);
           if (value < 1 || value > max) {
-            context.reportError(new GraphQLError(`${node.name.value}: must be between 1 and ${max}, got ${value}`, {
+            context.reportError(new GraphQLError(`${node.name.value}: must be between 1 and ${max}`, {
               nodes: [node],
               extensions: { code: 'INVALID_INPUT', details: { field: node.name.value } },
             }));
