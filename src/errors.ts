@@ -1,4 +1,5 @@
 import { GraphQLError } from 'graphql';
+import { typeOfId } from './ids';
 
 /** The one error vocabulary (DESIGN.md). Every refusal the service makes carries one of these. */
 export const ERROR_CODES = [
@@ -37,6 +38,30 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   UPSTREAM_UNAVAILABLE: 502,
 };
 
+/**
+ * Statuses a code is also answered with, beside its HTTP_STATUS: the README's error table and the
+ * one /docs shows (src/rest/openapi.ts) list them in the code's row, "400 (405 for ..., 413 for ...)".
+ * test/error-table.test.ts keeps the two tables, HTTP_STATUS and this list the same.
+ */
+export const ALSO_ANSWERED_AS: readonly { code: ErrorCode; status: number; when: string }[] = [
+  { code: 'INVALID_INPUT', status: 405, when: 'a method the route does not take' },
+  { code: 'INVALID_INPUT', status: 413, when: 'a body over 1 MiB' },
+];
+
+/**
+ * The error table as markdown rows (`| code, code | status (other for when) |`), one per status of
+ * HTTP_STATUS, ordered by status: what /docs shows. `note` adds a gloss after a code.
+ */
+export function errorTableRows(note: (code: ErrorCode) => string | undefined = () => undefined): string[] {
+  const statuses = [...new Set(Object.values(HTTP_STATUS))].sort((a, b) => a - b);
+  return statuses.map((status) => {
+    const codes = ERROR_CODES.filter((c) => HTTP_STATUS[c] === status);
+    const others = ALSO_ANSWERED_AS.filter((o) => codes.includes(o.code)).map((o) => `${o.status} for ${o.when}`);
+    const named = codes.map((c) => (note(c) ? `${c} (${note(c)})` : c));
+    return `| ${named.join(', ')} | ${status}${others.length ? ` (${others.join(', ')})` : ''} |`;
+  });
+}
+
 export function isErrorCode(value: unknown): value is ErrorCode {
   return typeof value === 'string' && (ERROR_CODES as readonly string[]).includes(value);
 }
@@ -56,8 +81,13 @@ export class AppError extends GraphQLError {
 
 export const invalidInput = (field: string, message: string) =>
   new AppError('INVALID_INPUT', `${field}: ${message}`, { field });
+/**
+ * `<what> <id> not found`, naming the id only when it is a well-formed id of this service (the same
+ * answer for another tenant's object and a missing one); anything else a caller sent (an address,
+ * a made-up string) is not repeated: `<what> not found`.
+ */
 export const notFound = (what: string, id?: string) =>
-  new AppError('NOT_FOUND', id ? `${what} ${id} not found` : `${what} not found`);
+  new AppError('NOT_FOUND', id && typeOfId(id) ? `${what} ${id} not found` : `${what} not found`);
 export const permissionDenied = (permission: string, on: string) =>
   new AppError('PERMISSION_DENIED', `missing permission ${permission} on ${on}`, { permission });
 export const unauthenticated = (message = 'a valid bearer token is required') =>

@@ -59,8 +59,8 @@ async function authenticateRest(tokens: TokenStore, req: IncomingMessage) {
 }
 
 /** A GraphQL-over-HTTP error answer, for refusals made before Yoga sees the request. */
-function sendGraphqlError(res: ServerResponse, error: AppError): void {
-  sendJson(res, HTTP_STATUS[error.code], { errors: [{ message: error.message, extensions: error.extensions }] });
+function sendGraphqlError(res: ServerResponse, error: AppError, requestId: string): void {
+  sendJson(res, HTTP_STATUS[error.code], { errors: [{ message: error.message, extensions: { ...error.extensions, requestId } }] });
 }
 
 /**
@@ -79,7 +79,7 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
       }
     }
   } catch (error) {
-    if (error instanceof AppError) return sendGraphqlError(res, error);
+    if (error instanceof AppError) return sendGraphqlError(res, error, requestId);
     throw error;
   }
   const abort = new AbortController();
@@ -124,7 +124,7 @@ async function serveGraphql(deps: HttpDeps, req: IncomingMessage, res: ServerRes
         : `the request was refused (HTTP ${response.status})`;
       const details = response.status === 415 ? { field: 'body' } : undefined;
       res.writeHead(response.status, { 'content-type': 'application/json; charset=utf-8', ...serverTiming(res) });
-      return void res.end(JSON.stringify({ errors: [{ message, extensions: { code: 'INVALID_INPUT', ...(details ? { details } : {}) } }] }));
+      return void res.end(JSON.stringify({ errors: [{ message, extensions: { code: 'INVALID_INPUT', ...(details ? { details } : {}), requestId } }] }));
     }
     res.writeHead(response.status, { ...Object.fromEntries(response.headers), ...serverTiming(res) });
     return void res.end(text);
@@ -209,7 +209,7 @@ export function createHttpServer(deps: HttpDeps): http.Server {
       if (deps.boot?.owns(url.pathname)) return await deps.boot.serve(req, res, url, requestId);
       if (deps.installer?.owns(url.pathname)) return await deps.installer.serve(req, res, url, requestId);
       if (deps.rest.owns(url.pathname)) return await deps.rest.lookup(req, res, await authenticateRest(deps.tokens, req));
-      return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname}`, requestId);
+      return sendError(res, 404, 'NOT_FOUND', 'no route has this method and path (see /docs for the REST routes, /graphql for GraphQL)', requestId);
     } catch (error) {
       if (res.destroyed || !res.socket || res.socket.destroyed) return; // the client went away: nothing to answer
       if (res.headersSent) {

@@ -159,8 +159,41 @@ describe('browser pages with no network but loopback (headless Chromium)', () =>
       const resources = await page.evaluate(() => performance.getEntriesByType('resource').map((e) => e.name));
       expect(resources.some((u) => u.includes('/graphiql/assets/graphiql.js'))).toBe(true);
       expect(await page.title()).toBe('Metal control plane');
-      // The default headers editor holds the CSRF header and the token placeholder.
-      expect(plain(await page.locator(HEADERS_EDITOR).locator('.view-lines').textContent())).toContain('"x-graphql-csrf":"1"');
+      // The default headers editor holds the CSRF header, and no placeholder token that would be sent.
+      const headers = plain(await page.locator(HEADERS_EDITOR).locator('.view-lines').textContent());
+      expect(headers).toContain('"x-graphql-csrf":"1"');
+      expect(headers.toLowerCase()).not.toContain('authorization');
+    });
+
+    it('first screen: the docs pane lists Query (the schema loads without a token) and the page says where the token goes', async () => {
+      await page.locator('button[aria-label="Show Documentation Explorer"]').click();
+      const docs = page.locator('.graphiql-doc-explorer');
+      await docs.getByText('Root Types').waitFor({ timeout: 30_000 });
+      await docs.getByText('Query', { exact: true }).first().waitFor();
+      expect(await docs.textContent()).not.toContain('Error fetching schema');
+      // It came from an introspection without any Authorization header, answered 200.
+      await page.waitForTimeout(1500); // longer than the page waits before fetching it again
+      const introspections = graphqlRequests.filter((r) => (r.postData() ?? '').includes('__schema'));
+      expect(introspections.length).toBe(1); // once: the page does not fetch it again for nothing
+      const introspection = introspections[0];
+      expect(await introspection!.headerValue('authorization')).toBeNull();
+      expect((await introspection!.response())?.status()).toBe(200);
+      await page.screenshot({ path: path.join(shots, 'graphiql-first-screen.png') });
+      await page.locator('button[aria-label="Hide Documentation Explorer"]').click();
+      // The query editor's first lines tell where the token goes.
+      const query = plain(await page.locator(`${QUERY_EDITOR} .view-lines`).textContent());
+      expect(query).toContain('Headers tab');
+      expect(query).toContain('"authorization": "Bearer <your token>"');
+    });
+
+    it('fetches the schema again, with the token, once the headers change (no button pressed)', async () => {
+      const refetched = page.waitForRequest(
+        (r) => (r.postData() ?? '').includes('__schema') && r.headers().authorization === `Bearer ${token}`,
+        { timeout: 15_000 },
+      );
+      await setEditor(HEADERS_EDITOR, JSON.stringify({ 'x-graphql-csrf': '1', Authorization: `Bearer ${token}` }));
+      const request = await refetched;
+      expect((await request.response())?.status()).toBe(200);
     });
 
     it('runs { viewer { tokenId } } with the token typed into the headers editor', async () => {

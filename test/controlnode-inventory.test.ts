@@ -135,11 +135,12 @@ describe('the NetBox inventory (fixture with NetBox\'s shapes)', () => {
     else expect(pages.some((r) => /[?&]start=/.test(r.path))).toBe(false);
   });
 
-  it('an address NetBox does not know, or one not assigned to a device, is NOT_FOUND naming it', async () => {
+  it('an address NetBox does not know, or one not assigned to a device, is NOT_FOUND naming what was looked up (not the address sent)', async () => {
     const nb = await sim();
     const e = await refusal(inv(nb, nb.v1Token).forBmc('10.20.0.99'));
     expect(e.code).toBe('NOT_FOUND');
-    expect(e.message).toContain('10.20.0.99');
+    expect(e.message).toContain('NetBox device with BMC address');
+    expect(e.message).not.toContain('10.20.0.99');
   });
 
   it('bad input is INVALID_INPUT naming the field, before NetBox is asked', async () => {

@@ -257,7 +257,7 @@ describe('the edge: auth first, inputs checked without echo, limits, NUL, depth,
       const lines = logLines.length;
       const query = `query { nodes(first: 1, filter: { siteId: ${deepJson(10000)} }) { edges { cursor } } }`;
       const result = await gql(t.url, token, query);
-      expect(result.errors).toEqual([{ message: 'query: nested deeper than 64 levels', extensions: { code: 'INVALID_INPUT', details: { field: 'query', maxDepth: 64 } } }]);
+      expect(result.errors).toEqual([{ message: 'query: nested deeper than 64 levels', extensions: { code: 'INVALID_INPUT', details: { field: 'query', maxDepth: 64 }, requestId: expect.any(String) } }]);
       expect(codeOf(await gql(t.url, null, query))).toBe('UNAUTHENTICATED');
       const client = wsClient(t.url, token);
       const got = wsSubscribe(client, query);

@@ -287,7 +287,7 @@ describe('the event stream', () => {
     const client = wsClient(t.url, tokenA);
     const bad = wsSubscribe(client, EVENTS, { after: 'yesterday' });
     await until(() => bad.errors.length > 0 || bad.done, 5000, 'an error');
-    expect(bad.errors[0].message).toMatch(/^after: "yesterday" is not a cursor/);
+    expect(bad.errors[0].message).toMatch(/^after: is not a cursor/);
     expect(bad.errors[0].extensions?.code).toBe('INVALID_INPUT');
     const ahead = wsSubscribe(client, EVENTS, { after: '999999999999' });
     await until(() => ahead.errors.length > 0, 5000, 'an error');

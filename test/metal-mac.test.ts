@@ -156,7 +156,7 @@ describe('enroll and confirmMac share the MAC rule', () => {
     const mac = await hold();
     const reply = await verb.bind(mac.toUpperCase());
     if (code) {
-      expect(reply).toMatchObject({ code, message: expect.stringMatching(new RegExp(`^${mac} belongs to node node_`)) });
+      expect(reply).toMatchObject({ code, message: expect.stringMatching(/^the MAC address belongs to node node_/) });
     } else {
       expect(reply.code).toBeUndefined();
       expect(reply.macs).toContain(mac);

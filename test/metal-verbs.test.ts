@@ -312,8 +312,8 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
   it('deploy records only a profile version that exists in the node\'s tenant', async () => {
     const nodeId = await nodeIn('ready');
     const cases: [Record<string, unknown>, RegExp][] = [
-      [{ profileId, profileVersion: 2 }, /profileVersion: .* has no version 2/],
-      [{ profileId: 'dpr_00000000-0000-7000-8000-000000000000', profileVersion: 1 }, /profileId: no deploy profile/],
+      [{ profileId, profileVersion: 2 }, /profileVersion: .* has no such version/],
+      [{ profileId: 'dpr_00000000-0000-7000-8000-000000000000', profileVersion: 1 }, /profileId: no such deploy profile/],
     ];
     for (const [extra, message] of cases) {
       const response = await rest(t.url, token, 'POST', '/api/compute/metal/deploy', { nodeId, ...extra });

@@ -318,8 +318,10 @@ describe('the files of the browser pages (/docs/assets, /graphiql/assets)', () =
       expect((await raw('GET', link)).status).toBe(200);
     }
     expect(html).not.toMatch(/https?:\/\//);
-    // The options (title, CSRF header, token placeholder) travel as JSON that cannot close the script element.
+    // The options (title, CSRF header, a first query saying where the token goes) travel as JSON
+    // that cannot close the script element; no placeholder token is sent (it would fail the schema).
     const options = JSON.parse(/<script type="application\/json" id="graphiql-options">([^<]*)<\/script>/.exec(html)![1]!);
-    expect(JSON.parse(options.headers)).toEqual({ 'x-graphql-csrf': '1', Authorization: 'Bearer <token>' });
+    expect(JSON.parse(options.headers)).toEqual({ 'x-graphql-csrf': '1' });
+    expect(options.defaultQuery).toContain('"authorization": "Bearer <your token>"');
   });
 });

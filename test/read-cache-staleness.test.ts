@@ -220,7 +220,7 @@ const PROBES: Probe[] = [
     query: 'query ($id: ID!, $v: Int!) { validateProfile(profileId: $id, profileVersion: $v) { valid problems } }',
     prepare: async (w) => ({ id: await profileWithOneVersion(w, 'probe-validate'), v: 2 }),
     change: async (w, v) => void (await w.sql.query(`INSERT INTO deploy_profile_version (profile_id, version, role, steps) VALUES ($1, 2, 'compute', '[]')`, [v.id])),
-    shows: (d) => !d.validateProfile.problems.some((p: string) => p.includes('has no version 2')),
+    shows: (d) => !d.validateProfile.problems.some((p: string) => p.includes('has no such version')),
   },
   {
     table: 'deploy_profile_version', name: 'a profile\'s versions after one is added',

@@ -144,9 +144,9 @@ describe('tenancy, tokens and authorization', () => {
         [{ permission: 'compute:nodes:fly', scopeType: 'tenant', scopeId: a.tenant.id }, /body\.grants\[0\]\.permission/],
         [{ permission: 'admin', scopeType: 'pool' }, /grants\[0\]\.scopeId: is required/],
         [{ permission: 'admin', scopeType: 'platform' }, /grants\[0\]\.scopeType: a tenant token cannot hold a platform grant/],
-        [{ permission: 'admin', scopeType: 'node', scopeId: 'node_00000000-0000-7000-8000-000000000000' }, /grants\[0\]\.scopeId: no node/],
-        [{ permission: 'fabric:write', scopeType: 'tenant', scopeId: a.tenant.id }, /grants\[0\]\.scopeType: fabric:write is held on the platform scope only/],
-        [{ permission: 'fabric:admin', scopeType: 'site', scopeId: a.site.id }, /grants\[0\]\.scopeType: fabric:admin is held on the platform scope only/],
+        [{ permission: 'admin', scopeType: 'node', scopeId: 'node_00000000-0000-7000-8000-000000000000' }, /grants\[0\]\.scopeId: no such node/],
+        [{ permission: 'fabric:write', scopeType: 'tenant', scopeId: a.tenant.id }, /grants\[0\]\.scopeType: this permission is held on the platform scope only/],
+        [{ permission: 'fabric:admin', scopeType: 'site', scopeId: a.site.id }, /grants\[0\]\.scopeType: this permission is held on the platform scope only/],
       ];
       for (const [grant, message] of cases) {
         const response = await rest(t.url, tokenA, 'POST', '/api/tokens', { name: 'bad', grants: [grant] });

@@ -98,7 +98,8 @@ builder.subscriptionField('events', (t) =>
     type: EventRef,
     description:
       'Every event the token may read that matches the filter: first the ones after `after` (a cursor), then live, with no gap and no duplicate. ' +
-      'A cursor older than the retention is INVALID_INPUT. A subscriber that falls too far behind is closed with ABORTED and details.lastCursor.',
+      'A cursor older than the retention is INVALID_INPUT. A subscriber that falls too far behind is closed with ABORTED and details.lastCursor ' +
+      '(details.reason slow-consumer); so is every subscription when the server stops (details.reason server-stopping: subscribe again with after: details.lastCursor).',
     args: { filter: t.arg({ type: EventFilterInput, required: false }), after: t.arg.string({ required: false }) },
     subscribe: async (_root, args, ctx) => {
       const filter: EventFilter = { types: args.filter?.types, siteId: args.filter?.siteId, poolId: args.filter?.poolId, nodeId: args.filter?.nodeId };

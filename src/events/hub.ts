@@ -22,6 +22,20 @@ export interface StreamEvent {
   createdAt: Date;
 }
 
+/** How long a stopping hub waits for its streams' consumers to take their last item. */
+const STOP_GRACE_MS = 1000;
+
+/**
+ * The last item of every stream open when the service stops: ABORTED with the reason
+ * `server-stopping` and the cursor to resume after (on this or another process).
+ */
+export function serverStopping(lastCursor: bigint): AppError {
+  return new AppError('ABORTED', 'the server is stopping: reconnect and resume after details.lastCursor', {
+    lastCursor: String(lastCursor),
+    reason: 'server-stopping',
+  });
+}
+
 /** The last item of a stream that was closed by the server: why, and where to resume. */
 export interface StreamEnd {
   error: AppError;
@@ -108,7 +122,7 @@ function filterSql(filter: EventFilter, principal: Principal, values: unknown[])
 
 /** Parses a cursor argument: a decimal sequence number. */
 export function parseCursor(value: string, field: string): bigint {
-  if (!/^\d{1,19}$/.test(value)) throw invalidInput(field, `"${value}" is not a cursor (a decimal event sequence number)`);
+  if (!/^\d{1,19}$/.test(value)) throw invalidInput(field, 'is not a cursor (a decimal event sequence number)');
   return BigInt(value);
 }
 
@@ -132,6 +146,9 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
   private finished = false;
   private wakeUp: (() => void) | null = null;
   private lastYield = performance.now();
+  private settle!: () => void;
+  /** Resolves when the consumer has taken the stream's last item (or left). */
+  readonly ended = new Promise<void>((resolve) => (this.settle = resolve));
 
   constructor(
     private hub: EventHub,
@@ -205,6 +222,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
         const error = this.failure;
         this.failure = null;
         this.finished = true;
+        this.settle();
         return { value: { error }, done: false };
       }
       const e = this.queue.shift();
@@ -267,6 +285,7 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
 
   async return(): Promise<IteratorResult<StreamItem>> {
     this.finished = true;
+    this.settle();
     this.queue = [];
     this.pending = [];
     this.hub.remove(this);
@@ -396,12 +415,12 @@ export class EventHub {
       const after = options.after != null ? parseCursor(options.after, 'after') : pruned;
       const known = head > this.head ? head : this.head;
       if (after < pruned) {
-        throw new AppError('INVALID_INPUT', `after: cursor ${after} is older than the event retention; events up to ${pruned} were pruned. Read the current state and resume from "${pruned}"`, {
+        throw new AppError('INVALID_INPUT', `after: the cursor is older than the event retention; events up to ${pruned} were pruned. Read the current state and resume from "${pruned}"`, {
           field: 'after',
           prunedThrough: String(pruned),
         });
       }
-      if (after > known) throw invalidInput('after', `cursor ${after} is ahead of the stream (its head is ${known})`);
+      if (after > known) throw invalidInput('after', `the cursor is ahead of the stream (its head is ${known})`);
       if (this.stopped) throw new AppError('INVALID_STATE', 'the service is shutting down; reconnect to another process or retry');
       // Registered below, synchronously with reading the head: events after it are dispatched to
       // this subscriber, events up to it are in the table. A cursor past this process's head (it
@@ -478,7 +497,14 @@ export class EventHub {
   private async shutdown(): Promise<void> {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
-    for (const s of [...this.subs]) await s.return();
+    // Every stream ends saying why, with where to resume (REST SSE: `event: error`; GraphQL, over
+    // SSE or graphql-ws: the subscription's last error), rather than just stopping. A consumer
+    // gets a moment to take that last item; whatever has not by then is ended plainly.
+    const subs = [...this.subs];
+    for (const s of subs) s.fail(serverStopping(s.cursor));
+    await Promise.race([Promise.all(subs.map((s) => s.ended)), new Promise((resolve) => setTimeout(resolve, STOP_GRACE_MS).unref())]);
+    await new Promise((resolve) => setImmediate(resolve)); // the last items' writes
+    for (const s of subs) await s.return();
     await this.reader.current;
     await this.rechecker.current;
     for (const sub of this.listening) sub.stop();

@@ -48,7 +48,7 @@ export async function serveEventStream(
   try {
     if (req.method !== 'GET') {
       res.setHeader('allow', 'GET');
-      return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use GET`, requestId);
+      return sendError(res, 405, 'INVALID_INPUT', 'this method is not allowed here; use GET', requestId);
     }
     if (!deps.events) throw new AppError('INVALID_CONFIG', 'this process serves no event streams (ROLE=worker)');
     const token = bearerToken(req.headers.authorization);

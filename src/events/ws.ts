@@ -4,7 +4,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { CloseCode, handleProtocols, makeServer, type ServerOptions } from 'graphql-ws';
 import { GraphQLError, type ExecutionArgs } from 'graphql';
 import type { Logger } from 'pino';
-import { isIntrospectionOnly, type GraphqlServer } from '../graphql/yoga';
+import { isIntrospectionOnly, withCode, withRequestId, type GraphqlServer } from '../graphql/yoga';
 import { unauthenticated } from '../errors';
 import { checkDocumentNesting } from '../graphql/input-check';
 import type { Context } from '../context';
@@ -31,6 +31,8 @@ function corkForThisTurn(ws: WebSocket): void {
 interface Extra extends Record<PropertyKey, unknown> {
   socket: WebSocket;
   request: IncomingMessage;
+  /** Each running operation's request id, by its graphql-ws id: its errors carry it (onError). */
+  requestIds: Map<string, string>;
 }
 
 interface EnvelopedRoot {
@@ -80,7 +82,10 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
     },
     execute: (args) => (args.rootValue as EnvelopedRoot).execute(args) as never,
     subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
-    onSubscribe: async (ctx, _id, payload) => {
+    onSubscribe: async (ctx, id, payload) => {
+      // The operation's id for the log and for its errors (extensions.requestId), as over HTTP.
+      const requestId = randomUUID();
+      ctx.extra.requestIds.set(id, requestId);
       const authorization = authorizationOf(ctx.connectionParams, ctx.extra.request);
       // Yoga's response cache keys a result by what it saw of the HTTP request, which a socket
       // operation never went through (queries over the socket failed with 4500): the request it
@@ -90,7 +95,6 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
         method: 'POST',
         headers: { ...(authorization ? { authorization } : {}), 'if-none-match': '*' },
       });
-      const requestId = randomUUID();
       const enveloped = yoga.getEnveloped({ request, requestId, params: payload } as never);
       // Who the caller is comes first, as over HTTP (see authFirst in src/graphql/yoga.ts): an
       // anonymous caller hears UNAUTHENTICATED, not what is wrong with its document or variables.
@@ -125,8 +129,22 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
         rootValue: { execute: enveloped.execute, subscribe: enveloped.subscribe },
       };
     },
-    onError: (_ctx, _id, _payload, errors) => {
+    // Every error carries its operation's request id, in `error` messages (refused before it ran)
+    // and in the results of `next` messages alike.
+    onError: (ctx, id, _payload, errors) => {
       log.debug({ errors: errors.map((e) => e.message) }, 'graphql-ws operation error');
+      const requestId = ctx.extra.requestIds.get(id);
+      ctx.extra.requestIds.delete(id);
+      // Codes as over HTTP (graphql-js's validation says GRAPHQL_VALIDATION_FAILED, not a code of ours).
+      return errors.map((e) => (requestId ? withRequestId(withCode(e, requestId), requestId) : withCode(e, 'unknown')).toJSON());
+    },
+    onNext: (_ctx, _id, _payload, args, result) => {
+      const requestId = (args.contextValue as Context | undefined)?.requestId;
+      if (!requestId || !result.errors?.length) return undefined;
+      return { ...result, errors: result.errors.map((e) => withRequestId(withCode(e, requestId), requestId).toJSON()) };
+    },
+    onComplete: (ctx, id) => {
+      ctx.extra.requestIds.delete(id);
     },
   };
   const protocol = makeServer(options);
@@ -172,7 +190,7 @@ export function attachGraphqlWs(server: Server, yoga: GraphqlServer, log: Logger
             }
           }),
       },
-      { socket, request },
+      { socket, request, requestIds: new Map() },
     );
     socket.once('close', (code, reason) => {
       if (pongWait) clearTimeout(pongWait);

@@ -45,7 +45,7 @@ export const builder = new SchemaBuilder<{
     encodeGlobalID: (_typename, id) => String(id),
     decodeGlobalID: (globalID) => {
       const typename = typeOfId(globalID);
-      if (!typename) throw new AppError('INVALID_INPUT', `id: "${globalID}" is not an id of this service`, { field: 'id' });
+      if (!typename) throw new AppError('INVALID_INPUT', 'id: is not an id of this service', { field: 'id' });
       return { typename, id: globalID };
     },
   },

@@ -51,8 +51,24 @@ export const graphiqlAssets: StaticAssets = new StaticAssets('/graphiql/assets/'
 (function () {
   var workers = ${JSON.stringify(workers)};
   self.MonacoEnvironment = { globalAPI: false, getWorkerUrl: function (moduleId, label) { return workers[label]; } };
+  // GraphiQL fetches the schema once, at load, with the headers of that moment. Whoever then adds
+  // (or changes) a token gets the schema that token sees: fetched again once the headers are
+  // valid JSON and have not changed for half a second, as the Re-fetch button would.
+  var lastHeaders = null;
+  var refetch = null;
+  function onEditHeaders(headers) {
+    if (headers === lastHeaders) return;
+    lastHeaders = headers;
+    clearTimeout(refetch);
+    refetch = setTimeout(function () {
+      try { JSON.parse(headers.trim() === '' ? '{}' : headers); } catch (e) { return; }
+      var button = document.querySelector('button[aria-label^="Re-fetch GraphQL schema"]');
+      if (button) button.click();
+    }, 500);
+  }
   document.addEventListener('DOMContentLoaded', function () {
     var options = JSON.parse(document.getElementById('graphiql-options').textContent);
+    options.onEditHeaders = onEditHeaders;
     YogaGraphiQL.renderYogaGraphiQL(document.getElementById('root'), options);
   });
 })();

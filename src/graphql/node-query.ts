@@ -42,7 +42,8 @@ export async function resolveNodeQuery(
     const principal = requirePrincipal(ctx);
     const raw = typeof args.id === 'string' ? args.id : args.id.id;
     const graphqlType = typeOfId(raw);
-    if (!graphqlType || !NODE_TYPES.has(graphqlType)) throw notFound('object', raw);
+    // Not an id of a readable type: nothing to name (the text sent is not repeated).
+    if (!graphqlType || !NODE_TYPES.has(graphqlType)) throw notFound('object');
     const row = (await resolveNode({ id: raw, typename: graphqlType })) as Record<string, unknown> | null;
     if (!row) throw absent(graphqlType, raw);
     const subject = { type: graphqlType, id: raw };

@@ -7,6 +7,6 @@ export function checkPageArgs(ctx: Context, args: { first?: number | null; last?
   for (const name of ['first', 'last'] as const) {
     const value = args[name];
     if (value === null || value === undefined) continue;
-    if (value < 1 || value > max) throw invalidInput(name, `must be between 1 and ${max}, got ${value}`);
+    if (value < 1 || value > max) throw invalidInput(name, `must be between 1 and ${max}`);
   }
 }

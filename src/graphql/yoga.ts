@@ -1,4 +1,4 @@
-import { createYoga, type Plugin } from 'graphql-yoga';
+import { createYoga, mapAsyncIterator, type Plugin } from 'graphql-yoga';
 import { GraphQLError, Kind, parse, type ExecutionArgs, specifiedRules, visit, type DocumentNode, type FragmentDefinitionNode, type GraphQLSchema, type SelectionSetNode, type ASTNode, type ASTVisitor, type ValidationContext, type DefinitionNode, type ExecutionResult, type OperationDefinitionNode } from 'graphql';
 import { compileQuery, isCompiledQuery, type CompiledQuery } from 'graphql-jit';
 import type { PromiseOrValue } from 'graphql/jsutils/PromiseOrValue';
@@ -180,6 +180,43 @@ function errorLog(log: Services['log']): Plugin<{}, ServerContext> {
   };
 }
 
+/**
+ * The error with the request's id in `extensions.requestId`: the id REST puts in its error body and
+ * every answer carries as X-Request-Id, so a GraphQL error can be quoted and found in the log too.
+ * A new error (errors can be shared objects); the same one when it carries the id already.
+ */
+export function withRequestId<E extends GraphQLError | { message: string; extensions?: Record<string, unknown> }>(error: E, requestId: string): E {
+  if (error.extensions?.requestId === requestId) return error;
+  if (!(error instanceof GraphQLError)) return { ...error, extensions: { ...error.extensions, requestId } };
+  return new GraphQLError(error.message, {
+    nodes: error.nodes,
+    source: error.source,
+    positions: error.positions,
+    path: error.path,
+    originalError: error.originalError,
+    extensions: { ...error.extensions, requestId },
+  }) as E;
+}
+
+/**
+ * Every error of a result gets the request's id ({@link withRequestId}): single results, batches
+ * and each result of a stream (a subscription over SSE). After errorLog, which keys the causes of
+ * masked errors by the error objects themselves.
+ */
+function requestIdOnErrors(): Plugin<{}, ServerContext> {
+  const stamp = (result: ExecutionResult, requestId: string): ExecutionResult =>
+    result?.errors?.length ? { ...result, errors: result.errors.map((e) => withRequestId(e, requestId)) } : result;
+  return {
+    onResultProcess({ result, setResult, serverContext }) {
+      const requestId = serverContext?.requestId;
+      if (!requestId || !result || typeof result !== 'object') return;
+      if (Array.isArray(result)) setResult(result.map((r) => stamp(r as ExecutionResult, requestId)) as never);
+      else if (Symbol.asyncIterator in result) setResult(mapAsyncIterator(result as AsyncIterable<ExecutionResult> as never, (r: ExecutionResult) => stamp(r, requestId)) as never);
+      else if ('errors' in result) setResult(stamp(result as ExecutionResult, requestId) as never);
+    },
+  };
+}
+
 /** Hands the result to an in-process caller (see ServerContext.capture); must be the last plugin. */
 function captureResult(): Plugin<{}, ServerContext> {
   return {
@@ -196,7 +233,7 @@ function captureResult(): Plugin<{}, ServerContext> {
  * Every error leaves with a code: request-level errors (syntax, validation, depth/cost limits,
  * variable coercion) are the client's input; anything else without a code is INTERNAL and masked.
  */
-function withCode(error: GraphQLError, requestId: string): GraphQLError {
+export function withCode(error: GraphQLError, requestId: string): GraphQLError {
   const code = error.extensions?.code;
   if (isErrorCode(code)) return withoutValues(error);
   if (!error.path && !error.originalError) {
@@ -303,7 +340,7 @@ function pageSizeRule(max: number) {
         if ((node.name.value === 'first' || node.name.value === 'last') && node.value.kind === Kind.INT) {
           const value = Number(node.value.value);
           if (value < 1 || value > max) {
-            context.reportError(new GraphQLError(`${node.name.value}: must be between 1 and ${max}, got ${value}`, {
+            context.reportError(new GraphQLError(`${node.name.value}: must be between 1 and ${max}`, {
               nodes: [node],
               extensions: { code: 'INVALID_INPUT', details: { field: node.name.value } },
             }));
@@ -322,6 +359,30 @@ function pageSizePlugin(max: number): Plugin {
   return { onValidate: ({ addValidationRule }) => addValidationRule(pageSizeRule(max)) };
 }
 
+/**
+ * GraphiQL's first screen: the schema loads without a token (introspection is public), so the
+ * headers start with the CSRF header alone (a placeholder token would be sent, refused, and leave
+ * "Error fetching schema"); the first query says where the token goes.
+ */
+export const GRAPHIQL_OPTIONS = {
+  title: 'Metal control plane',
+  headers: JSON.stringify({ [CSRF_HEADER]: '1' }),
+  defaultQuery: [
+    '# Metal control plane: GraphQL',
+    '#',
+    '# The schema (Docs, autocompletion) needs no token. Everything else does: in the Headers tab',
+    '# below, add your token beside the CSRF header, e.g.',
+    '#',
+    `#   { "${CSRF_HEADER}": "1", "authorization": "Bearer <your token>" }`,
+    '#',
+    '# (the first start writes an admin token to DATA_DIR/admin-token). The schema is fetched again',
+    '# with the new headers. Then run this query with the play button or Ctrl-Enter:',
+    '',
+    '{ viewer { tokenId platformAdmin } }',
+    '',
+  ].join('\n'),
+};
+
 export function createGraphqlServer(services: Services, metrics: Metrics, cache: ResponseCache | null = null) {
   const { config, log } = services;
   return createYoga<ServerContext, Context>({
@@ -333,7 +394,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
     // TransformStream on every request.
     maxRequestBodySize: false,
     landingPage: false,
-    graphiql: { title: 'Metal control plane', headers: JSON.stringify({ [CSRF_HEADER]: '1', Authorization: 'Bearer <token>' }) },
+    graphiql: GRAPHIQL_OPTIONS,
     // GraphiQL's scripts and styles come from this service (src/graphql/graphiql.ts), not a CDN.
     renderGraphiQL: renderOfflineGraphiQL,
     // Yoga calls error() for every error it masks, client refusals included: each is logged once,
@@ -399,6 +460,7 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
       timing(metrics),
       codeErrors(metrics),
       errorLog(log),
+      requestIdOnErrors(),
       captureResult(),
     ],
   });

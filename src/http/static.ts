@@ -92,7 +92,7 @@ export class StaticAssets {
     if (!Object.hasOwn(this.files, name)) return sendError(res, 404, 'NOT_FOUND', `no asset ${url.pathname}`, requestId);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
-      return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use GET`, requestId);
+      return sendError(res, 405, 'INVALID_INPUT', 'this method is not allowed here; use GET', requestId);
     }
     const asset = await this.load(name);
     const headers: Record<string, string | number> = {

@@ -1,8 +1,9 @@
 import type { Route } from './routes';
 import { components, type JsonSchema } from './schemas';
 import { EXAMPLE_IDS as ID } from './examples';
-import { HTTP_STATUS, type ErrorCode } from '../errors';
+import { HTTP_STATUS, errorTableRows, type ErrorCode } from '../errors';
 import { MAX_BODY_BYTES } from '../http/body';
+import { serverStopping } from '../events/hub';
 import { BOOT_SECURITY_SCHEME, bootOpenApiPaths } from '../modules/boot/openapi';
 import { INSTALLER_SECURITY_SCHEME, installerOpenApiPaths } from '../modules/provision/callback-openapi';
 
@@ -172,7 +173,7 @@ export function openApiDocument(routes: Route[], version: string): Record<string
         '',
         '| code | HTTP |',
         '| --- | --- |',
-        ...[...new Set(Object.values(HTTP_STATUS))].sort().map((status) => `| ${(Object.keys(HTTP_STATUS) as ErrorCode[]).filter((c) => HTTP_STATUS[c] === status).join(', ')} | ${status}${status === 400 ? ' (413 for a body over 1 MiB)' : ''} |`),
+        ...errorTableRows(),
       ].join('\n'),
     },
     servers: [{ url: '/' }],
@@ -210,7 +211,8 @@ function eventStreamOperation(): Record<string, unknown> {
       'Each message has `id: <cursor>`, `event: <name>` and `data: <JSON event>`. Names: channel metal uses the event type ' +
       '(node.enrolled, node.provision.<state>, ...); fabric uses fabric_switch; provision uses provision_step. A reconnect with ' +
       'Last-Event-ID (EventSource sends it) resumes after that event. The server ends a stream with `event: error` ' +
-      '(data: code, message, details.lastCursor): ABORTED when the reader fell too far behind, UNAUTHENTICATED when the token was revoked.',
+      '(data: code, message, requestId, details.lastCursor): ABORTED when the reader fell too far behind (details.reason slow-consumer) or the service ' +
+      'is stopping (details.reason server-stopping: reconnect and resume after details.lastCursor), UNAUTHENTICATED when the token was revoked.',
     tags: ['events'],
     parameters: [
       { name: 'channel', in: 'query', required: false, schema: { type: 'string', enum: ['metal', 'fabric', 'provision', 'all'], default: 'metal' }, example: 'metal' },
@@ -224,7 +226,9 @@ function eventStreamOperation(): Record<string, unknown> {
         content: {
           'text/event-stream': {
             schema: { type: 'string' },
-            example: `: metal event stream\nretry: 2000\n\nid: ${event.cursor}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`,
+            // The last message when the service stops (see serverStopping in src/events/hub.ts).
+            example: `: metal event stream\nretry: 2000\n\nid: ${event.cursor}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n` +
+              `event: error\ndata: ${JSON.stringify({ code: 'ABORTED', message: serverStopping(BigInt(event.cursor)).message, requestId: EXAMPLE_REQUEST_ID, details: serverStopping(BigInt(event.cursor)).extensions.details })}\n\n`,
           },
         },
       },

@@ -157,9 +157,9 @@ export class RestRouter {
     const allowed = METHODS.filter((method) => this.router.find(method, url.split('?')[0]!) !== null);
     if (allowed.length) {
       res.setHeader('allow', allowed.join(', '));
-      return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use ${allowed.join(' or ')}`, requestId);
+      return sendError(res, 405, 'INVALID_INPUT', `this method is not allowed here; use ${allowed.join(' or ')}`, requestId);
     }
-    return sendError(res, 404, 'NOT_FOUND', `no route ${req.method} ${url.split('?')[0]}`, requestId);
+    return sendError(res, 404, 'NOT_FOUND', 'no route has this method and path (see /docs)', requestId);
   }
 
   /** `path.<name>` of the route parameter a malformed percent-encoding stands in, when a route matches with it. */
@@ -263,7 +263,10 @@ export class RestRouter {
       try {
         parsed = JSON.parse(raw.toString('utf8') || 'null');
       } catch (error) {
-        throw new AppError('INVALID_INPUT', `body: malformed JSON (${(error as Error).message})`, { field: 'body' });
+        // JSON.parse's message quotes the text it read ("Unexpected token ..., "{"password": ..." is
+        // not valid JSON"): only where it stopped, when it says so, is kept.
+        const at = /at position (\d+)/.exec((error as Error).message);
+        throw new AppError('INVALID_INPUT', `body: malformed JSON${at ? ` (at position ${at[1]})` : ''}`, { field: 'body' });
       }
       if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
         throw new AppError('INVALID_INPUT', 'body: must be a JSON object', { field: 'body' });

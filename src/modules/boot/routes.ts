@@ -131,11 +131,11 @@ export class BootHttp {
     const action = m?.[2];
     const kind = action ? REPORT_PATHS[action] : undefined;
     const method = req.method ?? 'GET';
-    if (!m || (action !== 'instructions' && !kind)) return sendError(res, 404, 'NOT_FOUND', `no route ${method} ${url.pathname.startsWith('/boot/v1/entries/') ? '/boot/v1/entries/{entryId}/...' : url.pathname}`, requestId);
+    if (!m || (action !== 'instructions' && !kind)) return sendError(res, 404, 'NOT_FOUND', 'no route has this method and path (see docs/boot.md)', requestId);
     const expected = action === 'instructions' ? 'GET' : 'POST';
     if (method !== expected) {
       res.setHeader('allow', expected);
-      return sendError(res, 405, 'INVALID_INPUT', `method ${method} is not allowed here; use ${expected}`, requestId);
+      return sendError(res, 405, 'INVALID_INPUT', `this method is not allowed here; use ${expected}`, requestId);
     }
     // Who is calling, before anything about the request is looked at: no boot, no answer.
     const caller = await this.authenticate(req, m[1]!, requestId);
@@ -209,7 +209,7 @@ export class BootHttp {
     if (!name || !this.ramdiskDir) return sendError(res, 404, 'NOT_FOUND', 'no such ramdisk file (RAMDISK_DIR serves vmlinuz and initrd.img)', requestId);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
-      return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use GET`, requestId);
+      return sendError(res, 405, 'INVALID_INPUT', 'this method is not allowed here; use GET', requestId);
     }
     const file = path.join(this.ramdiskDir, name);
     const stat = await fs.promises.stat(file).catch(() => null);
@@ -224,7 +224,7 @@ export class BootHttp {
   private async isoFile(req: IncomingMessage, res: ServerResponse, url: URL, requestId: string): Promise<void> {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD');
-      return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use GET`, requestId);
+      return sendError(res, 405, 'INVALID_INPUT', 'this method is not allowed here; use GET', requestId);
     }
     const gone = () => sendError(res, 404, 'NOT_FOUND', 'no such ISO (its job ended, or the link is wrong)', requestId);
     if (!this.isoDir) return gone();
@@ -237,7 +237,7 @@ export class BootHttp {
   private async ipxe(req: IncomingMessage, res: ServerResponse, url: URL, requestId: string): Promise<void> {
     if (req.method !== 'GET') {
       res.setHeader('allow', 'GET');
-      return sendError(res, 405, 'INVALID_INPUT', `method ${req.method} is not allowed here; use GET`, requestId);
+      return sendError(res, 405, 'INVALID_INPUT', 'this method is not allowed here; use GET', requestId);
     }
     for (const key of url.searchParams.keys()) {
       if (key !== 'mac') throw invalidInput(queryField(key), 'is not a known field');

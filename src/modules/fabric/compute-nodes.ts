@@ -281,7 +281,7 @@ export async function setComputeNode(ctx: Context, input: SetComputeNodeInput): 
     if (!node) throw new AppError('NOT_FOUND', `${field('nodeId')}: node ${input.nodeId} not found`, { field: field('nodeId') });
     const holder = await tx.computeNode.findUnique({ where: { osIp: input.osIp }, select: { nodeId: true } });
     if (holder && holder.nodeId !== input.nodeId) {
-      throw new AppError('CONFLICT', `${field('osIp')}: ${input.osIp} is already the OS address of node ${holder.nodeId}`, { field: field('osIp') });
+      throw new AppError('CONFLICT', `${field('osIp')}: is already the OS address of node ${holder.nodeId}`, { field: field('osIp') });
     }
     const existing = await tx.computeNode.findUnique({ where: { nodeId: input.nodeId }, select: { sshKeyRef: true } });
     let sshKeyRef = existing?.sshKeyRef ?? null;

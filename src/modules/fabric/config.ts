@@ -270,7 +270,7 @@ function switchAckGate(before: FabricSettings, next: FabricSettings, input: Fabr
   };
   const how = `paste details.snippets[] for your NOS (default ${defaultNos}) on the fabric switch, run its verify_command, then re-POST with switch_acked true, switch_snippet_hash (its sha256), switch_nos and acked_by`;
   if (!input.switchAcked) {
-    throw new AppError('REQUIRES_SWITCH_RECONFIG_ACK', `the VTEP pool changes from ${oldPool} to ${newPool}, so the fabric switch's BGP listen range must change with it: ${how}`, details);
+    throw new AppError('REQUIRES_SWITCH_RECONFIG_ACK', `the VTEP pool changes (details.pool_before to details.pool_after), so the fabric switch's BGP listen range must change with it: ${how}`, details);
   }
   const nos = (input.switchNos || defaultNos) as SwitchNos;
   const snippet = snippets.find((s) => s.nos === nos)!;

@@ -223,7 +223,7 @@ function exampleHost(cidr: Cidr): string {
 function checkOverrideNodes(overrides: readonly NodeOverride[], nodes: readonly ComputeNode[]): void {
   const known = new Set(nodes.map((n) => n.nodeIp));
   overrides.forEach((o, i) => {
-    if (!known.has(o.nodeIp)) throw invalidInput(`input.nodeOverrides[${i}].nodeIp`, `no deployed compute node has the address ${o.nodeIp}`);
+    if (!known.has(o.nodeIp)) throw invalidInput(`input.nodeOverrides[${i}].nodeIp`, 'no deployed compute node has this address');
   });
 }
 
@@ -587,6 +587,6 @@ export async function checkMtuDrift(db: Pick<Tx, 'fabricPreflight'>, vxlanMtu: n
     throw invalidInput('input.vxlanMtu', `refused: the latest preflight found the nodes' underlay bridges disagree on MTU (${seen}${drift.length > 8 ? ', ...' : ''}); make them agree and run the preflight again`);
   }
   if (row.underlayMtu > 0 && vxlanMtu !== row.underlayMtu) {
-    throw invalidInput('input.vxlanMtu', `must be ${row.underlayMtu}, the underlay MTU the latest preflight found on every node's bridge (got ${vxlanMtu})`);
+    throw invalidInput('input.vxlanMtu', `must be ${row.underlayMtu}, the underlay MTU the latest preflight found on every node's bridge`);
   }
 }

@@ -126,7 +126,7 @@ async function allocateIn(tx: Tx, nodeIds: string[]): Promise<Map<string, string
   if (pool === null) throw new AppError('INVALID_STATE', 'the fabric config has no VTEP pool (router_id_base / router_id_prefix_len unset)');
   const known = new Set((await tx.computeNode.findMany({ where: { nodeId: { in: nodeIds } }, select: { nodeId: true } })).map((r) => r.nodeId));
   const missing = nodeIds.filter((id) => !known.has(id));
-  if (missing.length > 0) throw new AppError('NOT_FOUND', `not a compute node: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', ...' : ''}`, { nodeIds: missing });
+  if (missing.length > 0) throw new AppError('NOT_FOUND', `${missing.length} of the nodes are not compute nodes (details.nodeIds)`, { nodeIds: missing });
 
   const all = await tx.fabricVtep.findMany({ select: { ip: true, nodeId: true } });
   const taken = new Set<number>(pool.reserved.map((ip) => ipv4ToNumber(ip)));

@@ -71,10 +71,10 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
   decide(principal, 'compute:nodes:provision', poolResource(pool));
   if (!BULK_VERBS.includes(input.verb)) throw invalidInput('verb', `must be one of ${BULK_VERBS.join(', ')}`);
   const ids = input.nodeIds;
-  if (ids.length < 1 || ids.length > MAX_BULK) throw invalidInput('nodeIds', `must list 1 to ${MAX_BULK} nodes, got ${ids.length}`);
+  if (ids.length < 1 || ids.length > MAX_BULK) throw invalidInput('nodeIds', `must list 1 to ${MAX_BULK} nodes`);
   const seen = new Set<string>();
   const duplicates = ids.filter((id) => (seen.has(id) ? true : (seen.add(id), false)));
-  if (duplicates.length) throw invalidInput('nodeIds', `each node may be listed once; listed again: ${[...new Set(duplicates)].slice(0, 20).join(', ')}`);
+  if (duplicates.length) throw invalidInput('nodeIds', 'each node may be listed once');
   if (input.wipe && input.verb !== 'undeploy') throw invalidInput('wipe', 'applies to undeploy only');
   // Rescue on an agentless pool sends nothing destructive: its nodes fail with UNSUPPORTED at once.
   const unsupported = input.verb === 'rescue' ? agentlessRescue(pool) : null;
@@ -178,15 +178,15 @@ export async function approveBatch(ctx: Context, batchId: string, keyId: string,
   decide(principal, 'compute:nodes:provision', poolResource(pool));
   if (batch.status !== 'awaiting-approval') throw new AppError('INVALID_STATE', `batch ${batch.id} is ${batch.status}, not awaiting approval`);
   const key = readPolicy(pool.policy).approverKeys.find((k) => k.id === keyId);
-  if (!key) throw invalidInput('keyId', `no approver key "${keyId}" in pool ${pool.id}'s policy`);
+  if (!key) throw invalidInput('keyId', `is not an approver key of pool ${pool.id}'s policy`);
   const approvals = batch.approvals as { keyId: string; at: string }[];
-  if (approvals.some((a) => a.keyId === keyId)) throw new AppError('CONFLICT', `key "${keyId}" has already approved batch ${batch.id}`);
+  if (approvals.some((a) => a.keyId === keyId)) throw new AppError('CONFLICT', `keyId: this key has already approved batch ${batch.id}`);
   const publicKey = key.publicKey.includes('BEGIN PUBLIC KEY')
     ? createPublicKey(key.publicKey)
     : createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(key.publicKey, 'base64').toString('base64url') }, format: 'jwk' });
   const signature = Buffer.from(signatureBase64, 'base64');
   if (signature.length !== 64 || !verify(null, Buffer.from(batch.digest, 'hex'), publicKey, signature)) {
-    throw invalidInput('signature', `is not ${keyId}'s Ed25519 signature over the batch digest ${batch.digest}`);
+    throw invalidInput('signature', `is not that key's Ed25519 signature over the batch digest ${batch.digest}`);
   }
   const next = [...approvals, { keyId, at: new Date().toISOString() }];
   const status = next.length >= batch.quorum ? 'approved' : 'awaiting-approval';

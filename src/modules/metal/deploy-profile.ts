@@ -21,7 +21,7 @@ export function profileProblems(role: string, steps: unknown): string[] {
   steps.forEach((step: ProfileStep, i) => {
     if (!step || typeof step !== 'object') return void problems.push(`steps[${i}]: must be an object`);
     if (typeof step.name !== 'string' || !step.name.trim()) problems.push(`steps[${i}].name: must not be empty`);
-    else if (names.has(step.name)) problems.push(`steps[${i}].name: "${step.name}" is used twice`);
+    else if (names.has(step.name)) problems.push(`steps[${i}].name: is used twice`);
     else names.add(step.name);
     if (!(STEP_KINDS as readonly string[]).includes(step.kind)) problems.push(`steps[${i}].kind: must be one of ${STEP_KINDS.join(', ')}`);
     if (step.params !== undefined && (typeof step.params !== 'object' || step.params === null || Array.isArray(step.params))) {
@@ -64,7 +64,7 @@ export async function saveProfileVersion(ctx: Context, input: SaveProfileVersion
     tenantId = owner;
     decide(principal, 'admin', { type: 'tenant', id: tenantId, tenantId });
     if (await ctx.prisma.deployProfile.findUnique({ where: { tenantId_name: { tenantId, name } } })) {
-      throw new AppError('CONFLICT', `a deploy profile named "${name}" exists: pass its profileId to add a version`, { field: 'input.name' });
+      throw new AppError('CONFLICT', 'input.name: a deploy profile with this name exists: pass its profileId to add a version', { field: 'input.name' });
     }
     profileId = newId('DeployProfile');
     await ctx.prisma.deployProfile.create({ data: { id: profileId, tenantId, name } });
@@ -88,7 +88,7 @@ export async function validateProfile(ctx: Context, profileId: string, profileVe
   if (!profile) throw absent('DeployProfile', profileId);
   decide(principal, 'read', { type: 'tenant', id: profile.tenantId, tenantId: profile.tenantId }, { type: 'DeployProfile', id: profileId });
   const version = await ctx.prisma.deployProfileVersion.findUnique({ where: { profileId_version: { profileId: profile.id, version: profileVersion } } });
-  if (!version) return { valid: false, problems: [`profileVersion: profile ${profile.id} has no version ${profileVersion}`] };
+  if (!version) return { valid: false, problems: [`profileVersion: profile ${profile.id} has no such version`] };
   const problems = profileProblems(version.role, version.steps);
   return { valid: problems.length === 0, problems };
 }

@@ -34,11 +34,11 @@ export interface SightingInput {
 
 /** Checks and normalises an agent's report; at most 256 machines, each MAC once. */
 export function checkSightings(machines: SightingInput[]): SightingInput[] {
-  if (machines.length > MAX_SIGHTINGS_PER_AGENT) throw invalidInput('machines', `at most ${MAX_SIGHTINGS_PER_AGENT} per report, got ${machines.length}`);
+  if (machines.length > MAX_SIGHTINGS_PER_AGENT) throw invalidInput('machines', `at most ${MAX_SIGHTINGS_PER_AGENT} per report`);
   const seen = new Set<string>();
   return machines.map((m, i) => {
     const mac = normalizeMac(m.mac, `machines[${i}].mac`);
-    if (seen.has(mac)) throw invalidInput(`machines[${i}].mac`, `${mac} is listed twice`);
+    if (seen.has(mac)) throw invalidInput(`machines[${i}].mac`, 'is listed twice');
     seen.add(mac);
     const productUuid = m.productUuid ? m.productUuid.toLowerCase() : null;
     if (productUuid && !UUID.test(productUuid)) throw invalidInput(`machines[${i}].productUuid`, 'must be a UUID');

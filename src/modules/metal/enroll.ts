@@ -129,7 +129,7 @@ export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptio
   const pool = pools[0];
   if (!pool) throw absent('Pool', input.poolId);
   decide(principal, 'compute:nodes:provision', poolResource(pool));
-  if (input.siteId && input.siteId !== pool.siteId) throw invalidInput('siteId', `pool ${pool.id} is not in site ${input.siteId}`);
+  if (input.siteId && input.siteId !== pool.siteId) throw invalidInput('siteId', `is not the site of pool ${pool.id}`);
 
   const driver = input.bmc.driver;
   if (!(BMC_DRIVERS as readonly string[]).includes(driver)) throw invalidInput('bmc.driver', `must be one of ${BMC_DRIVERS.join(', ')}`);
@@ -139,7 +139,7 @@ export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptio
   const addresses = input.addresses ?? [];
   if (addresses.length > 16) throw invalidInput('addresses', 'at most 16 addresses');
   addresses.forEach((a, i) => {
-    if (!isIP(a)) throw invalidInput(`addresses[${i}]`, `"${a}" is not an IP literal`);
+    if (!isIP(a)) throw invalidInput(`addresses[${i}]`, 'is not an IP literal');
   });
   const macs = [...new Set((input.macs ?? []).map((m, i) => machineMac(m, `macs[${i}]`)))];
   let productUuid: string | null = null;
@@ -148,9 +148,9 @@ export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptio
     productUuid = input.productUuid.toLowerCase();
   }
   if (NO_MAC_REPORTING.has(driver) && macs.length === 0) {
-    if (!productUuid) throw invalidInput('macs', `the ${driver} driver cannot report MACs: give macs or productUuid`);
+    if (!productUuid) throw invalidInput('macs', 'this driver cannot report MACs: give macs or productUuid');
     if (PLACEHOLDER_UUIDS.has(productUuid)) {
-      throw invalidInput('productUuid', `${productUuid} is a firmware placeholder and cannot stand in for the MACs: give macs`);
+      throw invalidInput('productUuid', 'is a firmware placeholder and cannot stand in for the MACs: give macs');
     }
   }
 
@@ -159,7 +159,7 @@ export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptio
   if (profileName) {
     const { rows: [row] } = await ctx.sql.query<{ id: string; driverBindings: unknown }>(
       'SELECT id, driver_bindings AS "driverBindings" FROM hardware_profile WHERE name = $1', [profileName]);
-    if (!row) throw invalidInput(input.hardwareProfile ? 'hardwareProfile' : 'pool.policy.hardwareProfile', `no hardware profile named "${profileName}"`);
+    if (!row) throw invalidInput(input.hardwareProfile ? 'hardwareProfile' : 'pool.policy.hardwareProfile', 'no hardware profile has this name');
     profile = { id: row.id, driverBindings: row.driverBindings as unknown as DriverBindings };
   }
 

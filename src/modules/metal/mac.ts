@@ -12,7 +12,7 @@ const MAC = /^([0-9a-f]{2})([:-]?)([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2(
 /** aa:bb:cc:dd:ee:ff from colon, dash or bare hex notation, any case. Syntax only. */
 export function normalizeMac(mac: string, field: string): string {
   const m = MAC.exec(mac.trim());
-  if (!m) throw invalidInput(field, `"${mac}" is not a MAC address`);
+  if (!m) throw invalidInput(field, 'is not a MAC address');
   return [m[1], m[3], m[4], m[5], m[6], m[7]].join(':').toLowerCase();
 }
 
@@ -32,7 +32,7 @@ export function notAMachineMac(mac: string): string | null {
 export function machineMac(raw: string, field: string): string {
   const mac = normalizeMac(raw, field);
   const why = notAMachineMac(mac);
-  if (why) throw invalidInput(field, `${mac} ${why}`);
+  if (why) throw invalidInput(field, why);
   return mac;
 }
 
@@ -79,5 +79,5 @@ export async function refuseTakenMacs(db: Runner, siteId: string, macs: readonly
   const clash = rows[0];
   if (!clash) return;
   const mac = macs.find((m) => clash.macs.includes(m))!;
-  throw new AppError('CONFLICT', `${mac} belongs to node ${clash.id} of the same site`, { mac });
+  throw new AppError('CONFLICT', `the MAC address belongs to node ${clash.id} of the same site`, { mac });
 }

@@ -84,11 +84,11 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
     const profile = opts.profile;
     if (!profile) throw invalidInput('profileId', 'is required');
     const owner = await ctx.prisma.deployProfile.findUnique({ where: { id: profile.profileId } });
-    if (!owner || owner.tenantId !== node.tenantId) throw invalidInput('profileId', `no deploy profile ${profile.profileId}`);
+    if (!owner || owner.tenantId !== node.tenantId) throw invalidInput('profileId', 'no such deploy profile');
     const version = await ctx.prisma.deployProfileVersion.findUnique({
       where: { profileId_version: { profileId: owner.id, version: profile.profileVersion } },
     });
-    if (!version) throw invalidInput('profileVersion', `deploy profile ${owner.id} has no version ${profile.profileVersion}`);
+    if (!version) throw invalidInput('profileVersion', `deploy profile ${owner.id} has no such version`);
   }
   const from = node.provisionState as ProvisionState;
   const to = decision.to ?? from;

@@ -40,7 +40,7 @@ export async function registerSiteAgent(ctx: Context, siteId: string, rawName: s
   decide(principal, 'admin', siteResource(site));
   const name = checkName('name', rawName);
   if (await ctx.prisma.siteAgent.findUnique({ where: { siteId_name: { siteId: site.id, name } } })) {
-    throw new AppError('CONFLICT', `site ${site.id} already has an agent named "${name}"`, { field: 'name' });
+    throw new AppError('CONFLICT', `name: site ${site.id} already has an agent with this name`, { field: 'name' });
   }
   const token = generateToken();
   const tokenId = newId('ApiToken');

@@ -48,12 +48,12 @@ async function checkPolicy(ctx: Context, current: PoolPolicy, input: PolicyInput
   }
   if (next.hardwareProfile !== null) {
     const profile = await ctx.prisma.hardwareProfile.findUnique({ where: { name: next.hardwareProfile } });
-    if (!profile) throw invalidInput(`${field}.hardwareProfile`, `no hardware profile named "${next.hardwareProfile}"`);
+    if (!profile) throw invalidInput(`${field}.hardwareProfile`, 'no hardware profile has this name');
   }
   const seen = new Set<string>();
   next.approverKeys.forEach((key, i) => {
     if (!key.id.trim()) throw invalidInput(`${field}.approverKeys[${i}].id`, 'must not be empty');
-    if (seen.has(key.id)) throw invalidInput(`${field}.approverKeys[${i}].id`, `"${key.id}" is listed twice`);
+    if (seen.has(key.id)) throw invalidInput(`${field}.approverKeys[${i}].id`, 'is listed twice');
     seen.add(key.id);
     checkEd25519PublicKey(`${field}.approverKeys[${i}].publicKey`, key.publicKey);
   });
@@ -72,7 +72,7 @@ export async function createPool(ctx: Context, input: { siteId: string; name: st
   const name = checkName('input.name', input.name);
   const policy = await checkPolicy(ctx, DEFAULT_POLICY, input.policy, 'input.policy');
   const clash = await ctx.prisma.pool.findUnique({ where: { siteId_name: { siteId: site.id, name } } });
-  if (clash) throw new AppError('CONFLICT', `the site already has a pool named "${name}"`, { field: 'input.name' });
+  if (clash) throw new AppError('CONFLICT', 'input.name: the site already has a pool with this name', { field: 'input.name' });
   const id = newId('Pool');
   await ctx.prisma.pool.create({ data: { id, tenantId: site.tenantId, siteId: site.id, name, policy: { ...policy } } });
   return id;

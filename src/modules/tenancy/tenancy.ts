@@ -28,7 +28,7 @@ export async function createTenant(ctx: Context, rawName: string): Promise<strin
   decide(requirePrincipal(ctx), 'admin', { type: 'platform' });
   const name = checkName('input.name', rawName);
   const clash = await ctx.prisma.tenant.findUnique({ where: { name } });
-  if (clash) throw new AppError('CONFLICT', `a tenant named "${name}" already exists`, { field: 'input.name' });
+  if (clash) throw new AppError('CONFLICT', 'input.name: a tenant with this name already exists', { field: 'input.name' });
   const id = newId('Tenant');
   await ctx.prisma.tenant.create({ data: { id, name } });
   return id;
@@ -45,7 +45,7 @@ export async function createSite(ctx: Context, input: { tenantId?: string | null
   const name = checkName('input.name', input.name);
   const bmcNetworks = parseBmcNetworks(input.bmcNetworks ?? [], 'input.bmcNetworks');
   const clash = await ctx.prisma.site.findUnique({ where: { tenantId_name: { tenantId, name } } });
-  if (clash) throw new AppError('CONFLICT', `the tenant already has a site named "${name}"`, { field: 'input.name' });
+  if (clash) throw new AppError('CONFLICT', 'input.name: the tenant already has a site with this name', { field: 'input.name' });
   const id = newId('Site');
   await ctx.prisma.site.create({ data: { id, tenantId, name, bmcNetworks } });
   return id;
@@ -80,7 +80,7 @@ export async function createHardwareProfile(ctx: Context, input: { name: string;
     throw invalidInput('input.driverBindings.virtualMedia', `must be none or one of ${VIRTUAL_MEDIA_DRIVERS.join(', ')}`);
   }
   const clash = await ctx.prisma.hardwareProfile.findUnique({ where: { name } });
-  if (clash) throw new AppError('CONFLICT', `a hardware profile named "${name}" already exists`, { field: 'input.name' });
+  if (clash) throw new AppError('CONFLICT', 'input.name: a hardware profile with this name already exists', { field: 'input.name' });
   const id = newId('HardwareProfile');
   await ctx.prisma.hardwareProfile.create({ data: { id, name, driverBindings: { ...bindings } } });
   return id;

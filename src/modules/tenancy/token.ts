@@ -20,7 +20,7 @@ export async function resolveGrant(ctx: Pick<Context, 'prisma'>, tenantId: strin
   }
   // The fabric is the platform's: a fabric permission on a tenant's scope would grant nothing.
   if (grant.permission.startsWith('fabric:') && grant.scopeType !== 'platform') {
-    throw invalidInput(`${field}.scopeType`, `${grant.permission} is held on the platform scope only`);
+    throw invalidInput(`${field}.scopeType`, 'this permission is held on the platform scope only');
   }
   const base = { permission: grant.permission, scopeType: grant.scopeType, scopeId: grant.scopeId ?? null, siteId: null, poolId: null };
   if (grant.scopeType === 'platform') {
@@ -50,7 +50,7 @@ export async function resolveGrant(ctx: Pick<Context, 'prisma'>, tenantId: strin
     }
   };
   const found = await owner();
-  if (!found || found.tenantId !== tenantId) throw invalidInput(`${field}.scopeId`, `no ${grant.scopeType} ${id} in tenant ${tenantId}`);
+  if (!found || found.tenantId !== tenantId) throw invalidInput(`${field}.scopeId`, `no such ${grant.scopeType} in the tenant`);
   return { ...base, siteId: found.siteId, poolId: found.poolId };
 }
 
