@@ -8,6 +8,7 @@ import type { SecretBroker } from '../clients/secrets/broker';
 import { queueAdvance } from './registry';
 import { buildInstallerIso, findBaseImage, type BaseImage } from '../src/modules/provision/iso';
 import { publishIso } from '../src/modules/provision/iso-store';
+import { ISO_DIR_FULL_MESSAGE, isoDirHasRoom } from '../src/modules/provision/iso-janitor';
 import { renderPreseed } from '../src/modules/provision/preseed';
 import type { InstallParams } from './workflows/install';
 
@@ -32,6 +33,8 @@ export interface IsoBuildDeps {
   baseDir?: string;
   /** How long a built ISO's URL lives at most (the job ends it sooner). */
   ttlMs?: number;
+  /** ISO_DIR_MAX_BYTES (0 or unset: no cap). */
+  maxBytes?: number;
 }
 
 /** Base images, found once per folder: a cache of what every build reads. */
@@ -75,6 +78,11 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
   const publicUrl = deps.publicUrl();
   let file: string | null = null;
   try {
+    if (!(await isoDirHasRoom(deps.isoDir, deps.maxBytes ?? 0))) {
+      deps.log.warn({ runId, isoDir: deps.isoDir }, 'installer ISO not built: ISO_DIR is full (ISO_DIR_MAX_BYTES)');
+      await record({ ok: false, code: 'ISO_DIR_FULL', error: ISO_DIR_FULL_MESSAGE });
+      return 'failed';
+    }
     if (!publicUrl) throw new Error('PUBLIC_URL is not set: the BMC cannot fetch the ISO without the service\'s address');
     if (!deps.secrets) throw new Error('no secret broker is configured: the OS user\'s password cannot be read');
     if (!run.os_credentials_ref) throw new Error('the node has no OS password in the broker');

@@ -5,6 +5,7 @@ import { pruneEvents } from '../src/events/retention';
 import { releaseBatch } from '../src/modules/metal/bulk';
 import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
 import { buildRunIso, type IsoBuildDeps } from './iso-build';
+import { ISO_SWEEP_MS, sweepIsoDir } from '../src/modules/provision/iso-janitor';
 import { advanceRun, reconcileNode, sweepRuns } from './engine';
 import { ADVANCE_QUEUED_CHANNEL, queueAdvance } from './registry';
 import { LocalAdvancer, type RunWaker } from './local-wake';
@@ -115,6 +116,7 @@ export async function startWorkers(queues: Queues, log: Logger,
     log.warn('WORKFLOW_ENGINE=off: this worker advances no workflow run');
   }
   const iso = deps.iso;
+  let isoTimer: NodeJS.Timeout | null = null;
   if (iso) {
     // One loop taking up to `concurrency` builds at a time (one poll for all of them, every 2 s:
     // a build waits at most that long to start, and an idle service polls once more per 2 s).
@@ -126,6 +128,15 @@ export async function startWorkers(queues: Queues, log: Logger,
       await eachSettled(jobs, (job) => buildRunIso({ ...rest, sql: deps.sql, log }, job.data.runId));
       if (isoLoop && jobs.length >= concurrency) queues.notify(isoLoop);
     }, { batchSize: concurrency, pollSeconds: ISO_POLL_SECONDS });
+    // Ended jobs' ISOs off the disk (issue 21 item 12): what a crash left, now, then every ISO_SWEEP_MS.
+    const isoSql = deps.engineSql ?? deps.sql;
+    const sweepIsos = () => sweepIsoDir(isoSql, rest.isoDir, log).catch((error: unknown) => log.warn({ err: error }, 'the ISO_DIR sweep failed'));
+    await sweepIsos();
+    let isoSweeping: Promise<unknown> | null = null;
+    isoTimer = setInterval(() => {
+      isoSweeping ??= sweepIsos().finally(() => { isoSweeping = null; });
+    }, ISO_SWEEP_MS);
+    isoTimer.unref();
   }
   const fabric = deps.fabric;
   if (fabric) {
@@ -145,6 +156,7 @@ export async function startWorkers(queues: Queues, log: Logger,
     waker: local,
     stop: async () => {
       if (timer) clearInterval(timer);
+      if (isoTimer) clearInterval(isoTimer);
       listener?.stop();
       await local?.stop();
     },

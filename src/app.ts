@@ -153,7 +153,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     // This process's engine, when it runs one: what its own agent and API commit wakes runs here (jobs/local-wake.ts).
     let waker: RunWaker | null = null;
     if (config.role !== 'api') {
-      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, iso: { secrets, isoDir: config.isoDir, publicUrl: () => config.publicUrl, baseDir: config.installerBaseDir, concurrency: config.controlnodeIsoConcurrency }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, iso: { secrets, isoDir: config.isoDir, publicUrl: () => config.publicUrl, baseDir: config.installerBaseDir, concurrency: config.controlnodeIsoConcurrency, maxBytes: config.isoDirMaxBytes }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
       // Cleanups run in reverse: the run sweep stops before the queues and the pool close.
       cleanups.push(async () => workers.stop());
       waker = workers.waker;

@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { parseBmcNetworksEnv } from './modules/metal/bmc-networks';
 
 /** Every environment variable the service reads, with its default. README's table mirrors this. */
 export interface Config {
@@ -94,6 +95,13 @@ export interface Config {
   controlnodeIsoConcurrency: number;
   /** A control-node job with no installer step report for this long fails as stuck (CONTROLNODE_INSTALL_STUCK_S). */
   controlnodeInstallStuckS: number;
+  /**
+   * BMC_NETWORKS: the CIDRs a BMC may be at for every site whose own bmcNetworks are empty (comma
+   * separated); none: any address but loopback, link-local, unspecified, multicast and broadcast.
+   */
+  bmcNetworks: string[];
+  /** ISO_DIR_MAX_BYTES: what installer ISOs may take in ISO_DIR in all (0: no cap); a new one that would not fit is refused (ISO_DIR_FULL). */
+  isoDirMaxBytes: number;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -193,6 +201,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     installerBaseDir: env.INSTALLER_BASE_DIR ? path.resolve(env.INSTALLER_BASE_DIR) : undefined,
     controlnodeIsoConcurrency: intEnv(env, 'CONTROLNODE_ISO_CONCURRENCY', 2, 1),
     controlnodeInstallStuckS: intEnv(env, 'CONTROLNODE_INSTALL_STUCK_S', 1800, 10),
+    bmcNetworks: parseBmcNetworksEnv(env.BMC_NETWORKS),
+    isoDirMaxBytes: intEnv(env, 'ISO_DIR_MAX_BYTES', 8 * 1024 ** 3),
   };
 }
 

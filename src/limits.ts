@@ -77,7 +77,9 @@ export function checkString(field: string, value: string, max: number | null): A
 /**
  * Every string (keys included) of a parsed JSON value, without recursion: NUL and lone surrogates
  * are refused anywhere, and nesting past {@link LIMITS.jsonDepth}. String lengths are the schema's
- * business (free-form JSON objects have their own byte limits).
+ * business (free-form JSON objects have their own byte limits). A number JSON.parse could not hold
+ * (1e309 is Infinity) is refused too: carried on, it became null on its way to GraphQL, and a
+ * write kept the old value while answering 200 (issue 21 item 13).
  */
 export function checkJsonStrings(root: unknown, rootField: string, maxDepth: number = LIMITS.jsonDepth): AppError | null {
   const stack: { value: unknown; field: string; depth: number }[] = [{ value: root, field: rootField, depth: 0 }];
@@ -86,6 +88,10 @@ export function checkJsonStrings(root: unknown, rootField: string, maxDepth: num
     if (typeof value === 'string') {
       const bad = checkString(field, value, null);
       if (bad) return bad;
+      continue;
+    }
+    if (typeof value === 'number') {
+      if (!Number.isFinite(value)) return new AppError('INVALID_INPUT', `${field}: must be a finite number (this one overflows)`, { field });
       continue;
     }
     if (value === null || typeof value !== 'object') continue;

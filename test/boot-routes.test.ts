@@ -39,10 +39,10 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
       expect(r.status).toBe(200);
       return r.body.node.id as string;
     };
-    nodes.a = await enroll('10.9.0.1', { macs: MAC_A });
-    nodes.b = await enroll('10.9.0.2', { macs: [MAC_B] });
-    nodes.c = await enroll('10.9.0.3', { macs: [MAC_C] });
-    nodes.uuidOnly = await enroll('10.9.0.4', { productUuid: '6b1e9d3c-0f4a-4c2e-9b7d-3a5f8e1c2d40' }, 'ipmi');
+    nodes.a = await enroll('127.9.0.1', { macs: MAC_A });
+    nodes.b = await enroll('127.9.0.2', { macs: [MAC_B] });
+    nodes.c = await enroll('127.9.0.3', { macs: [MAC_C] });
+    nodes.uuidOnly = await enroll('127.9.0.4', { productUuid: '6b1e9d3c-0f4a-4c2e-9b7d-3a5f8e1c2d40' }, 'ipmi');
   });
   afterAll(async () => {
     await sql.end();
@@ -448,7 +448,7 @@ describe('PUBLIC_URL in the scripts, and the ramdisk files served from RAMDISK_D
   it('the callback and the ramdisk URLs are under PUBLIC_URL', async () => {
     const tree = await makeTenantTree(t.app.database.prisma, 'boot-public', { pools: 1, nodesPerPool: 0 });
     const token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
-    const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', { poolId: tree.pools[0]!.id, macs: ['52:54:00:b1:00:01'], bmc: { address: '10.9.1.1', driver: 'redfish', credentials: { username: 'u', password: 'p' } } });
+    const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', { poolId: tree.pools[0]!.id, macs: ['52:54:00:b1:00:01'], bmc: { address: '127.9.1.1', driver: 'redfish', credentials: { username: 'u', password: 'p' } } });
     const sql = new pg.Client({ connectionString: t.app.databaseUrl });
     await sql.connect();
     try {

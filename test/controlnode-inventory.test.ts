@@ -165,6 +165,43 @@ describe('the NetBox inventory (fixture with NetBox\'s shapes)', () => {
     expect((await refusal(none.forBmc('10.20.0.11'))).code).toBe('INVALID_CONFIG');
   });
 
+  it('NetBox\'s (or a proxy\'s) error text never reaches the caller: a summary, never the echoed token or body (issue 21 item 11)', async () => {
+    const TOKEN = '0123456789abcdef0123456789abcdef01234567';
+    let mode = 'echo-403';
+    const fake = http.createServer((req, res) => {
+      res.setHeader('content-type', 'application/json');
+      const auth = String(req.headers.authorization ?? '');
+      if (mode === 'echo-403') {
+        res.statusCode = 403;
+        return res.end(JSON.stringify({ detail: `Invalid token ${auth}` }));
+      }
+      if (mode === 'odd-403') {
+        res.statusCode = 403;
+        return res.end(JSON.stringify({ detail: `proxy says no to ${auth} from ${req.socket.remoteAddress}` }));
+      }
+      res.statusCode = mode === '500' ? 500 : 502;
+      return res.end(JSON.stringify({ detail: `upstream exploded; request was ${req.method} ${req.url} with ${auth}`, trace: 'Traceback: secret-internal-path' }));
+    });
+    await new Promise<void>((r) => fake.listen(0, '127.0.0.1', () => r()));
+    try {
+      const base = `http://127.0.0.1:${(fake.address() as AddressInfo).port}`;
+      for (const m of ['echo-403', 'odd-403', '500', '502']) {
+        mode = m;
+        const e = await refusal(inv({ url: base }, TOKEN).forBmc('10.20.0.11'));
+        const said = JSON.stringify({ message: e.message, extensions: e.extensions });
+        expect(said).not.toContain(TOKEN);
+        expect(said).not.toContain(TOKEN.slice(0, 8));
+        expect(said).not.toMatch(/exploded|Traceback|secret-internal|proxy says/);
+        if (m === 'echo-403') expect([e.code, e.message]).toEqual(['INVALID_CONFIG', expect.stringMatching(/refused the configured token \(403: invalid token\)/)]);
+        if (m === 'odd-403') expect(e.message).toMatch(/refused the configured token \(403\)/);
+        if (m === '500') expect([e.code, e.message]).toEqual(['UPSTREAM_UNAVAILABLE', expect.stringMatching(/answered 500 to GET/)]);
+      }
+    } finally {
+      fake.closeAllConnections();
+      await new Promise<void>((r) => fake.close(() => r()));
+    }
+  });
+
   it('a slow page within the timeout is waited for; one beyond it, or a NetBox that never answers, is UPSTREAM_UNAVAILABLE', async () => {
     const nb = await sim({ version: '4.3', pageSize: 50, maxPageSize: 50, devices: [{ ...DEVICE, interfaces: manyInterfaces(120) }] });
     // The second page of interfaces is slow.

@@ -171,23 +171,23 @@ describe('register', () => {
   const REFUSED: [string, Record<string, unknown>, string][] = [
     ['no bmc_ip', { serial_number: 'X1' }, 'body.bmc_ip'],
     ['a bmc_ip that is no address', { bmc_ip: 'bmc-07.example' }, 'body.bmc_ip'],
-    ['a bmc_ip with a port', { bmc_ip: '10.0.0.1:443' }, 'body.bmc_ip'],
-    ['a user name without its password', { bmc_ip: '10.9.0.1', bmc_username: 'admin' }, 'body.bmc_password'],
-    ['a password without its user name', { bmc_ip: '10.9.0.1', bmc_password: BMC_PASSWORD }, 'body.bmc_username'],
-    ['an os_ip that is no address', { bmc_ip: '10.9.0.1', os_ip: '10.30.0' }, 'body.os_ip'],
-    ['a broadcast primary_mac', { bmc_ip: '10.9.0.1', primary_mac: 'ff:ff:ff:ff:ff:ff' }, 'body.primary_mac'],
-    ['a malformed primary_mac', { bmc_ip: '10.9.0.1', primary_mac: '3C:FD:FE' }, 'body.primary_mac'],
-    ['a serial with a space', { bmc_ip: '10.9.0.1', serial_number: 'J30 X8K1' }, 'body.serial_number'],
-    ['a host name with an underscore', { bmc_ip: '10.9.0.1', os_hostname: 'mgmt_01' }, 'body.os_hostname'],
-    ['an fqdn with a space', { bmc_ip: '10.9.0.1', fqdn: 'a b.example' }, 'body.fqdn'],
-    ['an OS user name with a capital', { bmc_ip: '10.9.0.1', os_username: 'Root' }, 'body.os_username'],
-    ['a NetBox id of 0', { bmc_ip: '10.9.0.1', atlas_device_id: 0 }, 'body.atlas_device_id'],
-    ['a NetBox id that is a string', { bmc_ip: '10.9.0.1', atlas_rack_id: '7' }, 'body.atlas_rack_id'],
-    ['a NetBox id past int32', { bmc_ip: '10.9.0.1', atlas_site_id: 2 ** 31 }, 'body.atlas_site_id'],
-    ['a NUL in the host name', { bmc_ip: '10.9.0.1', os_hostname: 'mgmt\u000001' }, 'body.os_hostname'],
-    ['a lone surrogate in the vendor', { bmc_ip: '10.9.0.1', vendor: 'Dell\ud800' }, 'body.vendor'],
-    ['a 5,000-character serial', { bmc_ip: '10.9.0.1', serial_number: 'A'.repeat(5000) }, 'body.serial_number'],
-    ['an unknown field', { bmc_ip: '10.9.0.1', is_control_node: false }, 'body.is_control_node'],
+    ['a bmc_ip with a port', { bmc_ip: '127.0.0.1:443' }, 'body.bmc_ip'],
+    ['a user name without its password', { bmc_ip: '127.9.0.1', bmc_username: 'admin' }, 'body.bmc_password'],
+    ['a password without its user name', { bmc_ip: '127.9.0.1', bmc_password: BMC_PASSWORD }, 'body.bmc_username'],
+    ['an os_ip that is no address', { bmc_ip: '127.9.0.1', os_ip: '10.30.0' }, 'body.os_ip'],
+    ['a broadcast primary_mac', { bmc_ip: '127.9.0.1', primary_mac: 'ff:ff:ff:ff:ff:ff' }, 'body.primary_mac'],
+    ['a malformed primary_mac', { bmc_ip: '127.9.0.1', primary_mac: '3C:FD:FE' }, 'body.primary_mac'],
+    ['a serial with a space', { bmc_ip: '127.9.0.1', serial_number: 'J30 X8K1' }, 'body.serial_number'],
+    ['a host name with an underscore', { bmc_ip: '127.9.0.1', os_hostname: 'mgmt_01' }, 'body.os_hostname'],
+    ['an fqdn with a space', { bmc_ip: '127.9.0.1', fqdn: 'a b.example' }, 'body.fqdn'],
+    ['an OS user name with a capital', { bmc_ip: '127.9.0.1', os_username: 'Root' }, 'body.os_username'],
+    ['a NetBox id of 0', { bmc_ip: '127.9.0.1', atlas_device_id: 0 }, 'body.atlas_device_id'],
+    ['a NetBox id that is a string', { bmc_ip: '127.9.0.1', atlas_rack_id: '7' }, 'body.atlas_rack_id'],
+    ['a NetBox id past int32', { bmc_ip: '127.9.0.1', atlas_site_id: 2 ** 31 }, 'body.atlas_site_id'],
+    ['a NUL in the host name', { bmc_ip: '127.9.0.1', os_hostname: 'mgmt\u000001' }, 'body.os_hostname'],
+    ['a lone surrogate in the vendor', { bmc_ip: '127.9.0.1', vendor: 'Dell\ud800' }, 'body.vendor'],
+    ['a 5,000-character serial', { bmc_ip: '127.9.0.1', serial_number: 'A'.repeat(5000) }, 'body.serial_number'],
+    ['an unknown field', { bmc_ip: '127.9.0.1', is_control_node: false }, 'body.is_control_node'],
     ['a number for bmc_ip', { bmc_ip: 1 }, 'body.bmc_ip'],
   ];
 
@@ -202,12 +202,12 @@ describe('register', () => {
 
   it('a token without compute:nodes:provision on the pool is refused; another tenant\'s sees no pool', async () => {
     const reader = await makeToken(t.app.services.prisma, tenantId, [{ permission: 'compute:nodes:power', scopeType: 'pool', scopeId: poolId }]);
-    expect((await register({ bmc_ip: '10.9.0.2' }, reader)).body.error.code).toBe('PERMISSION_DENIED');
+    expect((await register({ bmc_ip: '127.9.0.2' }, reader)).body.error.code).toBe('PERMISSION_DENIED');
     const elsewhere = await makeTenantTree(t.app.services.prisma, 'cn-other', { pools: 1, nodesPerPool: 0 });
     const stranger = await makeToken(t.app.services.prisma, elsewhere.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: elsewhere.tenant.id }]);
-    const r = await register({ bmc_ip: '10.9.0.2' }, stranger);
+    const r = await register({ bmc_ip: '127.9.0.2' }, stranger);
     expect([r.status, r.body.error.code]).toEqual([404, 'NOT_FOUND']);
-    expect((await register({ bmc_ip: '10.9.0.2' }, null)).status).toBe(401);
+    expect((await register({ bmc_ip: '127.9.0.2' }, null)).status).toBe(401);
   });
 
   it('no password is in any row, event or log line, plain or hex-encoded', async () => {

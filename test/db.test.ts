@@ -26,7 +26,7 @@ describe('a page of nodes with pool and site costs a constant number of SQL stat
       await prisma.node.createMany({
         data: Array.from({ length: 20 }, (_, i) => ({
           id: newId('MetalNode'), tenantId: tree.tenant.id, siteId: site.id, poolId: pool.id,
-          provisionState: 'ready' as const, bmcAddress: `10.9.${s}.${i}`, bmcDriver: 'ipmi',
+          provisionState: 'ready' as const, bmcAddress: `127.9.${s}.${i}`, bmcDriver: 'ipmi',
         })),
       });
     }

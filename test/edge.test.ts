@@ -37,13 +37,13 @@ describe('the edge: auth first, inputs checked without echo, limits, NUL, depth,
 
   const secrets = async () => Number((await sql.query('SELECT count(*) FROM secret')).rows[0].count);
   const bmc = (over: Record<string, unknown> = {}, credentials: Record<string, unknown> = {}) => ({
-    address: '10.0.0.5', driver: 'redfish', credentials: { username: 'root', password: PASSWORD, ...credentials }, ...over,
+    address: '127.0.0.5', driver: 'redfish', credentials: { username: 'root', password: PASSWORD, ...credentials }, ...over,
   });
 
   describe('input errors never repeat the input (responses and logs)', () => {
     const graphqlCases: [string, string, Record<string, unknown>, RegExp][] = [
       ['poolId missing', ENROLL, { i: { bmc: bmc() } }, /^\$i\.poolId: is required$/],
-      ['bmc.driver missing', ENROLL, { i: { poolId: 'pol_x', bmc: { address: '10.0.0.5', credentials: { username: 'root', password: PASSWORD } } } }, /^\$i\.bmc\.driver: is required$/],
+      ['bmc.driver missing', ENROLL, { i: { poolId: 'pol_x', bmc: { address: '127.0.0.5', credentials: { username: 'root', password: PASSWORD } } } }, /^\$i\.bmc\.driver: is required$/],
       ['an extra key in credentials', ENROLL, { i: { poolId: 'pol_x', bmc: bmc({}, { foo: 1 }) } }, /^\$i\.bmc\.credentials\.foo: is not a known field$/],
       ['a wrong type beside the password', ENROLL, { i: { poolId: 'pol_x', bmc: bmc({ address: 5 }) } }, /^\$i\.bmc\.address: must be a string$/],
       ['the password over its limit', ENROLL, { i: { poolId: 'pol_x', bmc: bmc({}, { password: PASSWORD.repeat(100) }) } }, /^\$i\.bmc\.credentials\.password: must be at most 1024 characters$/],

@@ -90,7 +90,7 @@ describe('no existence oracle across tenants', () => {
       got.stop();
       return { status: 0, body: { errors: got.errors, events: got.events } };
     };
-  const bmc = { address: '10.9.9.9', driver: 'redfish', credentials: 'secret://vault/x' };
+  const bmc = { address: '127.9.9.9', driver: 'redfish', credentials: 'secret://vault/x' };
   const NODE = 'query ($id: ID!) { node(id: $id) { id } }';
   const verb = (field: string, input: string) => `mutation ($i: ${input}!) { ${field}(input: $i) { node { id } } }`;
 

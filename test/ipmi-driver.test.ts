@@ -183,12 +183,13 @@ describe('power, each action read back', () => {
     }
   });
 
-  test('reset of a running machine: one reset, on afterwards', async () => {
+  test('reset of a running machine: one reset, on afterwards, and unverified (IPMI has no reset counter and ipmi_sim shows no off phase), never success', async () => {
     main.setPower('on');
     const before = main.destructiveCalls().length;
     const r = await driver.power(bmcOf(main), 'reset');
     expect(r.value).toBe('on');
     expect(r.notes.join()).toMatch(/no reset counter/);
+    expect(r.unverified).toMatch(/no reset counter and power status showed no off phase/);
     expect(main.destructiveCalls().slice(before).map((c) => `${c.param} ${c.value}`)).toEqual(['reset 1']);
   });
 

@@ -33,7 +33,7 @@ describe('enroll of an IPMI node', () => {
   const body = (bmc: Record<string, unknown>, over: Record<string, unknown> = {}) => ({
     poolId: tree.pools[0]!.id,
     macs: [`52:54:00:10:00:${(n++).toString(16).padStart(2, '0')}`],
-    bmc: { address: '10.40.0.5', driver: 'ipmi', credentials: { username: 'admin', password: 'Ipmi-Enroll-Pa55' }, ...bmc },
+    bmc: { address: '127.40.0.5', driver: 'ipmi', credentials: { username: 'admin', password: 'Ipmi-Enroll-Pa55' }, ...bmc },
     ...over,
   });
   const counts = async () => (await sql.query('SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM secret) AS secrets')).rows[0];
@@ -42,7 +42,7 @@ describe('enroll of an IPMI node', () => {
     ['cipher suite 0', { driverOptions: { cipherSuite: 0 } }, 'bmc.driverOptions.cipherSuite: cipher suite 0 is refused'],
     ['a cipher suite out of range', { driverOptions: { cipherSuite: 40 } }, 'bmc.driverOptions.cipherSuite: must be an integer'],
     ['a privilege level that cannot power a machine', { driverOptions: { privilegeLevel: 'USER' } }, 'bmc.driverOptions.privilegeLevel'],
-    ['a URL for an address', { address: 'https://10.40.0.5' }, 'bmc.address: the ipmi driver takes host[:port]'],
+    ['a URL for an address', { address: 'https://127.40.0.5' }, 'bmc.address: the ipmi driver takes host[:port]'],
   ])('%s: 400 naming the field, nothing written', async (_name, bmc, message) => {
     const before = await counts();
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body(bmc));
@@ -53,18 +53,18 @@ describe('enroll of an IPMI node', () => {
   });
 
   it('a Redfish BMC with power bound to ipmi by its hardware profile is checked too', async () => {
-    const refused = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'redfish', address: 'https://10.40.0.6' }, { hardwareProfile: 'ipmi-power' }));
+    const refused = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'redfish', address: 'https://127.40.0.6' }, { hardwareProfile: 'ipmi-power' }));
     expect(refused.status).toBe(400);
     expect(refused.body.error.message).toContain('bmc.address');
     // Without the IPMI binding, the same URL is a Redfish address like any other.
-    const redfish = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'redfish', address: 'https://10.40.0.6' }));
+    const redfish = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'redfish', address: 'https://127.40.0.6' }));
     expect(redfish.status).toBe(200);
   });
 
   it('host:port, a supported cipher suite and the other options are kept as given', async () => {
     const driverOptions = { cipherSuite: 17, privilegeLevel: 'OPERATOR', guidEncoding: 'smbios' };
-    const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ address: '10.40.0.7:9623', driverOptions }));
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ address: '127.40.0.7:9623', driverOptions }));
     expect(response.status).toBe(200);
-    expect(response.body.node.bmc).toMatchObject({ address: '10.40.0.7:9623', driver: 'ipmi', driverOptions });
+    expect(response.body.node.bmc).toMatchObject({ address: '127.40.0.7:9623', driver: 'ipmi', driverOptions });
   });
 });

@@ -201,7 +201,7 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
     const orphan = sim.machine('orphan');
     const admin = await makeToken(t.app.database.prisma, tenantId, [{ permission: 'admin', scopeType: 'tenant', scopeId: tenantId }]);
     const enrolled = await rest(t.url, provision, 'POST', '/api/compute/metal/enroll', {
-      poolId, name: 'orphan', productUuid: orphan.uuid, bmc: { address: '10.7.0.1', driver: 'ipmi', credentials: { username: 'u', password: 'p' } },
+      poolId, name: 'orphan', productUuid: orphan.uuid, bmc: { address: '127.7.0.1', driver: 'ipmi', credentials: { username: 'u', password: 'p' } },
     });
     expect(enrolled.status).toBe(200);
     const nodeId = enrolled.body.node.id as string;
@@ -282,7 +282,7 @@ describe('a fleet in one process: forty machines inspected at once', () => {
       const token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
       const runs = new Map<string, string>();
       for (const m of sim.machines) {
-        const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', { poolId: tree.pools[0]!.id, macs: m.macs, bmc: { address: '10.1.0.1', driver: 'redfish', credentials: { username: 'u', password: 'p' } } });
+        const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', { poolId: tree.pools[0]!.id, macs: m.macs, bmc: { address: '127.1.0.1', driver: 'redfish', credentials: { username: 'u', password: 'p' } } });
         expect(r.status).toBe(200);
         const runId = await makeRun(sql, r.body.node.id, 'metal-inspect');
         await issueEntry(t, r.body.node.id, runId, 'inspect');

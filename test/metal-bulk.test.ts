@@ -38,7 +38,7 @@ describe('bulk', () => {
   async function nodes(count: number, state: ProvisionState = 'ready', pool = 0, owner = tree): Promise<string[]> {
     const data = Array.from({ length: count }, () => ({
       id: newId('MetalNode'), tenantId: owner.tenant.id, siteId: owner.site.id, poolId: owner.pools[pool]!.id,
-      provisionState: state, bmcAddress: '10.3.3.3', bmcDriver: 'redfish',
+      provisionState: state, bmcAddress: '127.3.3.3', bmcDriver: 'redfish',
     }));
     await t.app.database.prisma.node.createMany({ data });
     return data.map((d) => d.id);

@@ -44,7 +44,7 @@ describe('PXE discovery: discovered and confirmMac', () => {
     await t.app.database.prisma.node.create({
       data: {
         id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[pool]!.id, provisionState: 'enrolling',
-        bmcAddress: '10.5.5.5', bmcDriver: 'ipmi', bmcCredentialsRef: 'secret://x', productUuid: uuid, macs,
+        bmcAddress: '127.5.5.5', bmcDriver: 'ipmi', bmcCredentialsRef: 'secret://x', productUuid: uuid, macs,
         pxeCycledAt: cycledMinutesAgo === null ? null : new Date(Date.now() - cycledMinutesAgo * 60000),
       },
     });

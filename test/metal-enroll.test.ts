@@ -33,7 +33,7 @@ describe('enroll', () => {
   const body = (over: Record<string, unknown> = {}, bmc: Record<string, unknown> = {}) => ({
     poolId: tree.pools[0]!.id,
     siteId: tree.site.id,
-    bmc: { address: '10.20.0.5', driver: 'redfish', credentials: { username: 'root', password: PASSWORD }, ...bmc },
+    bmc: { address: '127.20.0.5', driver: 'redfish', credentials: { username: 'root', password: PASSWORD }, ...bmc },
     ...over,
   });
 
@@ -43,7 +43,7 @@ describe('enroll', () => {
     const node = response.body.node;
     expect(node).toMatchObject({
       provisionState: 'enrolling', poolId: tree.pools[0]!.id, siteId: tree.site.id, addresses: ['10.30.0.5', 'fd00::5'],
-      bmc: { address: '10.20.0.5', driver: 'redfish', credentialsSet: true },
+      bmc: { address: '127.20.0.5', driver: 'redfish', credentialsSet: true },
       driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' },
     });
     const events = (await sql.query('SELECT type, payload FROM event WHERE node_id = $1', [node.id])).rows;
@@ -68,19 +68,19 @@ describe('enroll', () => {
   it('when the node cannot be written, the inline credentials stored first are removed again', async () => {
     // A real failure inside the node transaction, after the broker was written.
     await sql.query(`CREATE FUNCTION test_refuse_node() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF NEW.bmc_address = '10.66.66.66' THEN RAISE EXCEPTION 'refused by test'; END IF; RETURN NEW; END $$`);
+      BEGIN IF NEW.bmc_address = '127.66.66.66' THEN RAISE EXCEPTION 'refused by test'; END IF; RETURN NEW; END $$`);
     await sql.query('CREATE TRIGGER test_refuse_node BEFORE INSERT ON node FOR EACH ROW EXECUTE FUNCTION test_refuse_node()');
     try {
       const secrets = async () => Number((await sql.query('SELECT count(*) FROM secret')).rows[0].count);
       const before = await secrets();
-      const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({}, { address: '10.66.66.66' }));
+      const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({}, { address: '127.66.66.66' }));
       expect(response.status).toBe(500);
       expect(response.body.error.code).toBe('INTERNAL');
       expect(await secrets()).toBe(before);
-      expect((await sql.query(`SELECT count(*) FROM node WHERE bmc_address = '10.66.66.66'`)).rows[0].count).toBe('0');
+      expect((await sql.query(`SELECT count(*) FROM node WHERE bmc_address = '127.66.66.66'`)).rows[0].count).toBe('0');
       // A secret:// reference is the caller's: it is never removed.
       const ref = await t.app.services.secrets!.put(tree.tenant.id, { username: 'u', password: 'p' });
-      await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({}, { address: '10.66.66.66', credentials: ref }));
+      await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({}, { address: '127.66.66.66', credentials: ref }));
       expect(await t.app.services.secrets!.get(ref, tree.tenant.id)).toEqual({ username: 'u', password: 'p' });
     } finally {
       await sql.query('DROP TRIGGER test_refuse_node ON node');
@@ -152,7 +152,7 @@ describe('enroll', () => {
     expect(viaRest.status).toBe(400);
     expect(viaRest.body.error).toMatchObject({ code: 'INVALID_INPUT', message: expect.stringContaining(`bmc.driverOptions.${key}: looks like a credential`) });
     const viaGraphql = await gql(t.url, token, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', {
-      i: { poolId: tree.pools[0]!.id, bmc: { address: '10.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x' }, driverOptions: { tls: { [key]: VALUE } } } },
+      i: { poolId: tree.pools[0]!.id, bmc: { address: '127.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x' }, driverOptions: { tls: { [key]: VALUE } } } },
     });
     expect(viaGraphql.errors?.[0]).toMatchObject({ message: expect.stringContaining(`bmc.driverOptions.tls.${key}`), extensions: { code: 'INVALID_INPUT' } });
     expect(JSON.stringify([viaRest.body, viaGraphql])).not.toContain(VALUE);
@@ -177,7 +177,7 @@ describe('enroll', () => {
     const narrow = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'pool', scopeId: pool1.id, siteId: pool1.siteId, poolId: pool1.id }]);
     expect((await rest(t.url, narrow, 'POST', '/api/compute/metal/enroll', body())).status).toBe(403);
     const result = await gql(t.url, narrow, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', {
-      i: { poolId: pool1.id, bmc: { address: '10.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x' } } },
+      i: { poolId: pool1.id, bmc: { address: '127.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x' } } },
     });
     expect(result.errors).toBeUndefined();
   });
@@ -197,7 +197,7 @@ describe('enroll', () => {
 
   it('GraphQL needs exactly one kind of credentials', async () => {
     const result = await gql(t.url, token, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', {
-      i: { poolId: tree.pools[0]!.id, bmc: { address: '10.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x', password: 'p' } } },
+      i: { poolId: tree.pools[0]!.id, bmc: { address: '127.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x', password: 'p' } } },
     });
     expect(codeOf(result)).toBe('INVALID_INPUT');
   });

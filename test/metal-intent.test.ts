@@ -52,7 +52,7 @@ describe('every verb persists its intent as a workflow run; the job names only t
       data: {
         id, tenantId: owner.tenant.id, siteId: owner.site.id, poolId: owner.pools[0]!.id, provisionState: state,
         failedFrom: opts.failedFrom ?? null, lastErrorCode: opts.failedFrom ? 'WORKFLOW_FAILED' : null, maintenance: Boolean(opts.failedFrom),
-        bmcAddress: '10.4.4.4', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://x', workflowId: runId,
+        bmcAddress: '127.4.4.4', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://x', workflowId: runId,
       },
     });
     if (opts.run) {
@@ -136,7 +136,7 @@ describe('every verb persists its intent as a workflow run; the job names only t
 
   it('enroll: "queues the reconciler to verify BMC access and inspect the machine out of band": a metal-enroll run', async () => {
     const response = await call('enroll', {
-      poolId: tree.pools[0]!.id, bmc: { address: '10.4.4.5', driver: 'redfish', credentials: { username: 'root', password: 'Enr0ll-secret' } },
+      poolId: tree.pools[0]!.id, bmc: { address: '127.4.4.5', driver: 'redfish', credentials: { username: 'root', password: 'Enr0ll-secret' } },
     }, 'intent-enroll');
     expect(response.status).toBe(200);
     const nodeId = response.body.node.id;
@@ -336,7 +336,7 @@ describe('the metal.batch worker releases a batch once, into one run per node', 
     const tree = await makeTenantTree(prisma, 'intent-worker', { pools: 1, nodesPerPool: 0 });
     const token = await makeToken(prisma, tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
     const ids = Array.from({ length: 5 }, () => newId('MetalNode'));
-    await prisma.node.createMany({ data: ids.map((id) => ({ id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'ready' as const, bmcAddress: '10.4.5.6', bmcDriver: 'redfish' })) });
+    await prisma.node.createMany({ data: ids.map((id) => ({ id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'ready' as const, bmcAddress: '127.4.5.6', bmcDriver: 'redfish' })) });
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/bulk', { poolId: tree.pools[0]!.id, verb: 'retire', nodeIds: ids, reason: 'worker release' });
     expect(response.body.batch.status).toBe('recorded');
     const batchId = response.body.batch.id;

@@ -73,7 +73,7 @@ describe('enroll and confirmMac share the MAC rule', () => {
     await t.app.database.prisma.node.create({
       data: {
         id, tenantId: opts.tenant ?? tree.tenant.id, siteId: opts.site ?? tree.site.id, poolId: opts.pool ?? tree.pools[0]!.id,
-        provisionState: opts.state ?? 'enrolling', bmcAddress: '10.8.8.8', bmcDriver: 'ipmi', bmcCredentialsRef: 'secret://x',
+        provisionState: opts.state ?? 'enrolling', bmcAddress: '127.8.8.8', bmcDriver: 'ipmi', bmcCredentialsRef: 'secret://x',
         productUuid: '4c4c4544-0035-3510-8052-b4c04f4e4b32', macs,
       },
     });
@@ -97,7 +97,7 @@ describe('enroll and confirmMac share the MAC rule', () => {
       prepare: async (pool) => async (mac) => {
         const r = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', {
           poolId: sitePool(pool).pool, macs: [freshMac(), mac],
-          bmc: { address: '10.9.0.1', driver: 'ipmi', credentials: { username: 'root', password: 'calvin-secret' } },
+          bmc: { address: '127.9.0.1', driver: 'ipmi', credentials: { username: 'root', password: 'calvin-secret' } },
         });
         return { status: r.status, code: r.body.error?.code, message: r.body.error?.message, macs: r.body.node?.macs };
       },
@@ -106,7 +106,7 @@ describe('enroll and confirmMac share the MAC rule', () => {
       name: 'enroll (GraphQL)', field: 'macs[1]',
       prepare: async (pool) => async (mac) => {
         const r = await gql(t.url, token, ENROLL_GQL, {
-          i: { poolId: sitePool(pool).pool, macs: [freshMac(), mac], bmc: { address: '10.9.0.2', driver: 'ipmi', credentials: { username: 'root', password: 'calvin-secret' } } },
+          i: { poolId: sitePool(pool).pool, macs: [freshMac(), mac], bmc: { address: '127.9.0.2', driver: 'ipmi', credentials: { username: 'root', password: 'calvin-secret' } } },
         });
         return { status: r.errors ? 400 : 200, code: r.errors?.[0]?.extensions?.code, message: r.errors?.[0]?.message, macs: r.data?.enrollNode?.node.macs };
       },

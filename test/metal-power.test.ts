@@ -33,7 +33,7 @@ describe('power and site agents', () => {
     await t.app.database.prisma.node.create({
       data: {
         id, tenantId: owner.tenant.id, siteId: owner.site.id, poolId: owner.pools[0]!.id, provisionState: state,
-        bmcAddress: '10.2.2.2', bmcDriver: 'ipmi', bmcCredentialsRef: opts.credentials === false ? null : 'secret://x',
+        bmcAddress: '127.2.2.2', bmcDriver: 'ipmi', bmcCredentialsRef: opts.credentials === false ? null : 'secret://x',
       },
     });
     return id;

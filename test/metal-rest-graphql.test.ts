@@ -41,7 +41,7 @@ describe('REST and GraphQL give the same result for every verb', () => {
       await t.app.database.prisma.node.create({
         data: {
           id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: state, failedFrom,
-          maintenance: failedFrom !== null, bmcAddress: '10.7.7.7', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://twin',
+          maintenance: failedFrom !== null, bmcAddress: '127.7.7.7', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://twin',
         },
       });
       return id;
@@ -94,7 +94,7 @@ describe('REST and GraphQL give the same result for every verb', () => {
     expect(pg.data!.powerNode.commandId).toMatch(/^cmd_/);
     expect({ provisionState: pr.body.node.provisionState, version: pr.body.node.version }).toEqual(pg.data!.powerNode.node);
 
-    const enrollBody = { poolId: tree.pools[0]!.id, bmc: { address: '10.8.8.8', driver: 'ipmi', credentials: 'secret://x', driverOptions: { cipherSuite: 3 } }, macs: ['aa:bb:cc:dd:ee:01'] };
+    const enrollBody = { poolId: tree.pools[0]!.id, bmc: { address: '127.8.8.8', driver: 'ipmi', credentials: 'secret://x', driverOptions: { cipherSuite: 3 } }, macs: ['aa:bb:cc:dd:ee:01'] };
     const er = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', enrollBody);
     // A MAC belongs to one machine of the site: the GraphQL twin has its own.
     const eg = await gql(t.url, token, `mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { ${VIEW} } } }`, {

@@ -52,7 +52,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
       data: {
         id, tenantId: owner.tenant.id, siteId: owner.site.id, poolId: owner.pools[0]!.id, provisionState: state,
         failedFrom, lastErrorCode: failedFrom ? 'WORKFLOW_FAILED' : null, lastErrorMessage: failedFrom ? 'boom' : null,
-        maintenance: failedFrom !== null, bmcAddress: '10.1.1.1', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://x',
+        maintenance: failedFrom !== null, bmcAddress: '127.1.1.1', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://x',
       },
     });
     return id;
@@ -137,7 +137,7 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     async function deployedAgentless() {
       const id = newId('MetalNode');
       await t.app.database.prisma.node.create({
-        data: { id, tenantId: tree.tenant.id, siteId: agentless.site.id, poolId: agentless.pools[0]!.id, provisionState: 'deployed', bmcAddress: '10.1.1.2', bmcDriver: 'ipmi' },
+        data: { id, tenantId: tree.tenant.id, siteId: agentless.site.id, poolId: agentless.pools[0]!.id, provisionState: 'deployed', bmcAddress: '127.1.1.2', bmcDriver: 'ipmi' },
       });
       return id;
     }

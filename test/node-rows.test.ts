@@ -45,7 +45,7 @@ describe('node rows read with plain SQL', () => {
       data: {
         id: newId('MetalNode'), tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, name: 'full',
         provisionState: 'failed', failedFrom: 'deploying', lastErrorCode: 'ABORTED', lastErrorMessage: 'aborted: test',
-        maintenance: true, bmcAddress: '10.0.0.9', bmcDriver: 'redfish', bmcDriverOptions: { verifyTls: false, port: 443 },
+        maintenance: true, bmcAddress: '127.0.0.9', bmcDriver: 'redfish', bmcDriverOptions: { verifyTls: false, port: 443 },
         bmcCredentialsRef: 'secret://x', addresses: ['10.0.0.9', 'fd00::9'], macs: ['52:54:00:00:00:09'],
         productUuid: '4c4c4544-0042-3510-8051-b7c04f4e3132', hardwareProfileId: profile.id,
         driverBindings: { power: 'redfish' }, inventory: { cpus: 2, disks: [{ size: 1 }] }, profileId: 'dpr_x', profileVersion: 3,
@@ -53,7 +53,7 @@ describe('node rows read with plain SQL', () => {
       },
     });
     const empty = await prisma.node.create({
-      data: { id: newId('MetalNode'), tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'enrolling', bmcAddress: '10.0.0.10', bmcDriver: 'ipmi' },
+      data: { id: newId('MetalNode'), tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'enrolling', bmcAddress: '127.0.0.10', bmcDriver: 'ipmi' },
     });
     await compare(full.id);
     await compare(empty.id);
@@ -62,7 +62,7 @@ describe('node rows read with plain SQL', () => {
   it('a verb\'s payload still resolves the relations its row does not carry (site, pool)', async () => {
     const prisma = t.app.database.prisma;
     const node = await prisma.node.create({
-      data: { id: newId('MetalNode'), tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'ready', bmcAddress: '10.0.0.11', bmcDriver: 'redfish' },
+      data: { id: newId('MetalNode'), tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'ready', bmcAddress: '127.0.0.11', bmcDriver: 'redfish' },
     });
     const token = await makeToken(prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
     const res = await gql(t.url, token, 'mutation ($i: MetalNodeVerbInput!) { inspectNode(input: $i) { node { id provisionState version site { id name } pool { id name } hardwareProfile { id } } } }', { i: { nodeId: node.id } });

@@ -27,7 +27,7 @@ describe('checkEventPayload', () => {
     expect(error?.message).not.toMatch(/hunter2|secret:\/\/abc|b3Bl/);
   });
   it('accepts flags saying a secret is set, and plain payloads', () => {
-    expect(() => checkEventPayload({ bgpPasswordIsSet: true, password: null, verb: 'enroll', bmc: { address: '10.0.0.1', driver: 'redfish' } })).not.toThrow();
+    expect(() => checkEventPayload({ bgpPasswordIsSet: true, password: null, verb: 'enroll', bmc: { address: '127.0.0.1', driver: 'redfish' } })).not.toThrow();
   });
   it('refuses a payload nested without end', () => {
     let deep: Record<string, unknown> = {};
@@ -55,7 +55,7 @@ describe('node writes', () => {
     const id = newId('MetalNode');
     await expect(prisma.$transaction((tx) => createNode(prismaRunner(tx), {
       id, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, name: null, provisionState: 'enrolling',
-      bmcAddress: '10.9.9.9', bmcDriver: 'redfish', bmcDriverOptions: {}, bmcCredentialsRef: 'secret://x', addresses: [], macs: [],
+      bmcAddress: '127.9.9.9', bmcDriver: 'redfish', bmcDriverOptions: {}, bmcCredentialsRef: 'secret://x', addresses: [], macs: [],
       productUuid: null, hardwareProfileId: null, driverBindings: {},
     }, { run: { id: newId('WorkflowRun'), kind: 'metal-enroll' }, events: [{ type: 'node.enrolled', payload: { bmc: { credentials: 'secret://x' } } }] }, 'req'))).rejects.toThrow('payload.bmc.credentials');
     expect(await prisma.node.findUnique({ where: { id } })).toBeNull();

@@ -142,7 +142,7 @@ const PROBES: Probe[] = [
       await w.t.app.database.prisma.node.create({
         data: {
           id: newId('MetalNode'), tenantId: w.tree.tenant.id, siteId: w.tree.site.id, poolId: w.tree.pools[1]!.id, name: 'probe-added',
-          provisionState: 'failed', bmcAddress: '10.9.9.9', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://probe',
+          provisionState: 'failed', bmcAddress: '127.9.9.9', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://probe',
           lastErrorCode: 'PROBE', driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' },
         },
       });
@@ -164,7 +164,7 @@ const PROBES: Probe[] = [
       const mac = nextMac();
       const nodeId = newId('MetalNode');
       await w.t.app.database.prisma.node.create({
-        data: { id: nodeId, tenantId: w.tree.tenant.id, siteId: w.tree.site.id, poolId: w.tree.pools[0]!.id, provisionState: 'enrolling', bmcAddress: '10.9.9.10', bmcDriver: 'ipmi', bmcCredentialsRef: 'secret://probe' },
+        data: { id: nodeId, tenantId: w.tree.tenant.id, siteId: w.tree.site.id, poolId: w.tree.pools[0]!.id, provisionState: 'enrolling', bmcAddress: '127.9.9.10', bmcDriver: 'ipmi', bmcCredentialsRef: 'secret://probe' },
       });
       const report = await gql(w.t.url, w.agentToken, 'mutation ($m: [SightingInput!]) { agentReportStatus(machines: $m) { id } }', {
         m: [{ mac, firstSeen: now(), lastSeen: now(), requestCount: 1 }],
@@ -288,7 +288,7 @@ const PROBES: Probe[] = [
     token: (w) => w.t.adminToken,
     prepare: async (w) => {
       await w.sql.query(VTEP_POOL_24);
-      return { id: await computeNode(w, 'probe-vtep', 'deployed', '192.168.77.1', '10.9.7.1') };
+      return { id: await computeNode(w, 'probe-vtep', 'deployed', '192.168.77.1', '127.9.7.1') };
     },
     change: async (w, v) => void (await w.sql.query(`INSERT INTO fabric_vtep (ip, node_id) VALUES ('10.255.0.9', $1)`, [v.id])),
     shows: (d, v) => d.fabricVtepPool.allocated === 1 && d.fabricVtepPool.lastAllocatedIp === '10.255.0.9'
@@ -298,7 +298,7 @@ const PROBES: Probe[] = [
     table: 'compute_node', name: 'computeNodes after an SSH port change',
     query: '{ computeNodes { nodeId sshPort } }',
     token: (w) => w.t.adminToken,
-    prepare: async (w) => ({ id: await computeNode(w, 'probe-port', 'deployed', '192.168.77.2', '10.9.7.2') }),
+    prepare: async (w) => ({ id: await computeNode(w, 'probe-port', 'deployed', '192.168.77.2', '127.9.7.2') }),
     change: async (w, v) => void (await w.sql.query(`UPDATE compute_node SET ssh_port = 2222 WHERE node_id = $1`, [v.id])),
     shows: (d, v) => d.computeNodes.some((n: any) => n.nodeId === v.id && n.sshPort === 2222),
   },
@@ -306,7 +306,7 @@ const PROBES: Probe[] = [
     table: 'node', name: 'computeNodes after a node becomes deployed',
     query: '{ computeNodes { nodeId fqdn } }',
     token: (w) => w.t.adminToken,
-    prepare: async (w) => ({ id: await computeNode(w, 'probe-deploy', 'ready', '192.168.77.3', '10.9.7.3') }),
+    prepare: async (w) => ({ id: await computeNode(w, 'probe-deploy', 'ready', '192.168.77.3', '127.9.7.3') }),
     change: async (w, v) => void (await w.sql.query(`UPDATE node SET provision_state = 'deployed' WHERE id = $1`, [v.id])),
     shows: (d, v) => d.computeNodes.some((n: any) => n.nodeId === v.id && n.fqdn === 'probe-deploy'),
   },
@@ -386,7 +386,7 @@ describe('a committed change to any table a cached query reads is visible to the
     w.tree = await makeTenantTree(w.t.app.database.prisma, 'staleness', { pools: 2, nodesPerPool: 0 });
     w.nodeId = newId('MetalNode');
     await w.t.app.database.prisma.node.create({
-      data: { id: w.nodeId, tenantId: w.tree.tenant.id, siteId: w.tree.site.id, poolId: w.tree.pools[0]!.id, name: 'n0', provisionState: 'ready', bmcAddress: '10.9.0.1', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://probe' },
+      data: { id: w.nodeId, tenantId: w.tree.tenant.id, siteId: w.tree.site.id, poolId: w.tree.pools[0]!.id, name: 'n0', provisionState: 'ready', bmcAddress: '127.9.0.1', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://probe' },
     });
     w.token = await makeToken(w.t.app.database.prisma, w.tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: w.tree.tenant.id }]);
     const registered = await gql(w.t.url, w.token, 'mutation ($s: ID!) { registerSiteAgent(siteId: $s, name: "probe-agent") { token agent { id } } }', { s: w.tree.site.id });

@@ -88,7 +88,8 @@ describe('the drivers and their capabilities', () => {
     const caps = Object.fromEntries([...drivers.values()].map((d) => [d.name, d.capabilities]));
     for (const c of Object.values(caps)) expect([c.reportsMacs, c.virtualMedia]).toEqual([true, true]);
     expect(caps.xcc!.persistentBoot).toBe(false);
-    expect(caps.supermicro!.bootMode).toBe(false);
+    // Supermicro sends a Mode where the BMC shows one (X12, X13, HGX B200 do): the property decides, not the flavour.
+    expect(caps.supermicro!.bootMode).toBe(true);
     expect(caps.redfish).toEqual({ reportsMacs: true, virtualMedia: true, nmi: true, persistentBoot: true, bootMode: true });
     expect(reg.resolve({ power: 'idrac', management: 'idrac', virtualMedia: 'idrac' }, 'virtualMedia').name).toBe('idrac');
   });
@@ -124,7 +125,7 @@ describe.each(FLAVOURS)('flavour %s', (flavour) => {
     const once = await d().setBootDevice(ep(m), 'pxe', { persistent: false, uefi: true });
     if (flavour === 'supermicro') {
       expect(m.state().boot).toEqual({ target: 'Pxe', enabled: 'Once', mode: null });
-      expect(once.notes).toContain('supermicro has no BootSourceOverrideMode: the boot mode was left as the firmware has it');
+      expect(once.notes).toContain('the BMC shows no BootSourceOverrideMode: the boot mode was left as the firmware has it');
       expect(kinds(id, 'bootOverride').at(-1)!.detail).not.toContain('BootSourceOverrideMode');
     } else {
       expect(m.state().boot).toEqual({ target: 'Pxe', enabled: 'Once', mode: 'UEFI' });

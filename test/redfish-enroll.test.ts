@@ -34,37 +34,37 @@ const names = (field: string) => new RegExp(`^(body\\.|input\\.)?${field.replace
 
 /** [name, address, driverOptions, field named, text the message must not contain (a secret) or null] */
 const REFUSED: [string, string, Record<string, unknown>, string, string | null][] = [
-  ['a path', 'https://10.50.0.5/redfish/v1', {}, 'bmc.address', null],
-  ['a path holding a token', 'https://10.50.0.5/t0ken-in-path', {}, 'bmc.address', 't0ken-in-path'],
-  ['a query', 'https://10.50.0.5/?session=qu3ry-secret', {}, 'bmc.address', 'qu3ry-secret'],
-  ['a fragment', 'https://10.50.0.5#frag', {}, 'bmc.address', null],
-  ['a bad scheme', 'ftp://10.50.0.5', {}, 'bmc.address', null],
-  ['a bad scheme with user:password@', 'ftp://root:Sch3me-Pa55@10.50.0.5', {}, 'bmc.address', 'Sch3me-Pa55'],
-  ['user:password@', 'https://root:Addr3ss-Pa55@10.50.0.5', {}, 'bmc.address', 'Addr3ss-Pa55'],
-  ['user:password@ on http', 'http://root:Addr3ss-Pa55@10.50.0.5:8000', {}, 'bmc.address', 'Addr3ss-Pa55'],
-  ['caCert not a string', '10.50.0.5', { caCert: 42 }, 'bmc.driverOptions.caCert', null],
-  ['caCert not a PEM', '10.50.0.5', { caCert: 'not a certificate' }, 'bmc.driverOptions.caCert', null],
-  ['caCert empty', '10.50.0.5', { caCert: '' }, 'bmc.driverOptions.caCert', null],
-  ['insecure the string "true"', '10.50.0.5', { insecure: 'true' }, 'bmc.driverOptions.insecure', null],
-  ['insecure 1', '10.50.0.5', { insecure: 1 }, 'bmc.driverOptions.insecure', null],
-  ['systemId a number', '10.50.0.5', { systemId: 1 }, 'bmc.driverOptions.systemId', null],
-  ['systemId empty', '10.50.0.5', { systemId: '' }, 'bmc.driverOptions.systemId', null],
-  ['systemId a path', '10.50.0.5', { systemId: '/redfish/v1/Systems/1' }, 'bmc.driverOptions.systemId', null],
+  ['a path', 'https://127.50.0.5/redfish/v1', {}, 'bmc.address', null],
+  ['a path holding a token', 'https://127.50.0.5/t0ken-in-path', {}, 'bmc.address', 't0ken-in-path'],
+  ['a query', 'https://127.50.0.5/?session=qu3ry-secret', {}, 'bmc.address', 'qu3ry-secret'],
+  ['a fragment', 'https://127.50.0.5#frag', {}, 'bmc.address', null],
+  ['a bad scheme', 'ftp://127.50.0.5', {}, 'bmc.address', null],
+  ['a bad scheme with user:password@', 'ftp://root:Sch3me-Pa55@127.50.0.5', {}, 'bmc.address', 'Sch3me-Pa55'],
+  ['user:password@', 'https://root:Addr3ss-Pa55@127.50.0.5', {}, 'bmc.address', 'Addr3ss-Pa55'],
+  ['user:password@ on http', 'http://root:Addr3ss-Pa55@127.50.0.5:8000', {}, 'bmc.address', 'Addr3ss-Pa55'],
+  ['caCert not a string', '127.50.0.5', { caCert: 42 }, 'bmc.driverOptions.caCert', null],
+  ['caCert not a PEM', '127.50.0.5', { caCert: 'not a certificate' }, 'bmc.driverOptions.caCert', null],
+  ['caCert empty', '127.50.0.5', { caCert: '' }, 'bmc.driverOptions.caCert', null],
+  ['insecure the string "true"', '127.50.0.5', { insecure: 'true' }, 'bmc.driverOptions.insecure', null],
+  ['insecure 1', '127.50.0.5', { insecure: 1 }, 'bmc.driverOptions.insecure', null],
+  ['systemId a number', '127.50.0.5', { systemId: 1 }, 'bmc.driverOptions.systemId', null],
+  ['systemId empty', '127.50.0.5', { systemId: '' }, 'bmc.driverOptions.systemId', null],
+  ['systemId a path', '127.50.0.5', { systemId: '/redfish/v1/Systems/1' }, 'bmc.driverOptions.systemId', null],
 ];
 
 /** [name, address, driverOptions]: everything the driver takes. */
 const ACCEPTED: [string, string, () => Record<string, unknown>][] = [
   ['a host', 'bmc-07.example.net', () => ({})],
-  ['host:port', '10.50.0.5:8443', () => ({})],
-  ['https origin', 'https://10.50.0.5', () => ({})],
-  ['https origin with a trailing slash', 'https://10.50.0.5:8443/', () => ({})],
+  ['host:port', '127.50.0.5:8443', () => ({})],
+  ['https origin', 'https://127.50.0.5', () => ({})],
+  ['https origin with a trailing slash', 'https://127.50.0.5:8443/', () => ({})],
   ['plain http spelled out', 'http://127.0.0.1:8000', () => ({})],
   ['[v6]:port', '[fd00::5]:443', () => ({})],
   ['a bare IPv6 address', 'fd00::5', () => ({})],
-  ['a CA certificate', '10.50.0.5', () => ({ caCert: pem })],
-  ['insecure true', '10.50.0.5', () => ({ insecure: true })],
-  ['insecure false with a CA', '10.50.0.5', () => ({ insecure: false, caCert: pem })],
-  ['a systemId', '10.50.0.5', () => ({ systemId: 'Blade-3' })],
+  ['a CA certificate', '127.50.0.5', () => ({ caCert: pem })],
+  ['insecure true', '127.50.0.5', () => ({ insecure: true })],
+  ['insecure false with a CA', '127.50.0.5', () => ({ insecure: false, caCert: pem })],
+  ['a systemId', '127.50.0.5', () => ({ systemId: 'Blade-3' })],
 ];
 
 describe('checkRedfishNode (pure)', () => {
@@ -85,7 +85,7 @@ describe('checkRedfishNode (pure)', () => {
   });
 
   it('caCert with insecure: true is refused: verification is never silently off', () => {
-    expect(() => checkRedfishNode('10.50.0.5', { caCert: pem, insecure: true })).toThrow(expect.objectContaining({ field: 'bmc.driverOptions.insecure' }));
+    expect(() => checkRedfishNode('127.50.0.5', { caCert: pem, insecure: true })).toThrow(expect.objectContaining({ field: 'bmc.driverOptions.insecure' }));
   });
 
   it.each(ACCEPTED)('%s: accepted', (_name, address, options) => {
@@ -143,7 +143,7 @@ describe('enroll of a Redfish node', () => {
   const body = (bmc: Record<string, unknown>, over: Record<string, unknown> = {}) => ({
     poolId: tree.pools[0]!.id,
     macs: [`52:54:00:20:00:${(n++).toString(16).padStart(2, '0')}`],
-    bmc: { address: '10.50.0.5', driver: 'redfish', credentials: { username: 'root', password: PASSWORD }, ...bmc },
+    bmc: { address: '127.50.0.5', driver: 'redfish', credentials: { username: 'root', password: PASSWORD }, ...bmc },
     ...over,
   });
   const counts = async () => (await sql.query('SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM secret) AS secrets, (SELECT count(*) FROM event) AS events')).rows[0];
@@ -182,7 +182,7 @@ describe('enroll of a Redfish node', () => {
 
   it('the same refusal through GraphQL', async () => {
     const before = await counts();
-    const r = await gql(t.url, token, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', { i: body({ address: 'https://10.50.0.5/redfish/v1' }) });
+    const r = await gql(t.url, token, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', { i: body({ address: 'https://127.50.0.5/redfish/v1' }) });
     expect(r.errors?.[0]?.extensions?.code).toBe('INVALID_INPUT');
     expect(r.errors?.[0]?.message).toMatch(names('bmc.address'));
     expect(await counts()).toEqual(before);
@@ -190,16 +190,28 @@ describe('enroll of a Redfish node', () => {
 
   it('a profile binding virtual media to a Redfish flavour checks the Redfish rules on an IPMI node', async () => {
     const before = await counts();
-    const refused = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'ipmi', address: '10.50.0.9', driverOptions: { caCert: 'nope' } }, { hardwareProfile: 'redfish-media' }));
+    const refused = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'ipmi', address: '127.50.0.9', driverOptions: { caCert: 'nope' } }, { hardwareProfile: 'redfish-media' }));
     expect(refused.status).toBe(400);
     expect(refused.body.error.message).toMatch(names('bmc.driverOptions.caCert'));
     expect(await counts()).toEqual(before);
     // Without that binding an IPMI node's options are the IPMI driver's alone.
-    const ipmi = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'ipmi', address: '10.50.0.9', driverOptions: { caCert: 'nope' } }));
+    const ipmi = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'ipmi', address: '127.50.0.9', driverOptions: { caCert: 'nope' } }));
     expect(ipmi.status).toBe(200);
   });
 
-  it.each(ACCEPTED)('%s: enrolled, address and options kept as given', async (_name, address, options) => {
+  // The service runs with BMC_NETWORKS=127.0.0.0/8 (issue 21 items 6 and 7): the forms are enrolled
+  // on loopback (IPv6 as an IPv4-mapped address), and a host name, which networks cannot hold, is refused.
+  const onLoopback = ACCEPTED.filter(([name]) => name !== 'a host').map(([name, address, options]) =>
+    [name, address.replace('fd00::5', '::ffff:127.50.0.5'), options] as const);
+  it('a host name: refused while BMC networks are configured (400 naming bmc.address), nothing written', async () => {
+    const before = await counts();
+    const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'xcc', address: 'bmc-07.example.net' }));
+    expect(response.status).toBe(400);
+    expect(response.body.error.message).toMatch(names('bmc.address'));
+    expect(await counts()).toEqual(before);
+  });
+
+  it.each(onLoopback)('%s: enrolled, address and options kept as given', async (_name, address, options) => {
     const driverOptions = options();
     const response = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ driver: 'xcc', address, driverOptions }));
     expect(response.status).toBe(200);

@@ -215,7 +215,7 @@ describe('REST compatibility plumbing', () => {
         check: (b) => {
           expect(b.node.id).toBe(tree.nodes[1]!.id);
           expect(b.node).toMatchObject({ provisionState: 'ready', poolId: tree.pools[0]!.id, siteId: tree.site.id, tenantId: tree.tenant.id });
-          expect(b.node.bmc).toEqual({ address: '10.0.0.2', driver: 'redfish', driverOptions: expect.anything(), credentialsSet: true });
+          expect(b.node.bmc).toEqual({ address: '127.10.0.2', driver: 'redfish', driverOptions: expect.anything(), credentialsSet: true });
         },
       },
       {

@@ -80,8 +80,8 @@ describe('site agent protocol', () => {
     node2Id = newId('MetalNode');
     await prisma.node.createMany({
       data: [
-        { id: nodeId, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'ready', bmcAddress: '10.9.9.9', bmcDriver: 'redfish', bmcCredentialsRef: ref, driverBindings: bindings, bmcDriverOptions: { insecure: false } },
-        { id: node2Id, tenantId: tree.tenant.id, siteId: site2.id, poolId: pool2.id, provisionState: 'ready', bmcAddress: '10.9.9.10', bmcDriver: 'redfish', bmcCredentialsRef: ref, driverBindings: bindings },
+        { id: nodeId, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'ready', bmcAddress: '127.9.9.9', bmcDriver: 'redfish', bmcCredentialsRef: ref, driverBindings: bindings, bmcDriverOptions: { insecure: false } },
+        { id: node2Id, tenantId: tree.tenant.id, siteId: site2.id, poolId: pool2.id, provisionState: 'ready', bmcAddress: '127.9.9.10', bmcDriver: 'redfish', bmcCredentialsRef: ref, driverBindings: bindings },
       ],
     });
     for (const [name, siteId] of [['a1', tree.site.id], ['a2', tree.site.id], ['b', site2.id]] as const) {
@@ -132,7 +132,7 @@ describe('site agent protocol', () => {
     const creds = answer.data!.commandCredentials;
     expect(creds).toMatchObject({
       commandId: held, agentId: agents.a1.id, kind: 'bmc.power', params: { action: 'on' }, nodeId,
-      endpoint: { address: '10.9.9.9', driver: 'redfish', driverOptions: { insecure: false }, driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' } },
+      endpoint: { address: '127.9.9.9', driver: 'redfish', driverOptions: { insecure: false }, driverBindings: { power: 'redfish', management: 'redfish', virtualMedia: 'redfish' } },
     });
     expect(new Date(creds.claimDeadline).getTime()).toBe(lease);
     const binding = { commandId: held, agentId: agents.a1.id, claimDeadline: creds.claimDeadline };

@@ -487,13 +487,15 @@ class IpmiDriver implements BmcDriver {
           return { value: state, notes };
         }
         await send(action);
-        if (action === 'reset') {
-          const { state } = await this.waitFor(p, 'on', action, verifyMs, opts);
-          notes.push('IPMI reports no reset counter: verified only that the machine is on after the reset');
-          return { value: state, notes };
+        // IPMI has no reset counter: only an off phase seen in power status proves the restart
+        // (issue 20). A reset is watched for one as long as a Redfish restart without
+        // LastResetTime (10 s); without it the result is unverified, never success.
+        const window = action === 'reset' ? Math.min(verifyMs, 10_000) : verifyMs;
+        const { sawOff, state } = await this.waitFor(p, 'on', action, window, opts, true);
+        if (!sawOff) {
+          notes.push(`sent power ${action}; not verifiable on this BMC (IPMI has no reset counter, and no off phase was seen): the machine's next boot is the proof`);
+          return { value: state, notes, unverified: `IPMI reports no reset counter and power status showed no off phase within ${window} ms` };
         }
-        const { sawOff, state } = await this.waitFor(p, 'on', action, verifyMs, opts, true);
-        if (!sawOff) notes.push('the off phase of the cycle was never seen in power status; the machine is on');
         return { value: state, notes };
       }
       case 'graceful-restart': {
@@ -531,8 +533,8 @@ class IpmiDriver implements BmcDriver {
     const notes: string[] = [];
     const flagsOut = await this.runOptional(p, ['chassis', 'bootparam', 'get', '5'], opts);
     if (flagsOut === null) {
-      notes.push('the BMC does not read boot flags back: the boot device is set but not verified');
-      return { value: undefined, notes };
+      notes.push('the BMC does not read boot flags back: the boot device is set but not verified (the boot it was for is the proof)');
+      return { value: undefined, notes, unverified: 'the BMC does not read its boot flags back' };
     }
     const read = parseBootFlags(flagsOut);
     if (read.selector !== dev.selector) {

@@ -193,10 +193,11 @@ export class NetboxClient {
     const { status, body } = await this.send('POST', new URL(this.apiPrefix + path, this.base), Date.now() + this.deadlineMs, fields, [201, 204, 400, 409]);
     // NetBox has answered "too few free" with 400, then 204 (with a detail body a 204 cannot carry), then 409.
     const detail = body && typeof body === 'object' && typeof (body as Obj).detail === 'string' ? String((body as Obj).detail) : '';
+    // The detail decides, but is never repeated: only a fixed phrase for it (see detailOf).
     if (status === 204 || status === 409 || (status === 400 && /insufficient/i.test(detail))) {
-      throw new NetboxError('exhausted', `NetBox's prefix ${prefixId} has no address left${detail ? `: ${detail.replace(/\s+/g, ' ').slice(0, 200)}` : ''}`, status);
+      throw new NetboxError('exhausted', `NetBox's prefix ${prefixId} has no address left`, status);
     }
-    if (status !== 201) throw new NetboxError('status', `NetBox at ${this.where} answered ${status} to POST ${path}${detail ? `: ${detail.slice(0, 200)}` : ''}`, status);
+    if (status !== 201) throw new NetboxError('status', `NetBox at ${this.where} answered ${status} to POST ${path}${detailOf(JSON.stringify({ detail }))}`, status);
     const created = Array.isArray(body) ? body[0] : body;
     if (!created || typeof created !== 'object' || typeof (created as Obj).id !== 'number' || typeof (created as Obj).address !== 'string') {
       throw new NetboxError('bad-answer', `NetBox's answer to POST ${path} is not an IP address`);
@@ -314,13 +315,28 @@ export class NetboxClient {
   }
 }
 
-/** NetBox's `detail` (DRF's error body), short and on one line; nothing else of the body. */
-function detailOf(text: string): string {
+/**
+ * What NetBox's error body says, as one of a few fixed phrases: never its text (issue 21 item 11).
+ * A body is NetBox's or a proxy's, and either may echo the request, the Authorization header (the
+ * token) included; a message reaches API callers and logs. Only DRF's well-known `detail`s are
+ * recognised; anything else is said as nothing.
+ */
+const KNOWN_DETAILS: [RegExp, string][] = [
+  [/^invalid token/i, 'invalid token'],
+  [/token.*expired|expired.*token/i, 'the token has expired'],
+  [/authentication credentials were not provided/i, 'no credentials reached it'],
+  [/do not have permission/i, 'the token lacks the permission'],
+  [/^not found\.?$/i, 'not found'],
+  [/insufficient|not enough|no .*available/i, 'not enough free addresses'],
+];
+export function detailOf(text: string): string {
+  let detail: unknown;
   try {
-    const body = JSON.parse(text) as { detail?: unknown };
-    if (typeof body.detail === 'string') return `: ${body.detail.replace(/\s+/g, ' ').slice(0, 200)}`;
+    detail = (JSON.parse(text) as { detail?: unknown } | null)?.detail;
   } catch {
-    // not JSON: an HTML error page, say nothing of it
+    return ''; // not JSON: an HTML error page, say nothing of it
   }
-  return '';
+  if (typeof detail !== 'string') return '';
+  const known = KNOWN_DETAILS.find(([pattern]) => pattern.test(detail.trim()));
+  return known ? `: ${known[1]}` : '';
 }

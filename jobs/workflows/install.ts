@@ -40,7 +40,7 @@ export interface InstallParams {
 
 const paramsOf = (ctx: Pick<StepContext, 'run'>) => ctx.run.params as unknown as InstallParams;
 
-interface IsoReport { ok: boolean; imageUrl?: string; bytes?: number; error?: string; uefi?: boolean; note?: string }
+interface IsoReport { ok: boolean; imageUrl?: string; bytes?: number; error?: string; code?: string; uefi?: boolean; note?: string }
 
 async function isoOf(ctx: StepContext): Promise<IsoReport | null> {
   const last = (await installReports(ctx.db, ctx.run.id, 'iso')).at(-1);
@@ -56,7 +56,7 @@ export const installWorkflow: WorkflowDef = {
       async run(ctx) {
         const iso = await isoOf(ctx);
         if (iso?.ok) return complete(`the job's installer ISO is built (${Math.round((iso.bytes ?? 0) / 1048576)} MiB, ${iso.uefi === false ? `BIOS only: ${iso.note ?? 'no EFI boot image'}` : 'BIOS and UEFI'})`);
-        if (iso) fail('ISO_BUILD_FAILED', `the installer ISO could not be built: ${iso.error ?? 'unknown error'}`);
+        if (iso) fail(iso.code === 'ISO_DIR_FULL' ? 'ISO_DIR_FULL' : 'ISO_BUILD_FAILED', `the installer ISO could not be built: ${iso.error ?? 'unknown error'}`);
         if (!ctx.memo.queued) {
           await ctx.db.query(`WITH j AS (${insertJobsSql('provision.iso', "jsonb_build_object('runId', $1::text)", '(SELECT 1) AS one')} RETURNING 1) SELECT count(*)::int AS n FROM j`, [ctx.run.id]);
           ctx.memo.queued = true;

@@ -1,4 +1,4 @@
-import { BmcError, type BmcEndpoint, type BootDevice, type PowerAction } from '../../clients/bmc/driver';
+import { BmcError, type BmcEndpoint, type BootDevice, type DriverResult, type PowerAction } from '../../clients/bmc/driver';
 import type { DriverInterface, DriverRegistry, NodeBindings } from '../../clients/bmc/registry';
 import type { CommandKind, CommandResult } from '../modules/sites/commands';
 
@@ -53,11 +53,19 @@ export async function executeCommand(
     // destructive request, so a BMC (or the simulator) can tell a repeat from a new action.
     const opts = { signal, idempotencyKey: command.id };
     const p = command.params;
+    // A driver's result as the agent reports it: value where there is one, notes and an unverified
+    // reason redacted (a driver's text may echo what it was sent).
+    const done = (r: DriverResult<unknown>): CommandResult => ({
+      ok: true,
+      ...(r.value !== undefined && r.value !== null ? { value: r.value } : {}),
+      notes: r.notes.map((n) => redact(n, bmc.password)),
+      ...(r.unverified ? { unverified: redact(r.unverified, bmc.password) } : {}),
+    });
     switch (command.kind) {
       case 'bmc.power': {
         if (typeof p.action !== 'string' || !POWER_ACTIONS.includes(p.action)) throw new BmcError('BMC_UNSUPPORTED', `params.action ${String(p.action)} is not a power action`);
         const r = await driver.power(bmc, p.action as PowerAction, opts);
-        return { ok: true, value: r.value, notes: r.notes.map((n) => redact(n, bmc.password)), ...(r.unverified ? { unverified: redact(r.unverified, bmc.password) } : {}) };
+        return done(r);
       }
       case 'bmc.power-state':
         return { ok: true, value: await driver.powerState(bmc, opts) };
@@ -65,24 +73,22 @@ export async function executeCommand(
         if (typeof p.device !== 'string' || !BOOT_DEVICES.includes(p.device)) throw new BmcError('BMC_UNSUPPORTED', `params.device ${String(p.device)} is not a boot device`);
         const mode = { persistent: p.persistent === true, ...(typeof p.uefi === 'boolean' ? { uefi: p.uefi } : {}) };
         const r = await driver.setBootDevice(bmc, p.device as BootDevice, mode, opts);
-        return { ok: true, ...(r.value ? { value: r.value } : {}), notes: r.notes.map((n) => redact(n, bmc.password)) };
+        return done(r);
       }
       case 'bmc.media-insert': {
         if (typeof p.imageUrl !== 'string' || !p.imageUrl) throw new BmcError('BMC_UNSUPPORTED', 'params.imageUrl is missing');
-        const r = await driver.insertMedia(bmc, p.imageUrl, opts);
-        return { ok: true, notes: r.notes.map((n) => redact(n, bmc.password)) };
+        return done(await driver.insertMedia(bmc, p.imageUrl, opts));
       }
       case 'bmc.media-eject': {
-        const r = await driver.ejectMedia(bmc, opts);
-        return { ok: true, notes: r.notes.map((n) => redact(n, bmc.password)) };
+        return done(await driver.ejectMedia(bmc, opts));
       }
       case 'bmc.inventory': {
-        const r = await driver.inventory(bmc, opts);
-        return { ok: true, value: r.value, notes: r.notes.map((n) => redact(n, bmc.password)) };
+        return done(await driver.inventory(bmc, opts));
       }
     }
   } catch (error) {
-    const message = redact(error instanceof Error ? error.message : String(error), bmc.password).slice(0, 2000) || 'the driver failed without a message';
+    // One line, short: a driver's message is the place a target's text could reach lastError.
+    const message = redact(error instanceof Error ? error.message : String(error), bmc.password).replace(/[\u0000-\u001f\u007f]+/g, ' ').slice(0, 600) || 'the driver failed without a message';
     if (error instanceof BmcError) return { ok: false, code: error.code, message, retryable: error.retryable };
     return { ok: false, code: 'AGENT_ERROR', message, retryable: false };
   }

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import { AppError } from '../errors';
-import { LIMITS } from '../limits';
+import { LIMITS, checkJsonStrings } from '../limits';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -64,9 +64,15 @@ export async function readJsonBody(req: IncomingMessage): Promise<unknown> {
   const raw = await readBody(req);
   if (!/^application\/json\b/i.test(req.headers['content-type'] ?? '')) throw new AppError('INVALID_INPUT', 'body: the Content-Type must be application/json', { field: 'body' });
   checkJsonDepth(raw);
+  let parsed: unknown;
   try {
-    return JSON.parse(raw.toString('utf8') || 'null');
+    parsed = JSON.parse(raw.toString('utf8') || 'null');
   } catch {
     throw new AppError('INVALID_INPUT', 'body: malformed JSON', { field: 'body' });
   }
+  // The API's rule holds on the machines' routes too (issue 21 item 8): a JSON-escaped lone
+  // surrogate or NUL is valid JSON, but PostgreSQL's jsonb refuses it (a 500); nor an overflowing number.
+  const bad = checkJsonStrings(parsed, 'body');
+  if (bad) throw bad;
+  return parsed;
 }

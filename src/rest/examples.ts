@@ -50,7 +50,7 @@ export const exampleMetalNode = (changes: Record<string, unknown> = {}): Record<
   ...changes,
 });
 
-export const exampleSite = { id: EXAMPLE_IDS.site, tenantId: EXAMPLE_IDS.tenant, name: 'fra1', createdAt: CREATED };
+export const exampleSite = { id: EXAMPLE_IDS.site, tenantId: EXAMPLE_IDS.tenant, name: 'fra1', bmcNetworks: ['10.20.0.0/16'], createdAt: CREATED };
 
 export const examplePolicy = {
   hardwareProfile: 'r650',

@@ -72,7 +72,7 @@ const views: Record<string, JsonSchema> = {
     createdAt: dateTime,
     updatedAt: dateTime,
   }, { description: 'The metal view of a node. BMC credentials are never returned, only whether they are set.' }),
-  Site: view({ id: str, tenantId: str, name: str, createdAt: dateTime }),
+  Site: view({ id: str, tenantId: str, name: str, bmcNetworks: { type: 'array', items: str, description: 'CIDRs its BMCs may be at; empty: BMC_NETWORKS, else any address but loopback, link-local, unspecified, multicast and broadcast' }, createdAt: dateTime }),
   Pool: view({
     id: str,
     tenantId: str,

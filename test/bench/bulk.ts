@@ -27,7 +27,7 @@ async function insertNodes(service: Service, tenantId: string, siteId: string, p
   try {
     const rows = await client.query<{ id: string }>(
       `INSERT INTO node (id, tenant_id, site_id, pool_id, provision_state, bmc_address, bmc_driver, updated_at)
-       SELECT 'node_' || gen_random_uuid(), $1, $2, $3, $4::"ProvisionState", '10.9.' || (i / 256 % 256) || '.' || (i % 256), 'redfish', now()
+       SELECT 'node_' || gen_random_uuid(), $1, $2, $3, $4::"ProvisionState", '127.9.' || (i / 256 % 256) || '.' || (i % 256), 'redfish', now()
          FROM generate_series(1, $5::int) AS i RETURNING id`,
       [tenantId, siteId, poolId, state, count],
     );

@@ -191,7 +191,7 @@ async function run(args: string[]): Promise<number> {
     app = await startApp({
       role: 'all', host: '127.0.0.1', port, publicUrl: `http://127.0.0.1:${port}`, dataDir, embeddedPgPort: pgPort,
       isoDir: path.join(dataDir, 'iso'), adminToken: `bench_${randomBytes(24).toString('hex')}`, secretKey: randomBytes(32).toString('base64'),
-      logLevel, ...(override !== undefined ? { controlnodeIsoConcurrency: override } : {}),
+      logLevel, bmcNetworks: ['127.0.0.0/8'], ...(override !== undefined ? { controlnodeIsoConcurrency: override } : {}),
     }, { log: logger.log });
     const url = app.url!;
     if (app.config.controlnodeIsoConcurrency !== concurrency) throw new Error(`the service runs concurrency ${app.config.controlnodeIsoConcurrency}, expected ${concurrency}`);

@@ -452,7 +452,7 @@ export async function seed(service: Service, nodes: number): Promise<Seed> {
               CASE WHEN i % 2 = 0 THEN $3 ELSE $4 END,
               'bench-' || lpad(i::text, 5, '0'),
               'ready',
-              'https://10.' || (i / 65536) || '.' || (i / 256 % 256) || '.' || (i % 256) || '/redfish/v1',
+              'https://127.' || (i / 65536 % 256) || '.' || (i / 256 % 256) || '.' || (i % 256) || '/redfish/v1',
               'redfish',
               ARRAY['02:00:00:' || lpad(to_hex(i / 65536 % 256), 2, '0') || ':' || lpad(to_hex(i / 256 % 256), 2, '0') || ':' || lpad(to_hex(i % 256), 2, '0')],
               now()

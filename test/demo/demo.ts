@@ -140,6 +140,8 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
       databaseUrl: undefined, dataDir, embeddedPgPort: pgPort, embeddedPgSystemDir: path.join(dataDir, 'system'),
       port: 0, host: '127.0.0.1', role: 'all', adminToken, secretKey: randomBytes(32).toString('base64'),
       builtinAgent: true, agentPollMs: 200, publicUrl: undefined, logLevel: 'warn',
+      // Its BMCs are simulators on loopback: nothing else is ever connected to (issue 21 item 7).
+      bmcNetworks: ['127.0.0.0/8'],
     }, { log });
     check();
     const api: Api = { url: app.url!, token: adminToken };

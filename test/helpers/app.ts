@@ -40,7 +40,7 @@ export async function startTestApp(overrides: Partial<Config> = {}, opts: { log?
   const databaseUrl = overrides.databaseUrl ?? (await createTestDatabase());
   const adminToken = overrides.adminToken ?? `test-admin-${randomBytes(16).toString('hex')}`;
   const app = await startApp(
-    { databaseUrl, adminToken, secretKey: randomBytes(32).toString('base64'), port: 0, host: '127.0.0.1', role: 'all', dataDir: '/nonexistent-not-used', ...overrides },
+    { databaseUrl, adminToken, secretKey: randomBytes(32).toString('base64'), port: 0, host: '127.0.0.1', role: 'all', dataDir: '/nonexistent-not-used', bmcNetworks: ['127.0.0.0/8'], ...overrides },
     { log: opts.log ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }), drivers: opts.drivers },
   );
   return { app, url: app.url!, adminToken, stop: () => app.stop() };

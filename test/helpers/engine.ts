@@ -57,7 +57,7 @@ export async function makeNode(prisma: PrismaClient, world: World, opts: {
   await prisma.node.create({
     data: {
       id, tenantId: world.tenantId, siteId: world.siteId, poolId: world.poolId, name: `n-${id.slice(-6)}`,
-      provisionState: opts.state as never, bmcAddress: '10.20.0.1', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://fixture',
+      provisionState: opts.state as never, bmcAddress: '127.20.0.1', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://fixture',
       macs, productUuid, inventory: (opts.inventory ?? undefined) as never,
       profileId: opts.profile?.profileId, profileVersion: opts.profile?.profileVersion,
     },

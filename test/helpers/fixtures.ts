@@ -26,7 +26,8 @@ export async function makeTenantTree(prisma: PrismaClient, name: string, opts: {
       poolId: pool.id,
       name: `${pool.name}-node-${i}`,
       provisionState: 'ready' as const,
-      bmcAddress: `10.0.${p}.${i + 1}`,
+      // Loopback (issue 21 item 7): a test's agent may power these, and must reach nothing but this host.
+      bmcAddress: `127.10.${p}.${i + 1}`,
       bmcDriver: 'redfish',
       bmcCredentialsRef: 'secret://fixture',
     }));

@@ -9,6 +9,8 @@ import { migrate } from '../../src/db/migrate';
 import { loadConfig } from '../../src/config';
 
 export const TEMPLATE_DB = 'metal_template';
+/** The only BMC network a test's service accepts (issue 21 item 7). */
+export const LOOPBACK_ONLY = '127.0.0.0/8';
 
 /**
  * One real PostgreSQL per test run (the embedded one, or TEST_DATABASE_URL's server), with a
@@ -29,6 +31,9 @@ export default async function globalSetup(): Promise<void> {
     (globalThis as Record<string, unknown>).__METAL_TEST_PG__ = { stop: db.stop, dir };
   }
   process.env.METAL_TEST_ADMIN_URL = adminUrl;
+  // Issue 21 item 7: every service a test starts (in process, or spawned with this environment)
+  // takes BMCs on loopback only, so a stray address fails at enroll instead of being connected to.
+  process.env.BMC_NETWORKS = LOOPBACK_ONLY;
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   await admin.query(`DROP DATABASE IF EXISTS ${TEMPLATE_DB}`);

@@ -574,8 +574,12 @@ export class RedfishDriver implements BmcDriver {
     }
     const allowedOf = (b: Doc | null, k: string) => (b && Array.isArray(b[`${k}@Redfish.AllowableValues`]) ? (b[`${k}@Redfish.AllowableValues`] as unknown[]).map(String) : null);
     const keys = ['BootSourceOverrideTarget', 'BootSourceOverrideEnabled', 'BootSourceOverrideMode'];
-    const onlyInSettings = settingsDoc !== null && keys.some((k) => allowedOf(pendingBoot, k) !== null && allowedOf(sysBoot, k) === null);
-    const via: 'system' | 'settings' = settingsDoc !== null && (forceSettings !== undefined || onlyInSettings || !sysBoot) ? 'settings' : 'system';
+    // The BMC keeps its boot override in the settings object when that object's Boot carries the
+    // override itself (BlueField's /Settings lists BootSourceOverrideTarget and its values, as
+    // NVIDIA's libredfish sends it there) or values the system lacks (AMI's /SD). Dell's Settings
+    // (BootSourceOverrideMode null, BootOrder) and Lenovo's Pending (BootOrder) hold no override.
+    const holdsOverride = settingsDoc !== null && ('BootSourceOverrideTarget' in pendingBoot || keys.some((k) => allowedOf(pendingBoot, k) !== null && allowedOf(sysBoot, k) === null));
+    const via: 'system' | 'settings' = settingsDoc !== null && (forceSettings !== undefined || holdsOverride || !sysBoot) ? 'settings' : 'system';
     if (!sysBoot && via === 'system') throw x.c.error('BMC_UNSUPPORTED', `the system at ${x.c.origin} has no Boot settings`);
     const allowed = (k: string) => (via === 'settings' ? allowedOf(pendingBoot, k) ?? allowedOf(sysBoot, k) : allowedOf(sysBoot, k) ?? allowedOf(pendingBoot, k));
 
@@ -756,7 +760,17 @@ export class RedfishDriver implements BmcDriver {
    * that answers 404 is passed over: sushy-tools links Managers/<id>/VirtualMedia and serves 404
    * there). A slot that lists no MediaTypes counts (Gigabyte's AMI CD1).
    */
-  private async cdSlots(x: Ctx, sys: System): Promise<{ path: string; doc: Doc }[]> {
+  /**
+   * Whether a slot with no InsertMedia action is mounted by a PATCH of the slot: only the
+   * flavour's patch-mount slots (Lenovo XCC's EXT1-4; its Remote and RDOC slots are not, as
+   * Lenovo's own xcc_redfish_command skips them).
+   */
+  private patchMountable(path: string): boolean {
+    const prefix = this.flavour.patchMountSlots;
+    return prefix !== null && lastSegment(path).startsWith(prefix);
+  }
+
+  private async cdSlots(x: Ctx, sys: System, noneIsAnswer = false): Promise<{ path: string; doc: Doc }[]> {
     const collections: Doc[] = [];
     const tryGet = async (p: string, what: string): Promise<Doc | null> => {
       const res = await x.c.request('GET', p, { repeatable: true, what });
@@ -772,7 +786,10 @@ export class RedfishDriver implements BmcDriver {
         if (coll) collections.push(coll);
       }
     }
-    if (!collections.length) throw x.c.error('BMC_UNSUPPORTED', `the BMC at ${x.c.origin} has no VirtualMedia under the system or its managers`);
+    if (!collections.length) {
+      if (noneIsAnswer) return [];
+      throw x.c.error('BMC_UNSUPPORTED', `the BMC at ${x.c.origin} has no VirtualMedia under the system or its managers`);
+    }
     const slots: { path: string; doc: Doc }[] = [];
     for (const coll of collections) {
       for (const p of memberLinks(coll)) {
@@ -782,20 +799,22 @@ export class RedfishDriver implements BmcDriver {
         if (types === null || types.includes('CD') || types.includes('DVD')) slots.push({ path: p, doc });
       }
     }
-    if (!slots.length) throw x.c.error('BMC_UNSUPPORTED', `the BMC at ${x.c.origin} has no CD/DVD virtual media`);
+    if (!slots.length && !noneIsAnswer) throw x.c.error('BMC_UNSUPPORTED', `the BMC at ${x.c.origin} has no CD/DVD virtual media`);
     return slots;
   }
 
   /** The CD/DVD slots as the driver reads them (the interop tests compare them with each captured BMC). */
   async mediaSlots(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<MediaSlot[]> {
     const x = this.ctx(bmc, opts);
-    const slots = await this.cdSlots(x, await this.system(x));
+    // A BMC with no virtual media (DGX's empty collection, BlueField) lists none: that is an answer here.
+    const slots = await this.cdSlots(x, await this.system(x), true);
     return slots.map((s) => {
       const actions = (s.doc.Actions ?? {}) as Doc;
       const insert = actionTarget(actions, 'InsertMedia');
       const eject = actionTarget(actions, 'EjectMedia');
-      const mount: MediaSlot['mount'] = insert ? 'action' : this.flavour.patchMountSlots !== null ? 'patch' : 'none';
-      return { id: str(s.doc.Id) ?? lastSegment(s.path), path: s.path, empty: slotEmpty(s.doc), mount, insertTarget: insert, ejectTarget: eject };
+      const id = str(s.doc.Id) ?? lastSegment(s.path);
+      const mount: MediaSlot['mount'] = insert ? 'action' : this.patchMountable(s.path) ? 'patch' : 'none';
+      return { id, path: s.path, empty: slotEmpty(s.doc), mount, insertTarget: insert, ejectTarget: eject };
     });
   }
 
@@ -816,8 +835,10 @@ export class RedfishDriver implements BmcDriver {
       x.notes.push('the image was already inserted: nothing sent');
       return this.result(x, undefined);
     }
-    const prefix = this.flavour.patchMountSlots;
-    if (prefix !== null) slots = [...slots.filter((s) => lastSegment(s.path).startsWith(prefix)), ...slots.filter((s) => !lastSegment(s.path).startsWith(prefix))];
+    // Only slots that take an image: an InsertMedia action, or the flavour's PATCH-mounted ones (first).
+    const mountable = slots.filter((s) => actionTarget((s.doc.Actions ?? {}) as Doc, 'InsertMedia') || this.patchMountable(s.path));
+    if (!mountable.length) throw x.c.error('BMC_UNSUPPORTED', `virtual media ${slots.map((s) => lastSegment(s.path)).join(', ')}: none offers #VirtualMedia.InsertMedia`);
+    slots = [...mountable.filter((s) => this.patchMountable(s.path)), ...mountable.filter((s) => !this.patchMountable(s.path))];
     // A slot that answers 405 cannot take an image (Cisco CIMC blades: another slot can): the next one is tried.
     const refused: string[] = [];
     for (const slot of slots) {
@@ -850,7 +871,7 @@ export class RedfishDriver implements BmcDriver {
     const actions = (slot.doc.Actions ?? {}) as Doc;
     const target = actionTarget(actions, 'InsertMedia');
     if (!target) {
-      if (this.flavour.patchMountSlots === null) throw x.c.error('BMC_UNSUPPORTED', `virtual media ${name} offers no #VirtualMedia.InsertMedia action`);
+      if (!this.patchMountable(slot.path)) throw x.c.error('BMC_UNSUPPORTED', `virtual media ${name} offers no #VirtualMedia.InsertMedia action`);
       await this.patch(x, slot.path, { Image: imageUrl, Inserted: true, WriteProtected: true }, `the image of ${name}`, slot.doc, 'insert');
       x.notes.push(`${this.name}: ${name} has no InsertMedia action; mounted by a PATCH of the slot`);
       return true;

@@ -14,6 +14,7 @@ import { BMC_DRIVERS, type DriverBindings } from '../tenancy/tenancy';
 import { VERBS } from './states';
 import type { RunParams } from './verbs';
 import { lockMacs, machineMac, refuseTakenMacs } from './mac';
+import { checkBmcNetwork } from './bmc-networks';
 
 export interface EnrollInput {
   poolId: string;
@@ -114,14 +115,17 @@ export interface EnrollOptions {
   runParams?: RunParams;
   /** Written in the node's transaction, after the node (provision's bmc_info record). */
   inTransaction?: (tx: Runner, nodeId: string) => Promise<void>;
+  /** The field a refused BMC address is named as (provision: input.bmcIp). */
+  addressField?: string;
 }
 
 export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptions = {}): Promise<string> {
   const principal = requirePrincipal(ctx);
   // Enroll is the fleet's first call (2,000 machines at once): its reads and its transaction go
   // through Sql's named statements, not Prisma (about 20 ms of CPU per enroll went to Prisma's client).
-  const { rows: pools } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; policy: unknown }>(
-    'SELECT id, tenant_id AS "tenantId", site_id AS "siteId", policy FROM pool WHERE id = $1', [input.poolId]);
+  const { rows: pools } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; policy: unknown; bmcNetworks: string[] }>(
+    `SELECT p.id, p.tenant_id AS "tenantId", p.site_id AS "siteId", p.policy, s.bmc_networks AS "bmcNetworks"
+       FROM pool p JOIN site s ON s.id = p.site_id WHERE p.id = $1`, [input.poolId]);
   const pool = pools[0];
   if (!pool) throw absent('Pool', input.poolId);
   decide(principal, 'compute:nodes:provision', poolResource(pool));
@@ -178,6 +182,9 @@ export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptio
       throw e;
     }
   }
+
+  // Where the agent would connect: inside the site's BMC networks (issue 21 item 6).
+  await checkBmcNetwork(address, pool.bmcNetworks, ctx.config.bmcNetworks, opts.addressField ?? 'bmc.address');
 
   // Checked before the broker is written (a refusal has no side effect), and again under the site's
   // MAC lock in the transaction, where a concurrent enroll or confirmMac of the same MAC shows.

@@ -1,6 +1,6 @@
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
-import { decide, visibleTo } from '../../auth/decide';
+import { visibleTo } from '../../auth/decide';
 import { AppError, notFound } from '../../errors';
 import { nodeResource } from '../tenancy/resources';
 import { runMoveVerb } from '../metal/verbs';
@@ -93,7 +93,8 @@ async function loadJob(ctx: Context, id: string): Promise<JobRows> {
   );
   const root = rows[0];
   if (!root || (root.params.jobId && root.params.jobId !== root.id) || !jobTypeOf(root)) throw notFound('job', id);
-  decide(principal, 'read', nodeResource({ id: root.nodeId, tenantId: root.tenantId, siteId: root.siteId, poolId: root.poolId }), { type: 'WorkflowRun', id });
+  // Another tenant's job answers exactly as a made-up id does (issue 21 item 9): no existence oracle.
+  if (!visibleTo(principal, 'read', nodeResource({ id: root.nodeId, tenantId: root.tenantId, siteId: root.siteId, poolId: root.poolId }))) throw notFound('job', id);
   const last = rows.at(-1)!;
   return { root, runs: rows, last, pending: plannedKinds(root).slice(rows.length) };
 }

@@ -13,10 +13,13 @@ import { decideMove } from '../metal/states';
 import { runMoveVerb } from '../metal/verbs';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
+import { refuseFullIsoDir } from './iso-janitor';
 import { renderPreseed } from './preseed';
 import type { StaticAddress } from './inventory';
 import { controlnodeBmcOptions, driverOfVendor } from './register';
 import { enroll } from '../metal/enroll';
+import { checkBmcNetwork } from '../metal/bmc-networks';
+import { decideOnControlnodePool } from './controlnode-pool';
 import { siteIsServed } from '../sites/agent';
 import type { InstallParams } from '../../../jobs/workflows/install';
 
@@ -197,6 +200,8 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
     throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: provisioning is a deploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
   }
 
+  await refuseOutsideSite(ctx, node.siteId, bmcIp);
+  await refuseFullIsoDir(ctx.config.isoDir, ctx.config.isoDirMaxBytes);
   await refuseUnserved(ctx, node.siteId);
   const { secrets, ref, generated } = await keepOsPassword(ctx, node.tenantId, osUsername, osPassword);
   const runId = newId('WorkflowRun');
@@ -247,6 +252,12 @@ async function recordOs(tx: Pick<Runner, 'query'>, nodeId: string, tenantId: str
        os_credentials_ref = EXCLUDED.os_credentials_ref, version = bmc_info.version + 1, updated_at = now()`,
     [nodeId, tenantId, vendor, hostname, osUsername, ref],
   );
+}
+
+/** The BMC address inside its site's networks (issue 21 item 6), before anything is written. */
+async function refuseOutsideSite(ctx: Context, siteId: string, bmcIp: string): Promise<void> {
+  const { rows: [site] } = await ctx.sql.query<{ bmcNetworks: string[] }>('SELECT bmc_networks AS "bmcNetworks" FROM site WHERE id = $1', [siteId]);
+  await checkBmcNetwork(bmcIp, site?.bmcNetworks ?? [], ctx.config.bmcNetworks, f('bmcIp'));
 }
 
 /**
@@ -346,12 +357,14 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   // The caller must be allowed to enroll into that pool before anything is read, written or told.
   const { rows: [pool] } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string }>('SELECT id, tenant_id AS "tenantId", site_id AS "siteId" FROM pool WHERE id = $1', [poolId]);
   if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
-  decide(requirePrincipal(ctx), 'compute:nodes:provision', poolResource(pool));
+  decideOnControlnodePool(requirePrincipal(ctx), pool);
   // A node any tenant has at this address, in any of the forms enroll keeps, is never enrolled twice.
   if (n.taken) throw unknown();
+  await refuseOutsideSite(ctx, pool.siteId, n.bmcIp);
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const credentials = await defaultBmcCredentials(file);
   const driverOptions = await controlnodeBmcOptions(ctx.config);
+  await refuseFullIsoDir(ctx.config.isoDir, ctx.config.isoDirMaxBytes);
   await refuseUnserved(ctx, pool.siteId);
   const { secrets, ref, generated } = await keepOsPassword(ctx, pool.tenantId, n.osUsername, n.osPassword);
   const jobId = newId('WorkflowRun');
@@ -364,7 +377,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
       // MAC, as enroll's macs are; without one the enrollment waits for confirmMac like any other.
       poolId, name: n.hostname, bmc: { address: n.bmcIp, driver: n.driver, credentials, driverOptions }, macs: n.nicMac ? [n.nicMac] : [],
     }, {
-      runId: jobId,
+      runId: jobId, addressField: f('bmcIp'),
       runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(generated, network) } },
       inTransaction: async (tx, id) => {
         // One node per BMC address (locked by its canonical host): a concurrent provision of the same new address loses here.

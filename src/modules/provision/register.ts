@@ -10,6 +10,8 @@ import { createNode, updateNode } from '../metal/node-store';
 import type { NodeChange } from '../metal/node-rows';
 import { lockMacs, machineMac, refuseTakenMacs } from '../metal/mac';
 import { poolResource } from '../tenancy/resources';
+import { checkBmcNetwork } from '../metal/bmc-networks';
+import { decideOnControlnodePool } from './controlnode-pool';
 import { ACTIVE_RUN_STATUSES } from '../metal/states';
 import type { RunParams } from '../metal/verbs';
 
@@ -151,11 +153,13 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
   const principal = requirePrincipal(ctx);
   const poolId = ctx.config.controlnodePoolId;
   if (!poolId) throw new AppError('INVALID_CONFIG', 'CONTROLNODE_POOL_ID is not set: the control-node API has no pool to record machines in');
-  const { rows: [pool] } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string }>(
-    'SELECT id, tenant_id AS "tenantId", site_id AS "siteId" FROM pool WHERE id = $1', [poolId]);
+  const { rows: [pool] } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string; bmcNetworks: string[] }>(
+    'SELECT p.id, p.tenant_id AS "tenantId", p.site_id AS "siteId", s.bmc_networks AS "bmcNetworks" FROM pool p JOIN site s ON s.id = p.site_id WHERE p.id = $1', [poolId]);
   if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
-  decide(principal, 'compute:nodes:provision', poolResource(pool));
+  decideOnControlnodePool(principal, pool);
   const c = check(input);
+  // The BMC's address inside its site's networks, before anything is written (issue 21 item 6).
+  await checkBmcNetwork(c.bmcIp, pool.bmcNetworks, ctx.config.bmcNetworks, field('bmcIp'));
   const driver = driverOfVendor(c.vendor);
 
   // The node: by its serial within the tenant, else the one whose BMC has this address.

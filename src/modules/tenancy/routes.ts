@@ -22,6 +22,11 @@ const POOL_POLICY_INPUT: JsonSchema = {
   },
 };
 
+const BMC_NETWORKS: JsonSchema = {
+  type: 'array', maxItems: 64, items: str,
+  description: 'CIDRs the site\'s BMCs may be at (e.g. 10.20.0.0/16, fd00:20::/48); enroll, register and provision refuse a BMC address outside them',
+};
+
 export const tenancyRoutes: Route[] = [
   {
     method: 'GET',
@@ -105,13 +110,28 @@ export const tenancyRoutes: Route[] = [
     tag: 'tenancy',
     summary: 'Create a site',
     description: 'Needs admin on the tenant. tenantId defaults to the caller\'s tenant.',
-    body: { type: 'object', additionalProperties: false, required: ['name'], properties: { tenantId: str, name: str } },
+    body: { type: 'object', additionalProperties: false, required: ['name'], properties: { tenantId: str, name: str, bmcNetworks: BMC_NETWORKS } },
     variables: ({ body }) => ({ input: body }),
     respond: (data) => ({ site: data.createSite }),
     response: envelope({ site: ref('Site') }),
     successStatus: 201,
     refusals: ADMIN_WRITE,
-    example: { body: { name: 'fra1' }, response: { site: exampleSite } },
+    example: { body: { name: 'fra1', bmcNetworks: ['10.20.0.0/16'] }, response: { site: exampleSite } },
+  },
+  {
+    method: 'PATCH',
+    path: '/api/compute/sites/{id}',
+    operation: 'UpdateSite',
+    tag: 'tenancy',
+    summary: 'Change a site\'s BMC networks',
+    description: 'Needs admin on the site. bmcNetworks replaces the site\'s (each a CIDR, the entry named on error); [] falls back to BMC_NETWORKS. Enroll, register and provision refuse a BMC address outside them; nodes enrolled already keep theirs.',
+    params: idParam,
+    body: { type: 'object', additionalProperties: false, required: ['bmcNetworks'], properties: { bmcNetworks: BMC_NETWORKS } },
+    variables: ({ params, body }) => ({ input: { id: params.id, ...body } }),
+    respond: (data) => ({ site: data.updateSite }),
+    response: envelope({ site: ref('Site') }),
+    refusals: ADMIN_WRITE,
+    example: { params: { id: ID.site }, body: { bmcNetworks: ['10.20.0.0/16'] }, response: { site: exampleSite } },
   },
   {
     method: 'POST',

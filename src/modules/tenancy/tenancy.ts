@@ -2,7 +2,8 @@ import { newId } from '../../ids';
 import { checkName } from './validate';
 import { absent, decide } from '../../auth/decide';
 import { requirePrincipal, type Context } from '../../context';
-import { tenantResource } from './resources';
+import { siteResource, tenantResource } from './resources';
+import { parseBmcNetworks } from '../metal/bmc-networks';
 import { AppError, invalidInput } from '../../errors';
 
 /**
@@ -34,7 +35,7 @@ export async function createTenant(ctx: Context, rawName: string): Promise<strin
 }
 
 /** createSite: admin on the tenant (the caller's by default); names are unique per tenant. Returns the site's id. */
-export async function createSite(ctx: Context, input: { tenantId?: string | null; name: string }): Promise<string> {
+export async function createSite(ctx: Context, input: { tenantId?: string | null; name: string; bmcNetworks?: readonly string[] | null }): Promise<string> {
   const principal = requirePrincipal(ctx);
   const tenantId = input.tenantId ?? principal.tenantId;
   if (!tenantId) throw invalidInput('input.tenantId', 'is required for a platform token');
@@ -42,11 +43,27 @@ export async function createSite(ctx: Context, input: { tenantId?: string | null
   if (!tenant) throw absent('Tenant', tenantId);
   decide(principal, 'admin', tenantResource(tenant));
   const name = checkName('input.name', input.name);
+  const bmcNetworks = parseBmcNetworks(input.bmcNetworks ?? [], 'input.bmcNetworks');
   const clash = await ctx.prisma.site.findUnique({ where: { tenantId_name: { tenantId, name } } });
   if (clash) throw new AppError('CONFLICT', `the tenant already has a site named "${name}"`, { field: 'input.name' });
   const id = newId('Site');
-  await ctx.prisma.site.create({ data: { id, tenantId, name } });
+  await ctx.prisma.site.create({ data: { id, tenantId, name, bmcNetworks } });
   return id;
+}
+
+/**
+ * updateSite: admin on the site. bmcNetworks (CIDRs) replace the site's: the networks its BMCs may
+ * be at (an empty list: BMC_NETWORKS, else the built-in refusals). Nodes already enrolled keep
+ * their addresses; provision and register check them again.
+ */
+export async function updateSite(ctx: Context, input: { id: string; bmcNetworks?: readonly string[] | null }): Promise<void> {
+  const principal = requirePrincipal(ctx);
+  const site = await ctx.prisma.site.findUnique({ where: { id: input.id } });
+  if (!site) throw absent('Site', input.id);
+  decide(principal, 'admin', siteResource(site));
+  if (input.bmcNetworks === undefined || input.bmcNetworks === null) return;
+  const bmcNetworks = parseBmcNetworks(input.bmcNetworks, 'input.bmcNetworks');
+  await ctx.prisma.site.update({ where: { id: site.id }, data: { bmcNetworks } });
 }
 
 /** createHardwareProfile: platform admin only; each interface bound to a driver that can serve it. Returns the profile's id. */

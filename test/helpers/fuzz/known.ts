@@ -15,7 +15,7 @@ export function knownCases(world: World) {
     actor: 'admin', authPick: 0, method: 'POST', params: {}, query: [], headers: {}, input: 'issue 8 example', ...partial,
   });
   const json = (value: Val): RestCase['body'] => ({ kind: 'json', value, mutations: [] });
-  const bmc = { address: '10.0.0.5', driver: 'redfish', credentials: { username: 'root', password: secret } };
+  const bmc = { address: '127.0.0.5', driver: 'redfish', credentials: { username: 'root', password: secret } };
   const restCases: Record<string, RestCase[]> = {
     'POST /api/compute/metal/manage': [rest({ body: json({ nodeId: 'a\u0000b' }), input: 'issue 8: nodeId with NUL' })],
     'GET /api/compute/pools': [rest({ method: 'GET', body: { kind: 'none' }, query: [['siteId', { raw: '%00' }]], input: 'issue 8: siteId=%00' })],
@@ -34,7 +34,7 @@ export function knownCases(world: World) {
   const graphqlCases: Record<string, GraphqlCase[]> = {
     'mutation enrollNode': [
       gql({ input: { bmc } }, 'issue 8: poolId missing, inline password'),
-      gql({ input: { poolId: pool, bmc: { address: '10.0.0.5', credentials: { username: 'root', password: secret } } } }, 'issue 8: bmc.driver missing'),
+      gql({ input: { poolId: pool, bmc: { address: '127.0.0.5', credentials: { username: 'root', password: secret } } } }, 'issue 8: bmc.driver missing'),
       gql({ input: { poolId: pool, bmc: { ...bmc, credentials: { ...bmc.credentials, extra: 1 } } } }, 'issue 8: extra key in credentials'),
       gql({ input: { poolId: pool, name: 'a\u0000b', bmc } }, 'issue 8: name with NUL, inline credentials'),
     ],

@@ -65,8 +65,8 @@ const macArb = fc.oneof(
   fc.constantFrom('00:00:00:00:00:00', 'ff:ff:ff:ff:ff:ff', '01:00:5e:00:00:01', '52:54:00:12:34:56', '52-54-00-12-34-57', '525400123458', 'zz:zz:zz:zz:zz:zz'),
 );
 const addressArb = fc.oneof(
-  fc.tuple(fc.integer({ min: 1, max: 254 }), fc.integer({ min: 1, max: 254 })).map(([a, b]) => `10.9.${a}.${b}`),
-  fc.constantFrom('bmc.example.test', '[fd00::5]:443', 'https://10.0.0.9/redfish/v1', 'http://[::1', '10.0.0.5:99999', '999.1.1.1'),
+  fc.tuple(fc.integer({ min: 1, max: 254 }), fc.integer({ min: 1, max: 254 })).map(([a, b]) => `127.9.${a}.${b}`),
+  fc.constantFrom('bmc.example.test', '[fd00::5]:443', 'https://127.0.0.9/redfish/v1', 'http://[::1', '127.0.0.5:99999', '999.1.1.1'),
 );
 const dateArb = fc
   .integer({ min: -2 * 86400_000, max: 30 * 86400_000 })
