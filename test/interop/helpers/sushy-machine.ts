@@ -8,10 +8,12 @@
  * The sushy behaviours it plays, each from ../shared/peers/README.md ("sushy-tools, fake driver")
  * and sushy_tools/emulator/resources/systems/fakedriver.py:
  * - power changes are deferred by 1-11 s and applied on a later GET (fakedriver.py set_power_state,
- *   _update_if_needed): a power-on is seen as Off, then On, on some later poll;
+ *   _update_if_needed): a power-on is seen as Off, then On, on some later poll. The deadline is
+ *   int(time.time()) + randint(1, 11), so a change can apply less than a second after it was asked;
  * - ForceRestart/GracefulRestart set PowerState Off at once and On later (fakedriver.py: 'Restart'
  *   sets power_state Off, pending On): a restart is the same Off-then-On transition, so a restart
- *   is a boot too. A restart whose Off lasts less than one poll is not seen (then no boot is counted);
+ *   is a boot too. A restart whose Off lasts less than one poll (100 ms) is not seen (then no boot
+ *   is counted; the suite checks the BMC instead);
  * - BootSourceOverrideEnabled always reads Continuous (templates/system.json; README "Boot override"):
  *   the target is what the machine boots on every power-on until it is changed, so the player reads
  *   the target at each boot, whatever Enabled says; Hdd (sushy's default, fakedriver.py
