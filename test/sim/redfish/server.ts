@@ -25,11 +25,22 @@ export interface MachineOptions {
   powerState?: 'On' | 'Off';
   /** Delay before a Reset's power change shows; a client must read back. */
   applyDelayMs?: number;
-  /** PATCH of the ComputerSystem needs If-Match with the current @odata.etag (428 without, 412 on mismatch). */
+  /**
+   * PATCH of the ComputerSystem needs If-Match with the current @odata.etag (428 without, 412 on mismatch).
+   * Source: NVIDIA/libredfish src/nvidia_viking.rs (set_boot_override: DGX H100's AMI BMC gets the boot PATCH with If-Match of the
+   * SD object's @odata.etag); the 428/412 statuses follow RFC 6585/7232, no vendor capture of them found.
+   */
   requireEtag?: boolean;
-  /** No SessionService: the root has no Links.Sessions and POST Sessions is 405 (basic auth only). */
+  /**
+   * No SessionService: the root has no Links.Sessions and POST Sessions is 405 (basic auth only).
+   * Source: mrlhansen/idrac_exporter issue #132 (iDRAC 8: POST SessionService/Sessions answers 405, basic auth works). Every root in
+   * ../shared/redfish-captures links Sessions, so the missing link is modelled, not seen.
+   */
   noSessions?: boolean;
-  /** The Reset's ResetType@Redfish.AllowableValues instead of the mockup's (e.g. one that lists PowerCycle). */
+  /**
+   * The Reset's ResetType@Redfish.AllowableValues instead of the mockup's (e.g. one that lists PowerCycle).
+   * The vendors' lists differ: redfish-captures/QUIRKS.md, "Reset" (who lists ForceOn, PowerCycle; inline vs @Redfish.ActionInfo).
+   */
   resetTypes?: string[];
   /**
    * The system links no EthernetInterfaces, so the BMC reports no MAC: DMTF's public-bladed blades
@@ -53,7 +64,8 @@ export interface Faults {
   fail500Destructive?: number;
   /**
    * Requests answer 503 with Retry-After (for `count` requests, or until cleared); with
-   * destructiveOnly, only destructive calls do.
+   * destructiveOnly, only destructive calls do. Source: ironcore-dev/metal-operator issue #170 (iDRAC: 503 with
+   * Base.1.12.ServiceTemporarilyUnavailable "Retry in 30 seconds"; whether it also sends a Retry-After header is not shown).
    */
   unavailable?: { retryAfterS: number; count?: number; destructiveOnly?: boolean } | null;
   /** Requests are read and never answered. */
@@ -65,21 +77,35 @@ export interface Faults {
   hangDestructive?: boolean;
   /** Reset, InsertMedia, EjectMedia and the boot PATCH answer 204 and change nothing. */
   lies?: boolean;
-  /** Request path as sent -> Location: the path answers 308 (method and body kept) to the Location. */
+  /**
+   * Request path as sent -> Location: the path answers 308 (method and body kept) to the Location.
+   * Source: ansible/ansible issues #48296 (iLO 4 2.61 redirects /redfish/v1 to /redfish/v1/) and #45513 ("HTTP Error: 308");
+   * bb-Ricardo/check_redfish PR #187 (older Supermicro BMCs redirect POST SessionService/Sessions to a trailing slash).
+   */
   redirects?: Record<string, string>;
-  /** These ResetTypes answer 501 although AllowableValues lists them. */
+  /**
+   * These ResetTypes answer 501 although AllowableValues lists them. Source: the DGX H100 (AMI) lists ForceRestart in
+   * redfish-captures/nvidia-libredfish/tests/mockups/nvidia_viking/redfish/v1/Systems/DGX/ResetActionInfo/index.json and its ForceRestart
+   * task ended ActionNotSupported (.../TaskService/Tasks/3/index.json: a task there, not a 501).
+   */
   notImplementedResetTypes?: string[];
-  /** Reset answers 202 with a task monitor; the task completes when the change applies. */
+  /**
+   * Reset answers 202 with a task monitor; the task completes when the change applies.
+   * Source: redfish-captures/nvidia-libredfish/tests/mockups/nvidia_viking/redfish/v1/TaskService/Tasks/1/index.json (DGX H100 AMI: a "Computer Reset"
+   * task); DMTF/Redfishtool issue #55 (a service answers ComputerSystem.Reset with 202 and a task).
+   */
   asyncTasks?: boolean;
   /**
    * With asyncTasks: the task ends Exception (TaskStatus OK) instead of Completed, after the change
    * was applied or (applied false) without it. NVIDIA DGX H100's AMI BMC ends tasks Exception with
-   * TaskStatus OK, Gigabyte's with Critical (../shared/redfish-captures/QUIRKS.md, "Other").
+   * TaskStatus OK, Gigabyte's with Critical (../shared/redfish-captures/QUIRKS.md, "Other"; DGX:
+   * redfish-captures/nvidia-libredfish/tests/mockups/nvidia_viking/redfish/v1/TaskService/Tasks/3/index.json, a reset whose power did not change).
    */
   taskEnds?: { state: 'Exception'; applied: boolean };
   /**
    * BootSourceOverrideEnabled reads Continuous after any boot PATCH, whatever was sent: sushy-tools
-   * ignores it (../shared/peers/README.md), older Supermicro X11/X12 read Continuous (QUIRKS.md).
+   * ignores it (../shared/peers/README.md), older Supermicro X11/X12 read Continuous (QUIRKS.md;
+   * redfish-captures/bmclib/internal/redfishwrapper/fixtures/smc_1.14.0_systems_1.json).
    */
   overrideReadsContinuous?: boolean;
   /** Overrides the machine's applyDelayMs while set (a test that must see the change in flight). */
