@@ -9,13 +9,13 @@
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { startApp, type App } from '../../src/app';
 import { stopEmbeddedPostgresNow } from '../../src/db/embedded';
 import { startMachineSim, type MachineSim } from '../sim/machine';
+import { freePort } from '../helpers/ports';
 import { FLAVOURS, type FlavourName } from '../sim/redfish/flavours';
 import type { DemoOptions } from './options';
 import { createView, type Move, type Row, type View } from './view';
@@ -47,18 +47,6 @@ async function graphql<T>(api: Api, query: string, variables: Record<string, unk
   return body.data;
 }
 
-/** A port nobody listens on now (the OS picks it); the embedded PostgreSQL needs a fixed one. */
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 const ACTIVE_RUN = ['queued', 'running', 'waiting', 'aborting'];
 

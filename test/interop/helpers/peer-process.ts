@@ -5,23 +5,13 @@
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { isRunning, processesMentioning } from '../../helpers/service';
+import { freePort } from '../../helpers/ports';
 
-/** A port nobody listens on now, on 127.0.0.1 (the OS picks it). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
+
 
 export function runScript(script: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs = 30000): Promise<{ code: number; output: string }> {
   return new Promise((resolve) => {
