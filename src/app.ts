@@ -99,9 +99,12 @@ const within = <T>(promise: Promise<T>, ms: number): Promise<T> => {
  * the queue answers. Each check says `ok` or what is wrong in a word, never the error's text (it
  * names the database's host and port).
  */
-async function readiness(database: Database, queues: Queues): Promise<{ ok: boolean; checks: Record<string, string> }> {
+async function readiness(database: Database, queues: Queues, log: Logger): Promise<{ ok: boolean; checks: Record<string, string> }> {
   const checks: Record<string, string> = {};
-  const said = (error: unknown) => (databaseFailure(error) === 'storage' ? 'cannot write' : 'unavailable');
+  const said = (error: unknown) => {
+    log.warn({ err: error }, 'a readiness check failed');
+    return databaseFailure(error) === 'storage' ? 'cannot write' : 'unavailable';
+  };
   await within(database.backgroundSql.query<{ ro: string }>("SELECT current_setting('transaction_read_only') AS ro"), READY_CHECK_MS).then(
     ({ rows }) => {
       checks.database = 'ok';
@@ -233,7 +236,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         metrics,
         log,
         version: await packageVersion(),
-        ready: () => readiness(database, queues),
+        ready: () => readiness(database, queues, log),
       });
       await new Promise<void>((resolve, reject) => {
         httpServer.once('error', reject);

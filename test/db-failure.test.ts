@@ -143,6 +143,8 @@ describe('what counts as a database failure', () => {
     expect(databaseFailure(new Error('Connection terminated unexpectedly'))).toBe('unavailable');
     expect(databaseFailure({ code: 'ENOENT', syscall: 'connect' })).toBe('unavailable');
     expect(databaseFailure({ code: 'ENOENT', syscall: 'open' })).toBeNull();
+    // Prisma's wrapping of the same (the code copied, the syscall only in the message)
+    expect(databaseFailure({ code: 'ENOENT', message: 'Invalid `prisma.apiToken.findUnique()` invocation: connect ENOENT /run/pg/.s.PGSQL.5432' })).toBe('unavailable');
     // Prisma over the driver adapter
     expect(databaseFailure({ code: 'P2010', meta: { driverAdapterError: { cause: { kind: 'postgres', originalCode: '53100' } } } })).toBe('storage');
     expect(databaseFailure({ meta: { driverAdapterError: { cause: { kind: 'ConnectionClosed' } } } })).toBe('unavailable');

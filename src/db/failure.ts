@@ -36,7 +36,7 @@ function bySqlstate(code: string): DatabaseFailure | null {
 function one(error: object): DatabaseFailure | null {
   const e = error as { code?: unknown; kind?: unknown; originalCode?: unknown; message?: unknown; errorCode?: unknown; syscall?: unknown };
   // A Unix socket that is not there: PostgreSQL is down (not a missing file of ours).
-  if (e.code === 'ENOENT' && e.syscall === 'connect') return 'unavailable';
+  if (e.code === 'ENOENT' && (e.syscall === 'connect' || (typeof e.message === 'string' && /\bconnect ENOENT\b/.test(e.message)))) return 'unavailable';
   for (const code of [e.code, e.originalCode, e.errorCode]) {
     if (typeof code !== 'string') continue;
     const found = bySqlstate(code);
