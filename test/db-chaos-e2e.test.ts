@@ -149,7 +149,7 @@ describe('PostgreSQL killed and restarted under load', () => {
     const poolId = p.data?.createPool?.id as string;
     expect(poolId).toEqual(expect.any(String));
 
-    sim = await startMachineSim({ serviceUrl: url, redfish: { machines: 3 }, behaviour: { quiet: true } });
+    sim = await startMachineSim({ serviceUrl: url, redfish: { machines: 3 }, behaviour: { quiet: true, retryUnavailable: true } });
     const ids: string[] = [];
     for (const m of sim.machines) {
       const r = await api('POST', '/api/compute/metal/enroll', {
