@@ -54,7 +54,7 @@ afterAll(async () => {
   await sim?.stop();
 });
 
-function start(extra: { credentialsRetryMs?: number; recordRetryMs?: number } = {}): BuiltinAgent {
+function start(extra: { credentialsRetryMs?: number } = {}): BuiltinAgent {
   return startBuiltinAgent({
     sql: db.sql, secrets, registry: simDriverRegistry(new SimBmcDriver()), log,
     heartbeatMs: 10_000, leaseMs: LEASE_MS, pollMs: 100, concurrency: 4, ...extra,

@@ -34,17 +34,10 @@ export interface BuiltinAgentOptions {
   notifications?: Notifications;
   /** This process's engine: a result's run is woken here, not through a metal.advance job (jobs/local-wake.ts). */
   waker?: RunWaker | null;
-  /** Default RECORD_RETRY_MS. */
-  recordRetryMs?: number;
   /** Default CREDENTIALS_RETRY_MS. */
   credentialsRetryMs?: number;
 }
 
-/**
- * How long a result that cannot be stored because of the database (down, restarting, disk full)
- * is tried again, holding the claim (the heartbeat keeps renewing it), before the claim is let go.
- */
-export const RECORD_RETRY_MS = 30_000;
 /** How long a credentials read the database fails is tried again before the command fails as retryable. */
 export const CREDENTIALS_RETRY_MS = 10_000;
 
@@ -133,22 +126,22 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   };
   /**
    * Stores a command's result. While the database is down or cannot write, the same statement is
-   * tried again (the claim held) for up to RECORD_RETRY_MS. A result the database refuses for
+   * tried again until it is stored (the claim held: the heartbeat renews it once the database is
+   * back, and a result that comes after the lease but before a sweep is still taken). A result the database refuses for
    * itself (it fails the same way every time) is replaced by one that says so: AGENT_LOST for a
    * destructive command that reached the BMC (whether it ran is not to be guessed: never sent
    * again, the engine reads the state back), a retryable AGENT_ERROR otherwise. When even that
    * cannot be stored, the claim is let go for the sweep to settle. Never a claim held for ever.
    */
   const record = async (command: { id: string; kind: string; started?: boolean }, result: CommandResult) => {
-    const until = Date.now() + (opts.recordRetryMs ?? RECORD_RETRY_MS);
     for (let attempt = 0; ; attempt += 1) {
       try {
         await store(command.id, result);
         return;
       } catch (error) {
         // The database down or unable to write: the same statement will do once it is back.
-        if (databaseFailure(error) && !stopping && Date.now() < until) {
-          if (attempt === 0) log.warn({ err: error, commandId: command.id }, 'storing a command\'s result failed; trying again');
+        if (databaseFailure(error) && !stopping) {
+          if (attempt === 0) log.warn({ err: error, commandId: command.id }, 'storing a command\'s result failed; trying again until it is stored');
           await sleep(backoff(attempt));
           continue;
         }
