@@ -9,6 +9,7 @@ import { Metrics } from './ops/metrics';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded';
 import { migrate } from './db/migrate';
 import { connectDatabase, type Database } from './db/client';
+import { databaseFailure } from './db/failure';
 import { TokenStore, generateToken } from './auth/tokens';
 import { Queues } from '../jobs/registry';
 import { startWorkers } from '../jobs/workers';
@@ -77,6 +78,45 @@ async function bootstrapAdmin(config: Config, tokens: TokenStore, database: Data
   await fs.writeFile(file, token + '\n', { mode: 0o600, flag: 'wx' });
   await tokens.ensureAdminToken(token, 'admin (generated)');
   log.info({ path: file }, 'generated the platform admin token and wrote it to this file (mode 0600)');
+}
+
+/** A readiness check that has not answered by then counts as failed. */
+const READY_CHECK_MS = 2000;
+
+const within = <T>(promise: Promise<T>, ms: number): Promise<T> => {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise,
+    new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error('timed out')), ms))),
+  ]).finally(() => clearTimeout(timer));
+};
+
+/**
+ * /readyz. Ready when all of: the database answers a statement within READY_CHECK_MS; that
+ * session is not read-only (a standby after a failover, default_transaction_read_only: writes
+ * would fail with 25006); no write of this process was refused for lack of storage (disk full or
+ * failing, 53xxx/58030/25006) within the last STORAGE_FAILURE_WINDOW_MS (src/db/health.ts); and
+ * the queue answers. Each check says `ok` or what is wrong in a word, never the error's text (it
+ * names the database's host and port).
+ */
+async function readiness(database: Database, queues: Queues, log: Logger): Promise<{ ok: boolean; checks: Record<string, string> }> {
+  const checks: Record<string, string> = {};
+  const said = (error: unknown) => {
+    log.warn({ err: error }, 'a readiness check failed');
+    return databaseFailure(error) === 'storage' ? 'cannot write' : 'unavailable';
+  };
+  await within(database.backgroundSql.query<{ ro: string }>("SELECT current_setting('transaction_read_only') AS ro"), READY_CHECK_MS).then(
+    ({ rows }) => {
+      checks.database = 'ok';
+      checks.writes = rows[0]?.ro === 'on' ? 'read-only' : database.health.writesFailing ? 'cannot write (disk full or failing)' : 'ok';
+    },
+    (error: unknown) => {
+      checks.database = said(error);
+      checks.writes = 'unknown';
+    },
+  );
+  await within(queues.boss.getQueueSize('metal.reconcile'), READY_CHECK_MS).then(() => (checks.queue = 'ok'), (error: unknown) => (checks.queue = said(error)));
+  return { ok: Object.values(checks).every((v) => v === 'ok'), checks };
 }
 
 export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Logger; drivers?: DriverRegistry } = {}): Promise<App> {
@@ -196,12 +236,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
         metrics,
         log,
         version: await packageVersion(),
-        ready: async () => {
-          const checks: Record<string, string> = {};
-          await database.prisma.$queryRawUnsafe('SELECT 1').then(() => (checks.database = 'ok'), (e: Error) => (checks.database = e.message));
-          await queues.boss.getQueueSize('metal.reconcile').then(() => (checks.queue = 'ok'), (e: Error) => (checks.queue = e.message));
-          return { ok: Object.values(checks).every((v) => v === 'ok'), checks };
-        },
+        ready: () => readiness(database, queues, log),
       });
       await new Promise<void>((resolve, reject) => {
         httpServer.once('error', reject);

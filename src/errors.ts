@@ -16,8 +16,11 @@ export const ERROR_CODES = [
   'INTERNAL',
   // The fabric's VTEP pool changed: the switch's BGP listen range must be re-configured and acked first.
   'REQUIRES_SWITCH_RECONFIG_ACK',
-  // A service this one reads from (NetBox) is unreachable, timed out or answered with an error.
+  // A service this one reads from (NetBox) is unreachable, timed out or answered with an error;
+  // or the database is (details.upstream = 'database', HTTP 503).
   'UPSTREAM_UNAVAILABLE',
+  // The database answers but cannot write: disk full or failing, or read-only (HTTP 503).
+  'STORAGE_UNAVAILABLE',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -36,6 +39,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   INTERNAL: 500,
   REQUIRES_SWITCH_RECONFIG_ACK: 409,
   UPSTREAM_UNAVAILABLE: 502,
+  STORAGE_UNAVAILABLE: 503,
 };
 
 /**
@@ -46,6 +50,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
 export const ALSO_ANSWERED_AS: readonly { code: ErrorCode; status: number; when: string }[] = [
   { code: 'INVALID_INPUT', status: 405, when: 'a method the route does not take' },
   { code: 'INVALID_INPUT', status: 413, when: 'a body over 1 MiB' },
+  { code: 'UPSTREAM_UNAVAILABLE', status: 503, when: 'the database' },
 ];
 
 /**
@@ -60,6 +65,15 @@ export function errorTableRows(note: (code: ErrorCode) => string | undefined = (
     const named = codes.map((c) => (note(c) ? `${c} (${note(c)})` : c));
     return `| ${named.join(', ')} | ${status}${others.length ? ` (${others.join(', ')})` : ''} |`;
   });
+}
+
+/**
+ * The status of one refusal: its code's, except the database's unavailability, which is 503 (the
+ * service itself cannot serve for now) where an upstream such as NetBox failing is 502.
+ */
+export function httpStatusOf(code: ErrorCode, details?: Record<string, unknown> | null): number {
+  if (code === 'UPSTREAM_UNAVAILABLE' && details?.upstream === 'database') return 503;
+  return HTTP_STATUS[code];
 }
 
 export function isErrorCode(value: unknown): value is ErrorCode {

@@ -6,6 +6,7 @@ import { fatalLine } from './ops/fatal';
 import { stopEmbeddedPostgresNow } from './db/embedded';
 import { runAgentProcess } from './agent/process';
 import { defaultDriverRegistry } from '../clients/bmc/defaults';
+import { databaseFailure } from './db/failure';
 
 /**
  * A terminal's Ctrl-C (or systemd's stop) signals the whole group, and `npm start` forwards the
@@ -67,6 +68,26 @@ async function main(): Promise<void> {
     void stopEmbeddedPostgresNow().finally(() => exitAfterFlush(log, 1));
   };
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => shutdown(signal));
+  // No database error ends the process: every connection and statement of ours handles its
+  // errors, and this is the net under them (a connection's 'error' event nobody listened to, a
+  // rejection nobody awaited). The database comes back; what failed is retried by its owner (the
+  // sweeps, the queue). Anything else still ends the process, as Node does by default.
+  process.on('uncaughtException', (error, origin) => {
+    if (databaseFailure(error)) {
+      log.error({ err: error, origin }, 'a database error nobody handled; carrying on');
+      return;
+    }
+    log.fatal({ err: error, origin }, 'uncaught exception');
+    void stopEmbeddedPostgresNow().finally(() => exitAfterFlush(log, 1));
+  });
+  process.on('unhandledRejection', (reason) => {
+    if (databaseFailure(reason)) {
+      log.error({ err: reason }, 'a database error nobody awaited; carrying on');
+      return;
+    }
+    log.fatal({ err: reason }, 'unhandled rejection');
+    void stopEmbeddedPostgresNow().finally(() => exitAfterFlush(log, 1));
+  });
   starting = startApp(config, { log });
   await starting;
 }

@@ -10,6 +10,7 @@ import { graphiqlAssets } from './graphql/graphiql';
 import { readBody, checkJsonDepth, PayloadTooLarge } from './http/body';
 import { sendError, sendJson, serverTiming, startTiming } from './http/respond';
 import { AppError, HTTP_STATUS } from './errors';
+import { DATABASE_RETRY_AFTER_SECONDS, databaseAppError } from './db/failure';
 import type { EventHub } from './events/hub';
 import { serveEventStream } from './events/sse';
 import { bearerToken, type TokenStore } from './auth/tokens';
@@ -178,6 +179,7 @@ export function createHttpServer(deps: HttpDeps): http.Server {
           return sendJson(res, 200, { status: 'ok' });
         case '/readyz': {
           const { ok, checks } = await deps.ready();
+          if (!ok) res.setHeader('retry-after', String(DATABASE_RETRY_AFTER_SECONDS));
           return sendJson(res, ok ? 200 : 503, { status: ok ? 'ready' : 'not ready', checks });
         }
         case '/metrics': {
@@ -222,6 +224,12 @@ export function createHttpServer(deps: HttpDeps): http.Server {
       }
       if (error instanceof AppError) {
         return sendError(res, HTTP_STATUS[error.code], error.code, error.message, requestId, error.extensions.details as Record<string, unknown> | undefined);
+      }
+      const database = databaseAppError(error);
+      if (database) {
+        // Logged without the error object: pg's messages carry the database's host and port.
+        deps.log.warn({ err: error, requestId, code: database.code }, 'the database failed this request');
+        return sendError(res, HTTP_STATUS[database.code], database.code, database.message, requestId, database.extensions.details as Record<string, unknown>);
       }
       deps.log.error({ err: error, requestId }, 'unhandled error');
       return sendError(res, 500, 'INTERNAL', 'internal error', requestId);

@@ -26,6 +26,7 @@ const DOCUMENTED_STATUS: Record<ErrorCode, number> = {
   INTERNAL: 500,
   REQUIRES_SWITCH_RECONFIG_ACK: 409,
   UPSTREAM_UNAVAILABLE: 502,
+  STORAGE_UNAVAILABLE: 503,
 };
 
 /** Lines that look like a JavaScript stack frame, or file paths of this checkout. */

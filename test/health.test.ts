@@ -17,7 +17,7 @@ describe('operations endpoints', () => {
   it('reports ready when the database and the queue answer', async () => {
     const response = await fetch(`${t.url}/readyz`);
     expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ status: 'ready', checks: { database: 'ok', queue: 'ok' } });
+    expect(await response.json()).toEqual({ status: 'ready', checks: { database: 'ok', writes: 'ok', queue: 'ok' } });
     expect((await fetch(`${t.url}/healthz`)).status).toBe(200);
   });
 

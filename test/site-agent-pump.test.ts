@@ -69,4 +69,36 @@ describe('the command pump', () => {
     expect(await pump.ended).toBe(refused);
     await pump.stop(10);
   });
+
+  it('reports a command whose run threw (a fault of the agent) instead of holding its claim', async () => {
+    const queue: PumpItem[] = [{ id: 'd1', kind: 'bmc.power' }, { id: 'd2', kind: 'bmc.power' }, { id: 'd3', kind: 'bmc.inventory' }];
+    const reported: [string, CommandResult][] = [];
+    let all!: () => void;
+    const three = new Promise<void>((r) => (all = r));
+    const pump = new CommandPump<PumpItem>({
+      log: pino({ level: 'silent' }),
+      concurrency: 3,
+      pollMs: 10,
+      renewMs: 1000,
+      claim: async (max) => queue.splice(0, max),
+      renew: async () => undefined,
+      abandon: async (item, result) => {
+        reported.push([item.id, result]);
+        if (reported.length === 3) all();
+      },
+      // d1 throws after the BMC saw it, d2 and d3 before.
+      run: async (item) => {
+        if (item.id === 'd1') item.started = true;
+        throw new Error('a fault of the agent');
+      },
+    });
+    pump.start();
+    await three;
+    await pump.stop(20);
+    expect(Object.fromEntries(reported.map(([id, r]) => [id, r.ok ? 'ok' : [r.code, r.retryable]]))).toEqual({
+      d1: ['AGENT_LOST', false],
+      d2: ['AGENT_ERROR', true],
+      d3: ['AGENT_ERROR', true],
+    });
+  });
 });

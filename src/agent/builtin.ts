@@ -5,8 +5,10 @@ import type { DriverRegistry } from '../../clients/bmc/registry';
 import type { SecretBroker } from '../../clients/secrets/broker';
 import type { Notifications } from '../db/listen';
 import type { Sql } from '../db/sql';
-import { claimHeld, recordResult, renewLeases, sweepCommands, type HeldCommand } from '../modules/sites/claims';
-import type { CommandResult } from '../modules/sites/commands';
+import { builtinClaimants, claimHeld, lapseClaim, lapseClaims, recordResult, renewLeases, sweepCommands, type HeldCommand } from '../modules/sites/claims';
+import { AppError } from '../errors';
+import { databaseFailure } from '../db/failure';
+import { DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from '../modules/sites/commands';
 import { executeCommand } from './execute';
 import type { RunWaker } from '../../jobs/local-wake';
 import { CommandPump } from './pump';
@@ -32,6 +34,61 @@ export interface BuiltinAgentOptions {
   notifications?: Notifications;
   /** This process's engine: a result's run is woken here, not through a metal.advance job (jobs/local-wake.ts). */
   waker?: RunWaker | null;
+  /** Default CREDENTIALS_RETRY_MS. */
+  credentialsRetryMs?: number;
+}
+
+/** How long a credentials read the database fails is tried again before the command fails as retryable. */
+export const CREDENTIALS_RETRY_MS = 10_000;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** 250 ms, doubling to 4 s. */
+const backoff = (attempt: number) => Math.min(250 * 2 ** attempt, 4000);
+
+/** `builtin:<host>:<pid>:<random>` split (the host may hold ':' in principle: the last two fields are fixed). */
+export function parseBuiltinId(id: string): { host: string; pid: number; nonce: string } | null {
+  const parts = id.split(':');
+  if (parts.length < 4 || parts[0] !== 'builtin') return null;
+  const pid = Number(parts[parts.length - 2]);
+  if (!Number.isInteger(pid) || pid <= 0) return null;
+  return { host: parts.slice(1, -2).join(':'), pid, nonce: parts[parts.length - 1]! };
+}
+
+/** The built-in agents running in this process now (a test may run several): never anyone's dead predecessor. */
+const liveHere = new Set<string>();
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * The claims of this host's built-in agents that are dead (a crashed or killed process of this
+ * service): no process with their pid, or the pid is ours (a restart that got the same pid, as in
+ * a container). Their leases end now and a sweep settles them at once, as registerAgentKey does
+ * for a remote agent's new process: a destructive command fails AGENT_LOST (the engine reads the
+ * state back), any other is queued again. A live built-in agent of another process on this host
+ * keeps its claims. (Hosts are told apart by name: two machines of one name would see each other's
+ * agents as dead.)
+ */
+export async function settleDeadPredecessors(sql: Sql, agentId: string, log: Logger): Promise<number> {
+  const self = parseBuiltinId(agentId)!;
+  const dead = (await builtinClaimants(sql, self.host)).filter((id) => {
+    const other = parseBuiltinId(id);
+    if (other === null || other.host !== self.host || liveHere.has(id)) return false;
+    return other.pid === self.pid || !processAlive(other.pid);
+  });
+  let lapsed = 0;
+  for (const id of dead) lapsed += await lapseClaims(sql, id);
+  if (lapsed > 0) {
+    const swept = await sweepCommands(sql);
+    log.warn({ predecessors: dead, lapsed, ...swept }, 'the commands a dead built-in agent of this host held were settled as lapsed');
+  }
+  return lapsed;
 }
 
 export interface BuiltinAgent {
@@ -43,10 +100,100 @@ export interface BuiltinAgent {
 export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   const agentId = `builtin:${os.hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   const log = opts.log.child({ agent: 'builtin' });
-  const record = async (commandId: string, result: CommandResult) => {
+  let stopping = false;
+  /** Claims let go (their result could not be stored): the heartbeat no longer renews them. */
+  const letGo = new Set<string>();
+  /**
+   * Ends the claim now so the sweep settles it (AGENT_LOST for a destructive command, queued again
+   * otherwise); should even that fail, the heartbeat stops renewing it and it lapses by itself.
+   */
+  const release = async (commandId: string) => {
+    letGo.add(commandId);
+    try {
+      if (await lapseClaim(opts.sql, commandId, agentId)) await sweepCommands(opts.sql);
+      letGo.delete(commandId);
+    } catch (error) {
+      log.warn({ err: error, commandId }, 'could not end the claim; it lapses within the lease');
+      // Dropped from the set once the lease must have run out (nothing renews it meanwhile).
+      setTimeout(() => letGo.delete(commandId), opts.leaseMs * 2).unref();
+    }
+  };
+  /** One attempt at storing a result: false when the agent no longer holds the command. */
+  const store = async (commandId: string, result: CommandResult) => {
     // One statement (the result, and its run's wake-up unless this process's engine wakes it): no transaction around it.
     const recorded = await recordResult(opts.sql, commandId, agentId, result, opts.waker);
     if (!recorded) log.warn({ commandId }, 'the built-in agent no longer held the command when it finished; result dropped');
+  };
+  /**
+   * Stores a command's result. While the database is down or cannot write, the same statement is
+   * tried again until it is stored (the claim held: the heartbeat renews it once the database is
+   * back, and a result that comes after the lease but before a sweep is still taken). A result the database refuses for
+   * itself (it fails the same way every time) is replaced by one that says so: AGENT_LOST for a
+   * destructive command that reached the BMC (whether it ran is not to be guessed: never sent
+   * again, the engine reads the state back), a retryable AGENT_ERROR otherwise. When even that
+   * cannot be stored, the claim is let go for the sweep to settle. Never a claim held for ever.
+   */
+  const record = async (command: { id: string; kind: string; started?: boolean }, result: CommandResult) => {
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        await store(command.id, result);
+        return;
+      } catch (error) {
+        // The database down or unable to write: the same statement will do once it is back.
+        if (databaseFailure(error) && !stopping) {
+          if (attempt === 0) log.warn({ err: error, commandId: command.id }, 'storing a command\'s result failed; trying again until it is stored');
+          await sleep(backoff(attempt));
+          continue;
+        }
+        if (!databaseFailure(error)) {
+          log.error({ err: error, commandId: command.id }, 'the database refused the command\'s result: storing a failure in its place');
+          const destructive = DESTRUCTIVE_COMMANDS[command.kind as CommandKind] === true && command.started === true;
+          const substitute: CommandResult = destructive
+            ? { ok: false, code: 'AGENT_LOST', message: 'the command\'s result could not be stored: whether the action ran is not known here, so it is not sent again', retryable: false }
+            : { ok: false, code: 'AGENT_ERROR', message: 'the command\'s result could not be stored', retryable: true };
+          try {
+            await store(command.id, substitute);
+            return;
+          } catch (again) {
+            log.error({ err: again, commandId: command.id }, 'not even a failure could be stored for the command');
+          }
+        }
+        log.error({ commandId: command.id }, 'the command\'s result could not be stored: its claim is let go for the sweep to settle');
+        await release(command.id);
+        return;
+      }
+    }
+  };
+  /**
+   * The node's BMC credentials, or why not. Only a credential problem (no such secret, one the key
+   * does not open, one that is not { username, password }) fails the command for good; the
+   * database failing the read is tried again, then fails it as retryable (nothing reached the BMC).
+   */
+  const credentialsOf = async (command: HeldCommand, node: NonNullable<HeldCommand['node']>, secrets: SecretBroker): Promise<{ username: string; password: string } | CommandResult> => {
+    const until = Date.now() + (opts.credentialsRetryMs ?? CREDENTIALS_RETRY_MS);
+    for (let attempt = 0; ; attempt += 1) {
+      let credentials: { username?: unknown; password?: unknown } | null;
+      try {
+        credentials = (await secrets.get(node.credentialsRef!, node.tenantId)) as { username?: unknown; password?: unknown } | null;
+      } catch (error) {
+        if (!(error instanceof AppError)) {
+          if (!stopping && Date.now() < until) {
+            if (attempt === 0) log.warn({ commandId: command.id, nodeId: node.id, err: error }, 'reading the BMC credentials failed; trying again');
+            await sleep(backoff(attempt));
+            continue;
+          }
+          log.warn({ commandId: command.id, nodeId: node.id, err: error }, 'the BMC credentials could not be read');
+          const why = databaseFailure(error) ? 'the database failed the read' : 'the read failed';
+          return { ok: false, code: 'AGENT_ERROR', message: `the BMC credentials of node ${node.id} could not be read now (${why}); nothing was sent to the BMC`, retryable: true };
+        }
+        log.warn({ commandId: command.id, nodeId: node.id, err: error }, 'the BMC credentials could not be read');
+        credentials = null;
+      }
+      if (!credentials || typeof credentials.username !== 'string' || typeof credentials.password !== 'string') {
+        return { ok: false, code: 'AGENT_ERROR', message: `the BMC credentials of node ${node.id} (${node.credentialsRef}) could not be read as { username, password }`, retryable: false };
+      }
+      return { username: credentials.username, password: credentials.password };
+    }
   };
   const pump = new CommandPump<HeldCommand & { started?: boolean }>({
     log,
@@ -56,9 +203,9 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
     // The claim answers each command with its node's BMC endpoint (claimHeld): it runs at once.
     claim: (max) => claimHeld(opts.sql, agentId, { unservedWithinMs: opts.heartbeatMs }, max, opts.leaseMs),
     renew: async () => {
-      await renewLeases(opts.sql, agentId, opts.leaseMs);
+      await renewLeases(opts.sql, agentId, opts.leaseMs, [...letGo]);
     },
-    abandon: (item, result) => record(item.id, result),
+    abandon: (item, result) => record(item, result),
     run: async (command, signal) => {
       const node = command.node;
       let result: CommandResult;
@@ -67,12 +214,9 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
       } else if (!opts.secrets) {
         result = { ok: false, code: 'AGENT_ERROR', message: 'no secret broker is configured: the BMC credentials cannot be read', retryable: false };
       } else {
-        const credentials = (await opts.secrets.get(node.credentialsRef, node.tenantId).catch((error: unknown) => {
-          log.warn({ commandId: command.id, nodeId: node.id, err: error }, 'the BMC credentials could not be read');
-          return null;
-        })) as { username?: unknown; password?: unknown } | null;
-        if (!credentials || typeof credentials.username !== 'string' || typeof credentials.password !== 'string') {
-          result = { ok: false, code: 'AGENT_ERROR', message: `the BMC credentials of node ${node.id} (${node.credentialsRef}) could not be read as { username, password }`, retryable: false };
+        const credentials = await credentialsOf(command, node, opts.secrets);
+        if ('ok' in credentials) {
+          result = credentials;
         } else {
           log.info({ commandId: command.id, kind: command.kind, nodeId: node.id, address: node.address }, 'running command');
           command.started = true;
@@ -86,18 +230,25 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
         }
       }
       if (signal.aborted) return;
-      await record(command.id, result);
+      await record(command, result);
       log.info({ commandId: command.id, ok: result.ok, ...(result.ok ? {} : { code: result.code }) }, 'command finished');
     },
   });
+  liveHere.add(agentId);
+  // A dead process of this host left claims: settled now, not AGENT_LEASE_MS from now.
+  const settled = settleDeadPredecessors(opts.sql, agentId, log).catch((error: unknown) =>
+    log.warn({ err: error }, 'could not settle the claims of dead built-in agents; their leases lapse instead'));
   pump.start();
   const listening = opts.notifications?.subscribe('metal_command_queued', () => pump.poke()) ?? null;
   log.info({ agentId, drivers: opts.registry.names() }, 'built-in site agent started: it serves every site with no remote agent heartbeating');
   return {
     agentId,
     async stop(graceMs) {
+      stopping = true;
+      await settled;
       (await listening)?.stop();
       await pump.stop(graceMs);
+      liveHere.delete(agentId);
     },
   };
 }

@@ -40,6 +40,17 @@ export function abandonedResult(item: PumpItem): CommandResult {
   return { ok: false, code: 'AGENT_ERROR', message: item.started ? 'the site agent stopped before the command finished' : 'the site agent stopped before the command was sent to the BMC', retryable: true };
 }
 
+/**
+ * What the agent reports when running a command threw (a fault of the agent, not the BMC's
+ * answer): by the same rule as a stop, so the claim ends now instead of being renewed for ever.
+ */
+export function failedRunResult(item: PumpItem): CommandResult {
+  if (item.started && DESTRUCTIVE_COMMANDS[item.kind as CommandKind]) {
+    return { ok: false, code: 'AGENT_LOST', message: 'the site agent failed while it ran the command: whether the action ran is unknown', retryable: false };
+  }
+  return { ok: false, code: 'AGENT_ERROR', message: item.started ? 'the site agent failed before the command finished' : 'the site agent failed before the command was sent to the BMC', retryable: true };
+}
+
 export class CommandPump<T extends PumpItem> {
   private stopping = false;
   private inFlight = new Map<string, { item: T; done: Promise<void> }>();
@@ -130,7 +141,12 @@ export class CommandPump<T extends PumpItem> {
   private startItem(item: T): void {
     const done = this.deps
       .run(item, this.abort.signal)
-      .catch((error: unknown) => this.deps.log.error({ err: error, commandId: item.id }, 'running a command failed'))
+      .catch(async (error: unknown) => {
+        this.deps.log.error({ err: error, commandId: item.id }, 'running a command failed: reporting it as failed');
+        // Otherwise the claim would be renewed with every heartbeat and its run never move on.
+        await this.deps.abandon(item, failedRunResult(item)).catch((again: unknown) =>
+          this.deps.log.warn({ err: again, commandId: item.id }, 'could not report the failed command; its lease will lapse'));
+      })
       .finally(() => {
         this.inFlight.delete(item.id);
         this.wake?.();

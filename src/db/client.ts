@@ -2,6 +2,7 @@ import pg from 'pg';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../generated/prisma/client';
 import { Sql } from './sql';
+import { DatabaseHealth } from './health';
 
 export type Db = PrismaClient;
 export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
@@ -15,6 +16,8 @@ export interface Database {
   prisma: PrismaClient;
   pool: pg.Pool;
   statements: StatementCounter;
+  /** Storage failures seen by this process's statements (for /readyz). */
+  health: DatabaseHealth;
   /** Plain SQL on the same pool, counted with Prisma's statements. */
   sql: Sql;
   /** The same pool for background readers (the event stream's poller), counted apart so request-level statement counts stay exact. */
@@ -26,11 +29,18 @@ export function connectDatabase(url: string, opts: { poolSize?: number } = {}): 
   const pool = new pg.Pool({ connectionString: url, max: opts.poolSize ?? 20 });
   // An idle client that loses its server (restart, failover) must not crash the process.
   pool.on('error', () => undefined);
+  // Nor one checked out (Sql.transaction, Prisma's transactions): the pool listens to idle clients
+  // only, and a client's 'error' with no listener is thrown. The statement in flight, or the next
+  // one, fails with the connection's error; its caller sees that, and the client is discarded.
+  pool.on('connect', (client) => {
+    client.on('error', () => undefined);
+  });
   const prisma = new PrismaClient({
     adapter: new PrismaPg(pool),
     log: [{ emit: 'event', level: 'query' }],
   });
   const statements = new StatementCounter();
+  const health = new DatabaseHealth();
   prisma.$on('query', () => {
     statements.count += 1;
   });
@@ -38,8 +48,9 @@ export function connectDatabase(url: string, opts: { poolSize?: number } = {}): 
     prisma,
     pool,
     statements,
-    sql: new Sql(pool, statements),
-    backgroundSql: new Sql(pool, new StatementCounter()),
+    health,
+    sql: new Sql(pool, statements, health),
+    backgroundSql: new Sql(pool, new StatementCounter(), health),
     async close() {
       await prisma.$disconnect();
       await pool.end();

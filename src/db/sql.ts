@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { StatementCounter } from './client';
 import { AppError } from '../errors';
+import type { DatabaseHealth } from './health';
 
 const TIMESTAMPTZ_OID = 1184;
 const defaultTimestamptz = pg.types.getTypeParser(TIMESTAMPTZ_OID, 'text') as (text: string) => unknown;
@@ -109,12 +110,20 @@ export class Sql {
   constructor(
     readonly pool: pg.Pool,
     private statements: StatementCounter,
+    /** Told of every failed statement (storage failures make /readyz not ready). */
+    readonly health: DatabaseHealth | null = null,
   ) {}
+
+  private readonly observe = (error: unknown): never => {
+    this.health?.observe(error);
+    throw error;
+  };
 
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
     this.statements.count += 1;
     // A text without parameters may hold several statements (the simple protocol): sent as it is.
-    return values === undefined ? this.pool.query<R>(text) : this.pool.query<R>({ text, values, name: statementName(text) });
+    const result = values === undefined ? this.pool.query<R>(text) : this.pool.query<R>({ text, values, name: statementName(text) });
+    return this.health ? result.catch(this.observe) : result;
   }
 
   /**
@@ -123,7 +132,7 @@ export class Sql {
    */
   async queryArrays(text: string, values?: unknown[]): Promise<unknown[][]> {
     this.statements.count += 1;
-    return (await this.pool.query<unknown[]>({ text, values, rowMode: 'array', types: ARRAY_ROW_TYPES, name: values === undefined ? undefined : statementName(text) })).rows;
+    return (await this.pool.query<unknown[]>({ text, values, rowMode: 'array', types: ARRAY_ROW_TYPES, name: values === undefined ? undefined : statementName(text) }).catch(this.observe)).rows;
   }
 
   /**
@@ -153,6 +162,7 @@ export class Sql {
       await query('COMMIT');
       return result;
     } catch (error) {
+      this.health?.observe(error);
       await query('ROLLBACK').catch(() => {
         broken = true;
       });

@@ -8,6 +8,7 @@ import { getSchema } from './schema';
 import type { Context, Services } from '../context';
 import { bearerToken, type TokenStore } from '../auth/tokens';
 import type { Principal } from '../auth/permissions';
+import { databaseAppError } from '../db/failure';
 import { AppError, isErrorCode, unauthenticated } from '../errors';
 import { uniqueViolation } from '../db/unique';
 import { checkDocumentNesting, checkVariables, operationOf, withLiteralInputRule } from './input-check';
@@ -86,6 +87,8 @@ function authFirst(tokens: TokenStore): Plugin<{}, ServerContext> {
           context.auth = { principal: await tokens.authenticate(token), token };
         } catch (error) {
           if (error instanceof AppError) return refuse(error);
+          const database = databaseError(error);
+          if (database) return setResult({ errors: [database] });
           throw error;
         }
         return tooDeep ? refuse(tooDeep) : undefined;
@@ -125,6 +128,18 @@ function inputChecks(): Plugin {
     onExecute: beforeRun as never,
     onSubscribe: beforeRun as never,
   };
+}
+
+/**
+ * A failure of the database itself (src/db/failure.ts) as the refusal it is: UPSTREAM_UNAVAILABLE
+ * or STORAGE_UNAVAILABLE, HTTP 503 with Retry-After (Yoga reads `extensions.http` and drops it
+ * from the body), the database named but not where it is.
+ */
+function databaseError(error: unknown, path?: readonly (string | number)[]): GraphQLError | null {
+  const app = databaseAppError(error);
+  if (!app) return null;
+  const seconds = String(app.extensions.details && (app.extensions.details as { retryAfterSeconds?: number }).retryAfterSeconds);
+  return new GraphQLError(app.message, { path, extensions: { ...app.extensions, http: { status: 503, headers: { 'retry-after': seconds } } } });
 }
 
 /** The error behind each INTERNAL that maskError made: the response says "internal error", the log says what. */
@@ -413,6 +428,9 @@ export function createGraphqlServer(services: Services, metrics: Metrics, cache:
         if (error instanceof GraphQLError && /^Variable "\$\w+" got invalid value /.test(error.message)) return withoutValues(error);
         const original = (error instanceof GraphQLError ? error.originalError : error) as Error | undefined;
         if (original instanceof AppError) return original;
+        services.sql.health?.observe(original ?? error);
+        const database = databaseError(original ?? error, error instanceof GraphQLError ? error.path : undefined);
+        if (database) return database;
         const conflict = uniqueViolation(error);
         if (conflict) return new GraphQLError(conflict.message, { path: error instanceof GraphQLError ? error.path : undefined, extensions: conflict.extensions });
         // Pothos checks connection arguments (cursors, negative sizes) before the resolver runs.

@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import type { ErrorCode } from '../errors';
+import { httpStatusOf, type ErrorCode } from '../errors';
 
 const started = new WeakMap<ServerResponse, bigint>();
 
@@ -24,7 +24,12 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
   res.end(text);
 }
 
-/** The REST error envelope: {"error": {"code", "message", "requestId"}} (no stack traces, ever). */
+/**
+ * The REST error envelope: {"error": {"code", "message", "requestId"}} (no stack traces, ever).
+ * A refusal because of the database (details.upstream 'database': UPSTREAM_UNAVAILABLE,
+ * STORAGE_UNAVAILABLE) is 503 whatever status the caller passed (its code's usual one), with
+ * Retry-After.
+ */
 export function sendError(
   res: ServerResponse,
   status: number,
@@ -33,5 +38,10 @@ export function sendError(
   requestId: string,
   details?: Record<string, unknown>,
 ): void {
+  if (details?.upstream === 'database') {
+    status = httpStatusOf(code, details);
+    const after = details.retryAfterSeconds;
+    if (typeof after === 'number') res.setHeader('retry-after', String(after));
+  }
   sendJson(res, status, { error: { code, message, requestId, ...(details ? { details } : {}) } });
 }

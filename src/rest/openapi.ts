@@ -2,6 +2,7 @@ import type { Route } from './routes';
 import { components, type JsonSchema } from './schemas';
 import { EXAMPLE_IDS as ID } from './examples';
 import { HTTP_STATUS, errorTableRows, type ErrorCode } from '../errors';
+import { DATABASE_RETRY_AFTER_SECONDS, databaseAppError } from '../db/failure';
 import { MAX_BODY_BYTES } from '../http/body';
 import { serverStopping } from '../events/hub';
 import { BOOT_SECURITY_SCHEME, bootOpenApiPaths } from '../modules/boot/openapi';
@@ -22,10 +23,20 @@ const CODE_MEANING: Record<ErrorCode, string> = {
   INTERNAL: 'a fault of the service: quote the requestId',
   REQUIRES_SWITCH_RECONFIG_ACK: 'the VTEP pool changed: paste details.snippets[] on the fabric switch, then re-POST with switch_acked, switch_snippet_hash and acked_by',
   UPSTREAM_UNAVAILABLE: 'a service this one reads from (NetBox) is unreachable, timed out or answered with an error: the message names it; retry later',
+  STORAGE_UNAVAILABLE: `the database cannot write (disk full or failing, or read-only after a failover): nothing was written; retry after Retry-After (${DATABASE_RETRY_AFTER_SECONDS} s)`,
 };
 
-/** Every route may answer these, whatever it does. */
-const ALWAYS: ErrorCode[] = ['INVALID_INPUT', 'UNAUTHENTICATED', 'INTERNAL'];
+/** The database's unavailability: UPSTREAM_UNAVAILABLE too, but 503 (the service cannot serve at all for now). */
+const DATABASE_UNAVAILABLE_MEANING = `UPSTREAM_UNAVAILABLE with details.upstream "database": the database is unreachable or its connection was lost (a restart, a failover); retry after Retry-After (${DATABASE_RETRY_AFTER_SECONDS} s)`;
+
+/** The body of a database failure, as the service answers it (src/db/failure.ts). */
+function databaseExample(failure: 'unavailable' | 'storage'): Record<string, unknown> {
+  const error = databaseAppError(failure === 'storage' ? { code: '53100' } : { code: 'ECONNREFUSED' })!;
+  return { error: { code: error.code, message: error.message, requestId: EXAMPLE_REQUEST_ID, details: error.extensions.details } };
+}
+
+/** Every route may answer these, whatever it does (STORAGE_UNAVAILABLE: so may any route that reads, when the database is down). */
+const ALWAYS: ErrorCode[] = ['INVALID_INPUT', 'UNAUTHENTICATED', 'INTERNAL', 'STORAGE_UNAVAILABLE'];
 
 const EXAMPLE_REQUEST_ID = '6f1c2e0a-9b7d-4c1e-8a55-3d2f7e9b1a40';
 
@@ -96,6 +107,8 @@ function errorExample(route: Route, code: ErrorCode, tooLarge = false): Record<s
     case 'INTERNAL':
       message = 'internal error';
       break;
+    case 'STORAGE_UNAVAILABLE':
+      return databaseExample('storage');
     default:
       message = CODE_MEANING[code];
   }
@@ -117,8 +130,13 @@ function errorResponses(route: Route): Record<string, unknown> {
   const responses: [number, unknown][] = [...byStatus].map(([status, list]) => [
     status,
     {
-      description: list.map((code) => `${code}: ${CODE_MEANING[code]}`).join('. '),
-      content: errorContent(Object.fromEntries(list.map((code) => [code, errorExample(route, code)]))),
+      description: [...list.map((code) => `${code}: ${CODE_MEANING[code]}`), ...(status === 503 ? [DATABASE_UNAVAILABLE_MEANING] : [])].join('. '),
+      content: errorContent({
+        ...Object.fromEntries(list.map((code) => [code, errorExample(route, code)])),
+        // Any route answers 503 when the database is down (STORAGE_UNAVAILABLE is in ALWAYS).
+        ...(status === 503 ? { UPSTREAM_UNAVAILABLE: databaseExample('unavailable') } : {}),
+      }),
+      ...(status === 503 ? { headers: { 'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer' }, example: DATABASE_RETRY_AFTER_SECONDS } } } : {}),
     },
   ]);
   if (route.body) {
@@ -237,6 +255,11 @@ function eventStreamOperation(): Record<string, unknown> {
       '401': error(`UNAUTHENTICATED: ${CODE_MEANING.UNAUTHENTICATED}`, 'UNAUTHENTICATED', 'a valid bearer token is required'),
       '422': error('INVALID_CONFIG: this process serves no event streams', 'INVALID_CONFIG', 'this process serves no event streams (ROLE=worker)'),
       '500': error(`INTERNAL: ${CODE_MEANING.INTERNAL}`, 'INTERNAL', 'internal error'),
+      '503': {
+        description: `STORAGE_UNAVAILABLE: ${CODE_MEANING.STORAGE_UNAVAILABLE}. ${DATABASE_UNAVAILABLE_MEANING}`,
+        content: errorContent({ UPSTREAM_UNAVAILABLE: databaseExample('unavailable'), STORAGE_UNAVAILABLE: databaseExample('storage') }),
+        headers: { 'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer' }, example: DATABASE_RETRY_AFTER_SECONDS } },
+      },
     },
   };
 }

@@ -57,16 +57,45 @@ export async function claimQueued(db: Runner, agentId: string, scope: ClaimScope
   }));
 }
 
-/** Extends the lease of every command the agent still holds (its heartbeat). A lapsed lease is not revived: the sweep owns it. */
-export async function renewLeases(db: Runner, agentId: string, leaseMs: number): Promise<number> {
+/**
+ * Extends the lease of every command the agent still holds (its heartbeat), but those in `except`
+ * (claims it lets go: their leases run out and the sweep settles them). A lapsed lease is not
+ * revived: the sweep owns it.
+ */
+export async function renewLeases(db: Runner, agentId: string, leaseMs: number, except: readonly string[] = []): Promise<number> {
   const { rows } = await db.query(
     `WITH renewed AS (
        UPDATE command SET lease_expires_at = now() + $2::int * interval '1 millisecond', updated_at = now()
-        WHERE claimed_by = $1 AND status = 'claimed' AND lease_expires_at > now() RETURNING 1)
+        WHERE claimed_by = $1 AND status = 'claimed' AND lease_expires_at > now() AND NOT (id = ANY($3::text[])) RETURNING 1)
      SELECT count(*)::int AS n FROM renewed`,
-    [agentId, Math.round(leaseMs)],
+    [agentId, Math.round(leaseMs), except],
   );
   return rows[0]!.n as number;
+}
+
+/**
+ * Ends now the lease of one command the agent holds (it cannot store the command's result): the
+ * next sweep settles it as any lapsed claim. Returns whether it held it.
+ */
+export async function lapseClaim(db: Runner, commandId: string, agentId: string): Promise<boolean> {
+  const { rows } = await db.query(
+    `WITH lapsed AS (UPDATE command SET lease_expires_at = now(), updated_at = now() WHERE id = $1 AND claimed_by = $2 AND status = 'claimed' RETURNING 1)
+     SELECT count(*)::int AS n FROM lapsed`,
+    [commandId, agentId],
+  );
+  return Number(rows[0]!.n) > 0;
+}
+
+/**
+ * The built-in agents whose claims are still open (claimed_by `builtin:<host>:<pid>:<random>`),
+ * for a new process to find its dead predecessors' (see src/agent/builtin.ts).
+ */
+export async function builtinClaimants(db: Runner, host: string): Promise<string[]> {
+  const { rows } = await db.query(
+    `SELECT DISTINCT claimed_by FROM command WHERE status = 'claimed' AND starts_with(claimed_by, $1)`,
+    [`builtin:${host}:`],
+  );
+  return rows.map((r) => r.claimed_by as string);
 }
 
 /**

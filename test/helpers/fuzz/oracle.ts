@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import pg from 'pg';
 import pino, { type Logger } from 'pino';
 import { createLogger } from '../../../src/ops/log';
-import { ERROR_CODES, HTTP_STATUS, isErrorCode } from '../../../src/errors';
+import { ERROR_CODES, httpStatusOf, isErrorCode } from '../../../src/errors';
 import type { RawResponse } from './http';
 import { SECRET_MARKER, summarize } from './values';
 
@@ -161,7 +161,7 @@ export function judge(o: Observed): Verdict {
         message = error.message;
         if (!VOCABULARY.has(code)) violations.push({ kind: 'error shape', detail: `code ${code} is not in the vocabulary` });
         if (code === 'INTERNAL' && status < 500) violations.push({ kind: 'INTERNAL code', detail: message });
-        const expected = isErrorCode(code) ? HTTP_STATUS[code] : undefined;
+        const expected = isErrorCode(code) ? httpStatusOf(code, error.details as Record<string, unknown> | undefined) : undefined;
         // 405 (method) and 413 (body size) are the two statuses the vocabulary shares with 400.
         const special = code === 'INVALID_INPUT' && (status === 405 || status === 413);
         if (expected !== undefined && expected !== status && !special) {

@@ -40,6 +40,12 @@ export interface MachineBehaviour {
   heartbeatMs?: number;
   /** No step reports (started/succeeded around each phase): fewer callbacks, for benchmarks. */
   quiet?: boolean;
+  /**
+   * A 503 (the service's database down) is tried again after its Retry-After (at most 30 times),
+   * the iPXE fetch and every ramdisk call alike, as firmware and a ramdisk that follow the
+   * protocol do; without it a 503 loses that call, as any other refusal.
+   */
+  retryUnavailable?: boolean;
 }
 
 export interface WipeRecord {
@@ -192,7 +198,13 @@ export class PlayedMachine {
     try {
       this.alive(generation);
       this.counters.ipxeFetches++;
-      const response = await request(`${this.sim.serviceUrl}/boot/ipxe?mac=${mac}`);
+      let response = await request(`${this.sim.serviceUrl}/boot/ipxe?mac=${mac}`);
+      for (let retry = 0; this.behaviour.retryUnavailable && response.statusCode === 503 && retry < 30; retry += 1) {
+        await response.body.text();
+        await this.nap(retryAfterMs(response.headers['retry-after']));
+        this.alive(generation);
+        response = await request(`${this.sim.serviceUrl}/boot/ipxe?mac=${mac}`);
+      }
       const script = await response.body.text();
       const ok = response.statusCode >= 200 && response.statusCode < 300;
       const parsed = ok ? parseIpxeScript(script) : null;
@@ -222,21 +234,28 @@ export class PlayedMachine {
       this.alive(generation);
       if (b.stopAfterCalls !== undefined && calls >= b.stopAfterCalls) throw new Stopped();
       calls += 1;
-      let status: number;
-      let text: string;
-      try {
-        // undici's request, not fetch: fetch's web streams cost the bench process about a third
-        // of its CPU with 1,000 machines reporting (the lifecycle bench's profile).
-        const response = await request(`${callback}/${path}`, {
-          method,
-          headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-          body: body === undefined ? undefined : JSON.stringify(body),
-        });
-        status = response.statusCode;
-        text = await response.body.text();
-      } catch {
-        this.counters.failedCalls++;
-        throw new Stopped();
+      let status = 0;
+      let text = '';
+      for (let retry = 0; ; retry += 1) {
+        let retryAfter: string | string[] | undefined;
+        try {
+          // undici's request, not fetch: fetch's web streams cost the bench process about a third
+          // of its CPU with 1,000 machines reporting (the lifecycle bench's profile).
+          const response = await request(`${callback}/${path}`, {
+            method,
+            headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+            body: body === undefined ? undefined : JSON.stringify(body),
+          });
+          status = response.statusCode;
+          text = await response.body.text();
+          retryAfter = response.headers['retry-after'];
+        } catch {
+          this.counters.failedCalls++;
+          throw new Stopped();
+        }
+        if (!(b.retryUnavailable && status === 503 && retry < 30)) break;
+        await this.nap(retryAfterMs(retryAfter));
+        this.alive(generation);
       }
       let answer: unknown = null;
       try { answer = JSON.parse(text); } catch { answer = null; }
@@ -362,5 +381,11 @@ const METHOD: Record<NonNullable<BootParams['wipe']>, string> = {
   'secure-erase': 'nvme-sanitize-block-erase',
   'crypto-erase': 'nvme-format-ses2',
 };
+
+/** Retry-After in seconds as milliseconds (1 s when absent or odd), at most 5 s. */
+function retryAfterMs(header: string | string[] | undefined): number {
+  const seconds = Number(Array.isArray(header) ? header[0] : header);
+  return Number.isFinite(seconds) && seconds > 0 ? Math.min(seconds, 5) * 1000 : 1000;
+}
 
 export const COUNTED = ['pxeBoots', 'ipxeFetches', 'noEntryExits', 'ramdiskBoots', 'refused', 'failedCalls', 'wipesPerformed', 'cryptoErases', 'diskBoots', 'mediaBoots'] as const;
