@@ -275,6 +275,7 @@ describe('the job\'s callbacks and its refusals', () => {
     expect((await rest(t.url, token, 'POST', '/controlnode/provision/progress', { bmc_ip: ipOf(9) })).body).toMatchObject({ stage: 'Installing OS', status: 'failed' });
     const none = await rest(t.url, token, 'POST', '/controlnode/provision/progress', { bmc_ip: '127.250.0.1' });
     expect([none.status, none.body.error.code]).toEqual([404, 'NOT_FOUND']);
+    expect(JSON.stringify(none.body)).not.toContain('127.250.0.1');
     expect((await rest(t.url, token, 'POST', '/controlnode/provision/progress/all', { bmc_ip: '127.250.0.1' })).body).toEqual([]);
     expect((await rest(t.url, token, 'POST', '/controlnode/provision/progress', {})).body.error.details.field).toBe('body.bmc_ip');
     // Every build is done: the queue is empty; one waiting shows with its job.
@@ -357,6 +358,8 @@ describe('the job\'s callbacks and its refusals', () => {
     ['a disk path', { selected_disks: ['../../etc/passwd', 'sda'] }, 'body.selected_disks[0]'],
     ['a short OS password', { os_password: 'short' }, 'body.os_password'],
     ['root as the OS user', { os_username: 'root' }, 'body.os_username'],
+    ['a system account as the OS user (never repeated)', { os_username: 'backup' }, 'body.os_username'],
+    ['a disk listed twice (never repeated)', { selected_disks: ['nvme7n1', 'nvme7n1'], pool_type: 'mirror' }, 'body.selected_disks[1]'],
     ['a NIC MAC that is none', { selected_nic_mac: 'zz' }, 'body.selected_nic_mac'],
     ['an output ISO outside ISO_DIR', { output_iso: '/etc/shadow' }, 'body.output_iso'],
     ['a cache dir escaping ISO_DIR', { cache_dir: '../..' }, 'body.cache_dir'],
@@ -371,6 +374,8 @@ describe('the job\'s callbacks and its refusals', () => {
     const r = await rest(t.url, token, 'POST', '/controlnode/provision', body(m, { vendor: 'dell', ...over }));
     expect([r.status, r.body.error?.code, r.body.error?.details?.field]).toEqual([400, 'INVALID_INPUT', field]);
     expect(JSON.stringify(r.body)).not.toContain(OS_PASSWORD);
+    // "Input errors never repeat the value sent" (README), issue 21 item 22.
+    if (/never repeated/.test(_name)) expect(r.body.error.message).not.toMatch(/backup|nvme7n1/);
     expect((await t.app.services.sql.query('SELECT count(*)::int AS n FROM workflow_run')).rows[0]!.n).toBe(before);
   });
 

@@ -217,11 +217,11 @@ export class InventoryService {
     const client = await this.clientFor();
     try {
       const prefix = await client.prefix(prefixId);
-      if (!prefix) throw invalidInput(field, `NetBox has no prefix ${prefixId}`);
+      if (!prefix) throw invalidInput(field, 'names no NetBox prefix');
       const [net, lenText] = prefix.prefix.split('/');
       const prefixLength = Number(lenText);
       if (!net || !ipaddr.IPv4.isValidFourPartDecimal(net) || !(prefixLength >= 8 && prefixLength <= 30)) {
-        throw invalidInput(field, `NetBox's prefix ${prefixId} (${prefix.prefix}) is not an IPv4 subnet of /8 to /30: the installer's static addressing is IPv4`);
+        throw invalidInput(field, `names NetBox's prefix ${prefix.prefix}, which is not an IPv4 subnet of /8 to /30: the installer's static addressing is IPv4`);
       }
       const base = ipaddr.IPv4.parse(net);
       const inPrefix = (ip: string) => ipaddr.IPv4.isValidFourPartDecimal(ip) && ipaddr.IPv4.parse(ip).match(base, prefixLength);
@@ -253,7 +253,7 @@ export class InventoryService {
       this.log.warn({ netbox: client.where, kind: error.kind, status: error.status, prefixId }, 'NetBox address allocation failed');
       if (error.kind === 'exhausted') throw new AppError('CONFLICT', `${error.message}: free an address or choose another prefix`, { field });
       // NetBox refused the request itself (400: its validation of the new address): the request's to fix.
-      if (error.kind === 'status' && error.status === 400) throw invalidInput(field, `NetBox refused to allocate from prefix ${prefixId}: ${error.message}`);
+      if (error.kind === 'status' && error.status === 400) throw invalidInput(field, `NetBox refused to allocate from that prefix: ${error.message}`);
       throw this.mapped(error);
     }
   }

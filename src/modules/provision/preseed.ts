@@ -99,7 +99,7 @@ export function checkDisks(r: Pick<PreseedRequest, 'disks' | 'poolType' | 'field
   for (const [i, d] of r.disks.entries()) {
     if (typeof d !== 'string' || !DISK.test(d)) throw invalidInput(`${field(r, 'disks')}[${i}]`, 'must be a disk name (nvme0n1, sda) or a /dev/disk/by-id path');
     const dev = devicePath(d);
-    if (seen.has(dev)) throw invalidInput(`${field(r, 'disks')}[${i}]`, `${d} is listed twice`);
+    if (seen.has(dev)) throw invalidInput(`${field(r, 'disks')}[${i}]`, 'is listed twice (the same device as an earlier entry)');
     seen.add(dev);
   }
   const min = MIN_DISKS[poolType];
@@ -145,7 +145,7 @@ function checkNetwork(r: PreseedRequest): PreseedRequest['network'] {
   if (!Number.isInteger(n.prefixLength) || n.prefixLength < 1 || n.prefixLength > 32) throw invalidInput(`${name}.prefixLength`, 'must be 1..32');
   if (!ipaddr.IPv4.isValidFourPartDecimal(n.gateway)) throw invalidInput(`${name}.gateway`, 'must be an IPv4 address');
   const net = ipaddr.IPv4.parse(n.address);
-  if (!ipaddr.IPv4.parse(n.gateway).match(net, n.prefixLength)) throw invalidInput(`${name}.gateway`, `must lie in ${n.address}/${n.prefixLength}`);
+  if (!ipaddr.IPv4.parse(n.gateway).match(net, n.prefixLength)) throw invalidInput(`${name}.gateway`, 'must lie in the subnet of address/prefix_length');
   if (!Array.isArray(n.nameservers) || n.nameservers.length > 3) throw invalidInput(`${name}.nameservers`, 'must list at most 3 addresses');
   for (const [i, ns] of n.nameservers.entries()) if (!ipaddr.isValid(ns)) throw invalidInput(`${name}.nameservers[${i}]`, 'must be an IP address');
   return n;
@@ -160,7 +160,7 @@ export function renderPreseed(r: PreseedRequest): Preseed {
   const { host, domain } = checkHostname(r);
   const userField = field(r, 'osUsername');
   if (typeof r.osUsername !== 'string' || !USERNAME.test(r.osUsername)) throw invalidInput(userField, 'must be a Linux user name: a lower-case letter or _, then up to 31 of a-z, 0-9, _ and -');
-  if (RESERVED_USERS.has(r.osUsername)) throw invalidInput(userField, `${r.osUsername} is a system account; root's login is disabled and the user gets sudo`);
+  if (RESERVED_USERS.has(r.osUsername)) throw invalidInput(userField, 'is a system account; root\'s login is disabled and the user gets sudo');
   const pwField = field(r, 'osPassword');
   if (typeof r.osPassword !== 'string' || r.osPassword.length < 8 || r.osPassword.length > 256) throw invalidInput(pwField, 'must be 8 to 256 characters');
   const { disks, poolType } = checkDisks(r);

@@ -393,7 +393,7 @@ interface NewBmc {
  */
 async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult> {
   const { controlnodeBmcCredentialsFile: file, controlnodePoolId: poolId } = ctx.config;
-  const unknown = () => new AppError('NOT_FOUND', `no node has the BMC address ${n.bmcIp}: register it (POST /controlnode/register) or enroll it (POST /api/compute/metal/enroll) first${file && poolId ? '' : ', or set CONTROLNODE_POOL_ID and CONTROLNODE_BMC_CREDENTIALS_FILE so provision enrolls new BMC addresses'}`, { bmcIp: n.bmcIp });
+  const unknown = () => new AppError('NOT_FOUND', `no node has this BMC address (bmc_IP): register it (POST /controlnode/register) or enroll it (POST /api/compute/metal/enroll) first${file && poolId ? '' : ', or set CONTROLNODE_POOL_ID and CONTROLNODE_BMC_CREDENTIALS_FILE so provision enrolls new BMC addresses'}`, { field: f('bmcIp') });
   if (!file || !poolId) throw unknown();
   // The caller must be allowed to enroll into that pool before anything is read, written or told.
   const { rows: [pool] } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string }>('SELECT id, tenant_id AS "tenantId", site_id AS "siteId" FROM pool WHERE id = $1', [poolId]);
@@ -425,7 +425,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
         // One node per BMC address (locked by its canonical host): a concurrent provision of the same new address loses here.
         await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${bmcHostOf(n.bmcIp)}`]);
         if ((await nodesWithBmc(tx, n.bmcIp, id)).length) {
-          throw new AppError('CONFLICT', `the BMC address ${n.bmcIp} was enrolled concurrently; provision again`, { bmcIp: n.bmcIp });
+          throw new AppError('CONFLICT', 'this BMC address (bmc_IP) was enrolled concurrently; provision again', { field: f('bmcIp') });
         }
         await recordOs(tx, id, pool.tenantId, n.vendor, named.hostname, n.osUsername, ref);
       },
@@ -460,7 +460,7 @@ export async function unprovisionControlNode(ctx: Context, input: UnprovisionInp
   const vendor = (input.vendor ?? '').trim().toLowerCase();
   if (vendor && !/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(f2('vendor'), 'must be a vendor name');
   const { node } = await nodeByBmc(ctx, principal, bmcIp);
-  if (!node) throw new AppError('NOT_FOUND', `no node has the BMC address ${bmcIp}`, { bmcIp });
+  if (!node) throw new AppError('NOT_FOUND', 'no node has this BMC address (bmc_IP)', { field: f2('bmcIp') });
   const move = decideMove('undeploy', node.provisionState as never);
   if (!move.legal) throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: unprovisioning is an undeploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
   const data: NodeChange = {};
