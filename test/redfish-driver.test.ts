@@ -204,6 +204,8 @@ describe('quirks the generic driver meets', () => {
     await raw(sm, (await raw(sm, cd1.path)).Actions['#VirtualMedia.InsertMedia'].target, 'POST', { Image: 'http://images.example/staged.iso', Inserted: false });
     const g = await failure(drv('redfish').insertMedia(ep(sm), 'http://images.example/c.iso'));
     expect(g.message).toMatch(/Base.1.8.ActionNotSupported \["VirtualMedia.InsertMedia"\]/);
+    // The BMC's own words never reach lastError, only the registry id and its arguments (issue 21 item 6).
+    expect(g.message).not.toMatch(/eject the current image first/);
     const ok = await drv('supermicro').insertMedia(ep(sm), 'http://images.example/c.iso');
     expect(ok.notes.join(' ')).toMatch(/Image is set to http:\/\/images.example\/staged.iso/);
     expect(sm.state().virtualMedia.find((v) => v.id === 'CD1')).toMatchObject({ image: 'http://images.example/c.iso', inserted: true });

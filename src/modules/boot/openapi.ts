@@ -54,6 +54,10 @@ export function callbackError(status: number, code: string, message: string, des
   }] as const;
 }
 
+/** Any callback answers 503 while the database is down or cannot write (issue 21 item 1): nothing was stored; try again after Retry-After. */
+export const databaseUnavailable = callbackError(503, 'UPSTREAM_UNAVAILABLE', 'the database is unavailable: try again after Retry-After',
+  'UPSTREAM_UNAVAILABLE with details.upstream "database" (unreachable, or its connection was lost), or STORAGE_UNAVAILABLE (it cannot write): nothing was stored; try again after the Retry-After header\'s seconds', { upstream: 'database' });
+
 const entryParam = {
   name: 'entryId',
   in: 'path',
@@ -100,6 +104,7 @@ export function bootOpenApiPaths(): Record<string, Record<string, unknown>> {
         callbackError(400, 'INVALID_INPUT', 'query.verbose: is not a known field', 'INVALID_INPUT: a query parameter or a body (this route takes neither)', { field: 'query.verbose' }),
         unauthenticated,
         internal,
+        databaseUnavailable,
       ]),
     },
   };
@@ -136,6 +141,7 @@ export function bootOpenApiPaths(): Record<string, Record<string, unknown>> {
             'INVALID_STATE: this boot\'s purpose takes no report of this kind (instructions.reports lists those it takes)', { purpose: 'rescue', reports: ['heartbeat', 'step'] })]),
           callbackError(413, 'INVALID_INPUT', `body: larger than ${MAX_BODY_BYTES} bytes`, `INVALID_INPUT: the body is over ${MAX_BODY_BYTES} bytes`, { field: 'body', limit: MAX_BODY_BYTES }),
           internal,
+          databaseUnavailable,
         ]),
       },
     };

@@ -1,5 +1,5 @@
 import { MAX_BODY_BYTES } from '../../http/body';
-import { callbackError } from '../boot/openapi';
+import { callbackError, databaseUnavailable } from '../boot/openapi';
 import { STEP_STATES } from './callbacks';
 
 /**
@@ -42,7 +42,7 @@ function post(operationId: string, summary: string, description: string, schema:
       security: [{ installerToken: [] }],
       parameters: withJob ? [jobParam] : [],
       requestBody: { required: true, content: { 'application/json': { schema, example } } },
-      responses: Object.fromEntries([stored(kind), invalid(`body.${firstRequired}`, 'is required'), unauthenticated, tooBig, internal]),
+      responses: Object.fromEntries([stored(kind), invalid(`body.${firstRequired}`, 'is required'), unauthenticated, tooBig, internal, databaseUnavailable]),
     },
   };
 }
