@@ -5,8 +5,8 @@ import type { OutOfBandInventory, PowerState } from '../../clients/bmc/driver';
 import { ipLiterals, pxeBootOnce } from './common';
 import type { StepContext } from '../engine-types';
 import type { NodeChange } from '../../src/modules/metal/node-rows';
-import { lockMacs, notAMachineMac } from '../../src/modules/metal/mac';
-import { normaliseMac } from '../../clients/bmc/redfish/inventory';
+import { lockMacs, notAMachineMac, parseMac, refuseTakenMacs } from '../../src/modules/metal/mac';
+import { AppError } from '../../src/errors';
 
 /**
  * The machine's identity from its BMC (issue 20): a node enrolled without MACs takes the MACs the
@@ -19,17 +19,16 @@ async function identityFromBmc(ctx: StepContext, facts: OutOfBandInventory): Pro
   const node = ctx.node;
   const change: NodeChange = {};
   const notes: string[] = [];
-  const reported = [...new Set((facts.macs ?? []).map(normaliseMac).filter((m): m is string => m !== null && notAMachineMac(m) === null))];
+  // A remote agent reports what its driver read: normalised again, as enroll's macs are.
+  const reported = [...new Set((facts.macs ?? []).map((m) => (typeof m === 'string' ? parseMac(m) : null)).filter((m): m is string => m !== null && notAMachineMac(m) === null))];
   if (node.macs.length === 0 && reported.length > 0) {
     await lockMacs(ctx.db, node.siteId, reported);
-    const { rows } = await ctx.db.query(
-      `SELECT id, macs FROM node WHERE site_id = $1 AND provision_state <> 'retired' AND macs && $2::text[] AND id <> $3 ORDER BY id LIMIT 1`,
-      [node.siteId, reported, node.id],
-    );
-    const clash = rows[0] as { id: string; macs: string[] } | undefined;
-    if (clash) {
-      const mac = reported.find((m) => clash.macs.includes(m))!;
-      fail('CONFLICT', `the BMC reports MAC ${mac}, which belongs to node ${clash.id} of the same site: is this machine enrolled twice?`);
+    try {
+      await refuseTakenMacs(ctx.db, node.siteId, reported, node.id);
+    } catch (error) {
+      if (!(error instanceof AppError) || error.code !== 'CONFLICT') throw error;
+      const mac = (error.extensions.details as { mac?: string } | undefined)?.mac;
+      fail('CONFLICT', `the BMC reports MAC ${mac}, and ${error.message}: is this machine enrolled twice?`);
     }
     change.macs = reported;
     notes.push(`MACs from the BMC: ${reported.join(', ')}`);

@@ -123,6 +123,13 @@ export const POWER_PLANS: Readonly<Record<PowerAction, Step[][]>> = {
 
 const BOOT_TARGET: Record<BootDevice, string> = { pxe: 'Pxe', disk: 'Hdd', cd: 'Cd', bios: 'BiosSetup' };
 
+/** The Redfish target of a boot device; BMC_UNSUPPORTED before anything is sent for one that is none. */
+function bootTarget(device: BootDevice): string {
+  const target = Object.hasOwn(BOOT_TARGET, device) ? BOOT_TARGET[device] : undefined;
+  if (!target) throw new BmcError('BMC_UNSUPPORTED', `boot device "${String(device)}" is not one of ${Object.keys(BOOT_TARGET).join(', ')}`);
+  return target;
+}
+
 /** Where setBootDevice sends the override, and what (bootOverridePlan). */
 export interface BootOverridePlan {
   /** The system, or its @Redfish.Settings SettingsObject. */
@@ -494,8 +501,7 @@ export class RedfishDriver implements BmcDriver {
 
   async setBootDevice(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<DriverResult<BootOverrideHeld | void>> {
     const x = this.ctx(bmc, opts);
-    const target = Object.hasOwn(BOOT_TARGET, device) ? BOOT_TARGET[device] : undefined;
-    if (!target) throw new BmcError('BMC_UNSUPPORTED', `boot device "${String(device)}" is not one of ${Object.keys(BOOT_TARGET).join(', ')}`);
+    bootTarget(device);
     const sys = await this.system(x);
     // The virtual CD the vendor's own way (a persistent boot from it on iLO is DMTF's override).
     if (device === 'cd' && this.flavour.virtualCdBoot === 'dell-vcd') {
@@ -541,8 +547,7 @@ export class RedfishDriver implements BmcDriver {
    */
   async bootOverridePlan(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<BootOverridePlan & { notes: string[] }> {
     const x = this.ctx(bmc, opts);
-    const target = Object.hasOwn(BOOT_TARGET, device) ? BOOT_TARGET[device] : undefined;
-    if (!target) throw new BmcError('BMC_UNSUPPORTED', `boot device "${String(device)}" is not one of ${Object.keys(BOOT_TARGET).join(', ')}`);
+    bootTarget(device);
     const { pendingBoot: _pending, ...plan } = await this.planBoot(x, await this.system(x), device, mode);
     return { ...plan, notes: [...x.c.notes, ...x.notes] };
   }

@@ -32,7 +32,12 @@ export interface UnreadablePart {
 
 export type RedfishInventory = OutOfBandInventory & { unreadable: UnreadablePart[] };
 
-const PLACEHOLDER_UUIDS = new Set(['03000200-0400-0500-0006-000700080009']);
+/** Firmware placeholder UUIDs that identify no machine (enroll refuses them as an operator's productUuid too). */
+export const PLACEHOLDER_UUIDS: ReadonlySet<string> = new Set([
+  '00000000-0000-0000-0000-000000000000',
+  'ffffffff-ffff-ffff-ffff-ffffffffffff',
+  '03000200-0400-0500-0006-000700080009',
+]);
 
 /** The machine's UUID as the BMC reports it, or null when it is a placeholder. */
 export function machineUuid(v: unknown): { uuid: string | null; why: string | null } {

@@ -1,3 +1,4 @@
+import { PLACEHOLDER_UUIDS } from '../../../clients/bmc/redfish/inventory';
 import { isIP } from 'node:net';
 import type { Context } from '../../context';
 import { requirePrincipal } from '../../context';
@@ -34,12 +35,6 @@ export interface EnrollInput {
 
 /** Drivers that cannot report the machine's MACs out of band. */
 const NO_MAC_REPORTING = new Set(['ipmi']);
-/** Firmware placeholders that identify no machine. */
-const PLACEHOLDER_UUIDS = new Set([
-  '00000000-0000-0000-0000-000000000000',
-  'ffffffff-ffff-ffff-ffff-ffffffffffff',
-  '03000200-0400-0500-0006-000700080009',
-]);
 /**
  * Credential-looking driverOptions keys, matched on the key lowercased with `_` and `-` removed, so
  * `BMC_Key`, `snmp-community` and `ipmiKg` are caught as `bmcKey`, `snmpCommunity` and `kg` are.

@@ -9,11 +9,17 @@ import type { Runner } from './node-store';
 
 const MAC = /^([0-9a-f]{2})([:-]?)([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})\2([0-9a-f]{2})$/i;
 
-/** aa:bb:cc:dd:ee:ff from colon, dash or bare hex notation, any case. Syntax only. */
-export function normalizeMac(mac: string, field: string): string {
+/** aa:bb:cc:dd:ee:ff from colon, dash or bare hex notation, any case, or null. Syntax only. */
+export function parseMac(mac: string): string | null {
   const m = MAC.exec(mac.trim());
-  if (!m) throw invalidInput(field, 'is not a MAC address');
-  return [m[1], m[3], m[4], m[5], m[6], m[7]].join(':').toLowerCase();
+  return m ? [m[1], m[3], m[4], m[5], m[6], m[7]].join(':').toLowerCase() : null;
+}
+
+/** parseMac, or INVALID_INPUT naming the field. */
+export function normalizeMac(mac: string, field: string): string {
+  const parsed = parseMac(mac);
+  if (!parsed) throw invalidInput(field, 'is not a MAC address');
+  return parsed;
 }
 
 /**
