@@ -195,6 +195,21 @@ describe('enroll', () => {
     }
   });
 
+  it('at most 64 MACs per machine: 65 is INVALID_INPUT naming macs on both faces, before anything is written; 64 is enrolled', async () => {
+    // Each MAC takes a lock in the enrolling transaction: tens of thousands ran the lock table out.
+    const macs = (n: number, base: number) => Array.from({ length: n }, (_, i) => `02:00:${base.toString(16).padStart(2, '0')}:00:${(i >> 8).toString(16).padStart(2, '0')}:${(i & 0xff).toString(16).padStart(2, '0')}`);
+    const before = await t.app.database.prisma.node.count();
+    const viaRest = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ name: 'many-macs', macs: macs(65, 0xa1) }));
+    expect(viaRest.status).toBe(400);
+    expect(viaRest.body.error).toMatchObject({ code: 'INVALID_INPUT', message: expect.stringMatching(/^(body\.)?macs: at most 64 MACs/) });
+    const viaGraphql = await gql(t.url, token, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', { i: body({ macs: macs(65, 0xa2) }) });
+    expect(viaGraphql.errors?.[0]).toMatchObject({ message: expect.stringContaining('macs: at most 64 MACs'), extensions: { code: 'INVALID_INPUT' } });
+    expect(await t.app.database.prisma.node.count()).toBe(before);
+    const ok = await rest(t.url, token, 'POST', '/api/compute/metal/enroll', body({ name: 'sixty-four', macs: macs(64, 0xa3) }));
+    expect(ok.status).toBe(200);
+    expect(ok.body.node.macs).toHaveLength(64);
+  });
+
   it('GraphQL needs exactly one kind of credentials', async () => {
     const result = await gql(t.url, token, 'mutation ($i: MetalEnrollInput!) { enrollNode(input: $i) { node { id } } }', {
       i: { poolId: tree.pools[0]!.id, bmc: { address: '127.1.1.1', driver: 'redfish', credentials: { ref: 'secret://x', password: 'p' } } },

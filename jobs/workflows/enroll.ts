@@ -5,7 +5,7 @@ import type { OutOfBandInventory, PowerState } from '../../clients/bmc/driver';
 import { ipLiterals, pxeBootOnce } from './common';
 import type { StepContext } from '../engine-types';
 import type { NodeChange } from '../../src/modules/metal/node-rows';
-import { lockMacs, notAMachineMac, parseMac, refuseTakenMacs } from '../../src/modules/metal/mac';
+import { MAX_MACS, lockMacs, notAMachineMac, parseMac, refuseTakenMacs } from '../../src/modules/metal/mac';
 import { AppError } from '../../src/errors';
 
 /**
@@ -21,7 +21,11 @@ async function identityFromBmc(ctx: StepContext, facts: OutOfBandInventory): Pro
   const notes: string[] = [];
   // A remote agent reports what its driver read: normalised again, as enroll's macs are.
   const reported = [...new Set((facts.macs ?? []).map((m) => (typeof m === 'string' ? parseMac(m) : null)).filter((m): m is string => m !== null && notAMachineMac(m) === null))];
-  if (node.macs.length === 0 && reported.length > 0) {
+  if (node.macs.length === 0 && reported.length > MAX_MACS) {
+    // More NICs than a machine has: a BMC that lies or counts something else. None is taken (which
+    // would be a guess); the operator gives the MACs.
+    notes.push(`note: the BMC reports ${reported.length} MACs, more than the ${MAX_MACS} a machine may have; none taken: enroll the node with its macs`);
+  } else if (node.macs.length === 0 && reported.length > 0) {
     await lockMacs(ctx.db, node.siteId, reported);
     try {
       await refuseTakenMacs(ctx.db, node.siteId, reported, node.id);

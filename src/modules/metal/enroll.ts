@@ -14,7 +14,7 @@ import { readPolicy } from '../tenancy/pool';
 import { BMC_DRIVERS, type DriverBindings } from '../tenancy/tenancy';
 import { VERBS } from './states';
 import type { RunParams } from './verbs';
-import { lockMacs, machineMac, refuseTakenMacs } from './mac';
+import { MAX_MACS, lockMacs, machineMac, refuseTakenMacs } from './mac';
 import { checkBmcNetwork } from './bmc-networks';
 
 export interface EnrollInput {
@@ -136,6 +136,7 @@ export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptio
   addresses.forEach((a, i) => {
     if (!isIP(a)) throw invalidInput(`addresses[${i}]`, 'is not an IP literal');
   });
+  if ((input.macs?.length ?? 0) > MAX_MACS) throw invalidInput('macs', `at most ${MAX_MACS} MACs`);
   const macs = [...new Set((input.macs ?? []).map((m, i) => machineMac(m, `macs[${i}]`)))];
   let productUuid: string | null = null;
   if (input.productUuid) {
