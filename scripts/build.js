@@ -89,8 +89,8 @@ function generator({ name, inputs, outputs, command, env }) {
 }
 
 /** A tsc project, compiled incrementally; its outputs checked for files a cleanup removed. */
-function tscStep(project) {
-  return { name: `tsc -p ${project}`, kind: 'tsc', project };
+function tscStep(project, { optional = false } = {}) {
+  return { name: `tsc -p ${project}`, kind: 'tsc', project, optional };
 }
 
 const STEPS = [
@@ -109,6 +109,9 @@ const STEPS = [
     command: [bin('graphql-codegen'), '--config', 'codegen.ts'],
   }),
   tscStep('tsconfig.json'),
+  // The SDK and the status page's browser code, each its own project (skipped where not present).
+  tscStep('clients/sdk/tsconfig.json', { optional: true }),
+  tscStep('src/ui/client/tsconfig.json', { optional: true }),
 ];
 
 function run(step, command, env) {
@@ -164,8 +167,18 @@ function runTsc(step) {
     const sources = (config.include ?? ['.']).flatMap((dir) => walk(path.join(projectDir, dir).replace(/^\.\/?/, ''), (n) => /\.(?:ts|tsx|mts|cts)$/.test(n) && !/\.d\.[mc]?ts$/.test(n)));
     // exclude entries as folder or file prefixes (a glob's fixed part): good enough to not look for outputs tsc never writes.
     const excluded = (config.exclude ?? []).map((e) => path.join(projectDir, e.replace(/[/]?\*.*$/, '')).replace(/^\.\/?/, ''));
+    // A source the last build compiled (its .tsbuildinfo lists it) whose output is gone; a new
+    // source has no output yet, and the incremental build compiles it anyway.
+    let known = null;
+    try {
+      const info = JSON.parse(fs.readFileSync(buildInfo, 'utf8'));
+      known = new Set(info.fileNames.map((f) => path.relative(ROOT, path.resolve(path.dirname(buildInfo), f))));
+    } catch {
+      known = null; // unreadable: every missing output counts
+    }
     const missing = sources.find((src) => {
       if (excluded.some((e) => e && (src === e || src.startsWith(`${e}/`)))) return false;
+      if (known && !known.has(src)) return false;
       const js = path.join(ROOT, projectDir, outDir, path.relative(rootDir, src)).replace(/\.([mc]?)tsx?$/, '.$1js');
       return !fs.existsSync(js);
     });
@@ -180,6 +193,7 @@ function runTsc(step) {
 
 const started = Date.now();
 for (const step of STEPS) {
+  if (step.optional && !fs.existsSync(path.join(ROOT, step.project))) continue;
   if (step.kind === 'tsc') runTsc(step);
   else runGenerator(step);
 }

@@ -59,8 +59,12 @@ describe('npm run build: an unchanged tree is not rebuilt from scratch', () => {
   it('a changed .ts is compiled again; the generators still skipped', () => {
     const before = [PRISMA_OUT, CODEGEN_OUT].map(mtime);
     fs.appendFileSync(path.join(copy, 'src/paths.ts'), '\nexport const BUILD_PROBE = 20261206;\n');
-    build();
+    fs.writeFileSync(path.join(copy, 'src/build-probe.ts'), 'export const NEW_FILE = 1;\n');
+    const { out } = build();
     expect(read('dist/src/paths.js')).toContain('BUILD_PROBE = 20261206');
+    // A new file is compiled as part of the incremental build, not by a build from scratch.
+    expect(read('dist/src/build-probe.js')).toContain('NEW_FILE = 1');
+    expect(out).not.toContain('from scratch');
     expect([PRISMA_OUT, CODEGEN_OUT].map(mtime)).toEqual(before);
   }, 300000);
 
@@ -83,7 +87,8 @@ describe('npm run build: an unchanged tree is not rebuilt from scratch', () => {
   it('a deleted generated file or compiled output is made again', () => {
     fs.rmSync(path.join(copy, CODEGEN_OUT));
     fs.rmSync(path.join(copy, 'dist/src/ids.js'));
-    build();
+    const { out } = build();
+    expect(out).toContain('the output of src/ids.ts is missing');
     expect(fs.existsSync(path.join(copy, CODEGEN_OUT))).toBe(true);
     expect(fs.existsSync(path.join(copy, 'dist/src/ids.js'))).toBe(true);
   }, 300000);
