@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { parseBmcNetworksEnv } from './modules/metal/bmc-networks';
 
-/** Every environment variable the service reads, with its default. README's table mirrors this. */
+/** Every environment variable the service reads, with its default. docs/configuration.md's table mirrors this. */
 export interface Config {
   host: string;
   port: number;

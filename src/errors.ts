@@ -43,7 +43,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
 };
 
 /**
- * Statuses a code is also answered with, beside its HTTP_STATUS: the README's error table and the
+ * Statuses a code is also answered with, beside its HTTP_STATUS: the error table of docs/api.md and the
  * one /docs shows (src/rest/openapi.ts) list them in the code's row, "400 (405 for ..., 413 for ...)".
  * test/error-table.test.ts keeps the two tables, HTTP_STATUS and this list the same.
  */

@@ -5,7 +5,7 @@
  * schema and their utils) to versions built on @whatwg-node/promise-helpers 1.x, and every
  * package of package-lock.json that still wants a newer Node must be one of the few listed here,
  * each a build tool's part that this project never runs on Node 20 in a way that matters (the
- * README's development notes say the same).
+ * docs/development.md say the same).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -36,7 +36,7 @@ export function admits(range: string, version: string): boolean {
   return sets.some((set) => set === '' || set === '*' || set.split(/\s+/).every(one));
 }
 
-/** What may still want a newer Node, and why that is harmless (also in the README's development notes). */
+/** What may still want a newer Node, and why that is harmless (also in the docs/development.md). */
 const ALLOWED: Record<string, { dev: boolean; why: string }> = {
   '@whatwg-node/fetch@0.12.1': { dev: true, why: 'graphql-codegen\'s URL, GitHub and Apollo schema loaders; codegen.ts reads local files' },
   '@whatwg-node/node-fetch@0.9.3': { dev: true, why: 'the same loaders' },

@@ -5,7 +5,7 @@ import { openApiDocument } from '../src/rest/openapi';
 import { routes } from '../src/rest/routes';
 
 /**
- * The error table is written twice: in the README, by hand, and on /docs (the description of
+ * The error table is written twice: in docs/api.md, by hand, and on /docs (the description of
  * /openapi.json, generated from src/errors.ts). Both must say the same: every code, under every
  * status it is answered with.
  */
@@ -29,8 +29,8 @@ function errorTable(markdown: string): { codes: string[]; statuses: number[] }[]
 
 const pairs = (rows: { codes: string[]; statuses: number[] }[]) => rows.flatMap((r) => r.codes.flatMap((c) => r.statuses.map((s) => `${c} ${s}`))).sort();
 
-describe('the error table: README and /docs agree', () => {
-  const readme = errorTable(fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8'));
+describe('the error table: docs/api.md and /docs agree', () => {
+  const readme = errorTable(fs.readFileSync(path.join(__dirname, '..', 'docs', 'api.md'), 'utf8'));
   const docs = errorTable((openApiDocument(routes, 'test') as { info: { description: string } }).info.description);
   const truth = [
     ...ERROR_CODES.map((code) => `${code} ${HTTP_STATUS[code]}`),
@@ -46,7 +46,7 @@ describe('the error table: README and /docs agree', () => {
     expect(pairs(docs)).toEqual(truth);
   });
 
-  it('the README lists the same codes under the same statuses (fix the README, or ALSO_ANSWERED_AS / HTTP_STATUS)', () => {
+  it('docs/api.md lists the same codes under the same statuses (fix docs/api.md, or ALSO_ANSWERED_AS / HTTP_STATUS)', () => {
     expect(pairs(readme)).toEqual(pairs(docs));
   });
 

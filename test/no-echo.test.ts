@@ -4,7 +4,7 @@ import { gql, rest } from './helpers/client';
 import { makeTenantTree } from './helpers/fixtures';
 
 /**
- * "Input errors name the field and never repeat the value sent" (README). Each case sends a value
+ * "Input errors name the field and never repeat the value sent" (docs/api.md). Each case sends a value
  * carrying a marker (or a number no message would otherwise hold) to a refusal that used to quote
  * it, and checks the whole answer: refused, and the value nowhere in it.
  */

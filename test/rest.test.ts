@@ -444,7 +444,7 @@ describe('REST compatibility plumbing', () => {
       const response = await rest(t.url, t.adminToken, method, path, undefined, { 'x-request-id': 'rt-405' });
       expect(response.status).toBe(405);
       expect([...new Set(allowOf(response.headers))].sort()).toEqual([...allowed].sort());
-      // The message says what the route takes, not what was sent (README: never repeat the value sent).
+      // The message says what the route takes, not what was sent (docs/api.md: never repeat the value sent).
       expect(response.body).toEqual({ error: { code: expect.any(String), message: expect.stringContaining(allowed[0]!), requestId: 'rt-405' } });
       expect(response.body.error.message).not.toContain(method);
     });

@@ -8,7 +8,7 @@ import { serverStopping } from '../events/hub';
 import { BOOT_SECURITY_SCHEME, bootOpenApiPaths } from '../modules/boot/openapi';
 import { INSTALLER_SECURITY_SCHEME, installerOpenApiPaths } from '../modules/provision/callback-openapi';
 
-/** What each code means, for the response descriptions (README: code and HTTP). */
+/** What each code means, for the response descriptions (docs/api.md: errors and limits). */
 const CODE_MEANING: Record<ErrorCode, string> = {
   INVALID_INPUT: 'malformed JSON, an unknown field, a wrong type or value; the message names the field first',
   UNAUTHENTICATED: 'a missing, unknown, revoked or expired bearer token (checked before anything else)',
@@ -200,7 +200,7 @@ export function openApiDocument(routes: Route[], version: string): Record<string
     paths,
     components: {
       schemas: components,
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API token (see README: admin token)' }, bootToken: BOOT_SECURITY_SCHEME, installerToken: INSTALLER_SECURITY_SCHEME },
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API token (see docs/api.md: tokens)' }, bootToken: BOOT_SECURITY_SCHEME, installerToken: INSTALLER_SECURITY_SCHEME },
     },
   };
 }

@@ -33,7 +33,7 @@ const grant = view({ permission: str, scopeType: { type: 'string', enum: ['platf
 const views: Record<string, JsonSchema> = {
   Error: {
     type: 'object',
-    description: 'Every refusal, on every route. The HTTP status follows the code (README: code and HTTP).',
+    description: 'Every refusal, on every route. The HTTP status follows the code (docs/api.md: errors and limits).',
     required: ['error'],
     properties: {
       error: {

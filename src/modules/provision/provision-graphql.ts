@@ -14,7 +14,7 @@ const ProvisionInput = builder.inputType('ProvisionControlNodeInput', {
     osPassword: t.string({ required: false, description: 'Kept in the secret broker; the ISO holds only its SHA-512 crypt hash. Absent: a random one, kept in the broker' }),
     rootPass: t.string({ required: false, description: 'Not used: root\'s login is disabled' }),
     selectedDisks: t.stringList({ required: false, description: 'The disks the root goes on (nvme0n1, sda, or /dev/disk/by-id paths)' }),
-    poolType: t.string({ required: false, description: 'mirror (2+ disks), raidz1 (3+), raidz2 (4+), stripe, single (exactly 1): see the README for how each is realised' }),
+    poolType: t.string({ required: false, description: 'mirror (2+ disks), raidz1 (3+), raidz2 (4+), stripe, single (exactly 1): see docs/controlnode.md for how each is realised' }),
     selectedNic: t.string({ required: false, description: 'e.g. enp0s3' }),
     selectedNicLegacy: t.string({ required: false, description: 'e.g. eth0' }),
     selectedNicMac: t.string({ required: false, description: 'The NIC by MAC (preferred over its name)' }),
