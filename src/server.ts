@@ -20,6 +20,13 @@ import { InstallerHttp } from './modules/provision/callback-routes';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/**
+ * Paths a prober or a scraper asks for every few seconds (a load balancer's /readyz, Prometheus's
+ * /metrics): their request lines are logged at debug, so that at the default info level the log
+ * is what happened, not the probes.
+ */
+const PROBE_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+
 export interface HttpDeps {
   yoga: GraphqlServer;
   events: EventHub | null;
@@ -171,7 +178,9 @@ export function createHttpServer(deps: HttpDeps): http.Server {
     res.on('finish', () => {
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       deps.metrics.httpDuration.observe({ method, route: routeLabel(deps, method, url.pathname), status: String(res.statusCode) }, seconds);
-      deps.log.info({ requestId, method, path: BootHttp.loggedPath(url.pathname), status: res.statusCode, ms: Math.round(seconds * 1e4) / 10 }, 'request');
+      const line = { requestId, method, path: BootHttp.loggedPath(url.pathname), status: res.statusCode, ms: Math.round(seconds * 1e4) / 10 };
+      if (PROBE_PATHS.has(url.pathname)) deps.log.debug(line, 'request');
+      else deps.log.info(line, 'request');
     });
     try {
       switch (url.pathname) {
