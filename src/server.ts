@@ -250,3 +250,31 @@ export function createHttpServer(deps: HttpDeps): http.Server {
   server.requestTimeout = 120_000;
   return server;
 }
+
+/**
+ * The METRICS_PORT listener: /metrics and /healthz, nothing else (no API, no token). For a process
+ * with no other listener (ROLE=worker), and for keeping the scrape off the API's port.
+ */
+export function createMetricsServer(metrics: Metrics, log: Logger): http.Server {
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    res.on('finish', () => log.debug({ method: req.method, path: url.pathname, status: res.statusCode, listener: 'metrics' }, 'request'));
+    if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 400, 'INVALID_INPUT', 'this listener answers GET /metrics and GET /healthz only', randomUUID());
+    if (url.pathname === '/healthz') return sendJson(res, 200, { status: 'ok' });
+    if (url.pathname !== '/metrics') return sendError(res, 404, 'NOT_FOUND', 'this listener serves /metrics and /healthz only', randomUUID());
+    metrics.render().then(
+      (text) => {
+        res.writeHead(200, { 'content-type': metrics.registry.contentType });
+        res.end(text);
+      },
+      (error: unknown) => {
+        log.error({ err: error }, 'rendering /metrics failed');
+        if (!res.headersSent) sendError(res, 500, 'INTERNAL', 'internal error', randomUUID());
+      },
+    );
+  });
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  server.requestTimeout = 30_000;
+  return server;
+}
