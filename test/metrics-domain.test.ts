@@ -273,6 +273,10 @@ describe('/metrics: the domain series, in the process where each happens', () =>
       site: (v) => /^site_[0-9a-f-]{36}$/.test(v),
       le: (v) => v === '+Inf' || Number.isFinite(Number(v)),
     };
+    // Every step of every definition, its cleanup's too, is its own label value (not OTHER).
+    const own = new Metrics();
+    own.engine({ started: [], finished: [], commands: [], steps: [...steps].map((step) => ({ kind: 'metal-inspect', step, outcome: 'succeeded', seconds: 1 })) });
+    expect(Object.keys(byLabels(parse(await own.render()), 'metal_workflow_step_duration_seconds_count', ['step'])).sort()).toEqual([...steps].sort());
     const samples = [...(await scrape(api.url)), ...(await scrape(worker.app.metricsUrl!))].filter((s) => s.name.startsWith('metal_'));
     expect(samples.length).toBeGreaterThan(30);
     for (const s of samples) {

@@ -23,8 +23,12 @@ export const RUN_ERROR_CODES: readonly string[] = [...new Set<string>([
 const codeLabel = (code: string | null | undefined): string => (code && RUN_ERROR_CODES.includes(code) ? code : 'OTHER');
 const kindLabel = (kind: string): string => (isWorkflowKind(kind) ? kind : 'OTHER');
 const commandKindLabel = (kind: string): string => ((COMMAND_KINDS as readonly string[]).includes(kind) ? kind : 'OTHER');
-/** A step name as a label: the definitions' names are short identifiers; anything else is OTHER. */
-const stepLabel = (step: string): string => (/^[a-z][a-z0-9-]{0,63}$/.test(step) ? step : 'OTHER');
+/**
+ * A step name as a label: the definitions' names (jobs/workflows: `verify-bmc`, a cleanup's
+ * `boot-wipe-ramdisk.cleanup`) are short identifiers, written into the rows from the code; a row
+ * holding anything else counts as OTHER.
+ */
+const stepLabel = (step: string): string => (/^[a-z][a-z0-9.-]{0,63}$/.test(step) ? step : 'OTHER');
 
 /** How a command ended, as the command counter's `outcome`. */
 export type CommandOutcome = 'succeeded' | 'unverified' | 'failed' | 'expired';
