@@ -122,6 +122,13 @@ function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0)
   return value;
 }
 
+/** A TCP port (0: any free one, for tests). */
+function portEnv(env: NodeJS.ProcessEnv, name: string): number {
+  const value = intEnv(env, name, 0);
+  if (value > 65535) throw new Error(`${name} must be a TCP port (0..65535), got "${env[name]}"`);
+  return value;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const role = (env.ROLE ?? 'all') as Config['role'];
   if (!['api', 'worker', 'all', 'agent'].includes(role)) {
@@ -211,7 +218,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     controlnodeInstallStuckS: intEnv(env, 'CONTROLNODE_INSTALL_STUCK_S', 1800, 10),
     bmcNetworks: parseBmcNetworksEnv(env.BMC_NETWORKS),
     isoDirMaxBytes: intEnv(env, 'ISO_DIR_MAX_BYTES', 8 * 1024 ** 3),
-    metricsPort: env.METRICS_PORT ? intEnv(env, 'METRICS_PORT', 0) : undefined,
+    metricsPort: env.METRICS_PORT ? portEnv(env, 'METRICS_PORT') : undefined,
     metricsCacheMs: intEnv(env, 'METRICS_CACHE_MS', 5000),
   };
 }

@@ -20,6 +20,7 @@ import { Metrics, RUN_ERROR_CODES, FABRIC_JOB_STATUSES, FABRIC_NODE_STATES } fro
 import { readDomainSnapshot } from '../src/ops/domain-gauges';
 import { WORKFLOWS } from '../jobs/workflows';
 import { fromRoot } from '../src/paths';
+import { loadConfig } from '../src/config';
 
 jest.setTimeout(180_000);
 
@@ -302,6 +303,15 @@ describe('/metrics: the domain series, in the process where each happens', () =>
     walk(fromRoot('src', 'modules', 'metal'));
     expect(codes.size).toBeGreaterThan(10);
     expect([...codes].filter((c) => !RUN_ERROR_CODES.includes(c))).toEqual([]);
+  });
+});
+
+describe('METRICS_PORT and METRICS_CACHE_MS', () => {
+  it('are read from the environment; unset, no metrics listener and a 5 s cache; a bad value names the variable', () => {
+    expect(loadConfig({})).toMatchObject({ metricsPort: undefined, metricsCacheMs: 5000 });
+    expect(loadConfig({ METRICS_PORT: '9464', METRICS_CACHE_MS: '1000' })).toMatchObject({ metricsPort: 9464, metricsCacheMs: 1000 });
+    for (const bad of ['70000', '-1', 'x', '1.5']) expect(() => loadConfig({ METRICS_PORT: bad })).toThrow(/^METRICS_PORT must be/);
+    expect(() => loadConfig({ METRICS_CACHE_MS: 'soon' })).toThrow(/^METRICS_CACHE_MS must be/);
   });
 });
 
