@@ -1,4 +1,9 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import { fromRoot } from '../src/paths';
 import pg from 'pg';
 import { createLogger, serializeError } from '../src/ops/log';
 import { startTestApp, type TestApp } from './helpers/app';
@@ -130,5 +135,51 @@ describe('log levels and error lines', () => {
     expect(serializeError('boom')).toEqual({ type: 'string', message: 'boom' });
     expect(serializeError(undefined)).toEqual({ type: 'undefined', message: 'undefined' });
     expect(serializeError(Object.create(null))).toEqual({ type: 'object', message: '{}' });
+  });
+});
+
+describe('the remote site agent process (ROLE=agent)', () => {
+  it('writes JSON lines with word levels, its stop included, when the service refuses its token', async () => {
+    if (!fs.existsSync(fromRoot('dist', 'src', 'main.js'))) throw new Error('run `npm run build` first (npm test does)');
+    // A stand-in for the service's agent API on loopback: it takes the key and the heartbeat, then
+    // refuses the token at the first claim (a revoked token), which ends the agent with exit 1.
+    const server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        const query = (JSON.parse(body) as { query: string }).query;
+        res.setHeader('content-type', 'application/json');
+        if (query.includes('registerAgentKey')) return res.end(JSON.stringify({ data: { registerAgentKey: { id: 'agent_1' } } }));
+        if (query.includes('agentReportStatus')) return res.end(JSON.stringify({ data: { agentReportStatus: { id: 'agent_1' } } }));
+        res.end(JSON.stringify({ errors: [{ message: 'the token was revoked', extensions: { code: 'UNAUTHENTICATED' } }] }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const env: NodeJS.ProcessEnv = { ...process.env, ROLE: 'agent', API_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, AGENT_TOKEN: 'agent-token-for-the-test', LOG_LEVEL: 'debug' };
+      delete env.DATABASE_URL;
+      const child = spawn(process.execPath, [fromRoot('dist', 'src', 'main.js')], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+      const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+      clearTimeout(timer);
+      expect(code).toBe(1);
+      const lines = out.trim().split('\n');
+      expect(lines.length).toBeGreaterThanOrEqual(2);
+      for (const text of lines) {
+        expect(text).toMatch(/^\{"level":"(trace|debug|info|warn|error|fatal)",/);
+        expect(JSON.parse(text)).toEqual(expect.objectContaining({ service: 'metal-control-plane', msg: expect.any(String) }));
+      }
+      const parsed = lines.map((l) => JSON.parse(l) as Line);
+      expect(parsed.find((l) => /registered its key/.test(l.msg))?.level).toBe('info');
+      // (Not necessarily the last line: pino's asynchronous writes and the flush at exit can swap
+      // the last two.)
+      expect(parsed.find((l) => l.msg === 'site agent stopped: the service refused its token')?.level).toBe('error');
+      expect(out).not.toContain('agent-token-for-the-test');
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
