@@ -34,6 +34,8 @@ export interface ContextInput {
   commandTtlMs: number;
   /** Commands already queued, by idempotency key (the engine's load); others are queued or found by SQL. */
   known?: ReadonlyMap<string, CommandRow>;
+  /** A command of the step expired here (no agent claimed it in time): for the metrics, after the commit. */
+  onExpired?: (kind: string) => void;
 }
 
 export interface BuiltContext {
@@ -72,6 +74,7 @@ export function buildContext(input: ContextInput): BuiltContext {
       `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now() WHERE id = $1 AND status = 'queued' RETURNING id`,
       [row.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'no site agent claimed it before it expired', retryable: false })],
     );
+    if (rows.length === 1) input.onExpired?.(row.kind);
     return rows.length === 1;
   }
 

@@ -17,6 +17,7 @@ import { buildContext, STEP_COMMAND_TTL_MS } from './engine-context';
 import { StepInterrupt, type RunInfo, type RunParams, type StepDef, type WorkflowDef } from './engine-types';
 import type { CommandRow } from '../src/modules/sites/commands';
 import { WORKFLOWS } from './workflows';
+import { newObservations, type DomainCounters, type EngineObservations } from '../src/ops/metrics';
 
 /**
  * The workflow engine (issue 9 item 1): `advanceRun(runId)` is all a metal.advance job does. It
@@ -65,6 +66,8 @@ export interface EngineDeps {
   maxStepsPerAdvance?: number;
   /** The definitions (tests give their own); default jobs/workflows. */
   workflows?: Readonly<Partial<Record<WorkflowKind, WorkflowDef>>>;
+  /** The process's metrics: runs started and ended, step durations, commands expired (after each commit). */
+  metrics?: DomainCounters | null;
 }
 
 export type AdvanceOutcome =
@@ -188,10 +191,13 @@ export async function advanceRun(deps: EngineDeps, runId: string): Promise<Advan
   try {
     for (let used = 0; used < budget;) {
       let next: { step: Step; steps: number };
+      // What this transaction does, counted only once it committed.
+      const observed = newObservations();
       try {
         const pending = injected;
         // Generic plans: the step's statements look rows up by key; their plans do not depend on the values.
-        next = await deps.sql.transaction((tx) => stepOnce(deps, tx, runId, token, lostResumes, pending, budget - used), { genericPlans: true });
+        next = await deps.sql.transaction((tx) => stepOnce(deps, tx, runId, token, lostResumes, pending, budget - used, observed), { genericPlans: true });
+        deps.metrics?.engine(observed);
       } catch (error) {
         // A body that throws (a bug, a bad row) leaves nothing of its transaction: it is rolled
         // back whole, and the next transaction records the throw as a retryable failure of that
@@ -280,6 +286,8 @@ interface Loaded {
    */
   wakeAt: Date | null;
   injected: Injected | null;
+  /** What the transaction did, for the metrics once it committed (advanceRun). */
+  observed: EngineObservations;
   /**
    * The commands of the run's current step as the load read them, by idempotency key: a body
    * that runs again (woken by a result) finds the ones it queued before without a statement each.
@@ -317,7 +325,7 @@ function toStep(r: Record<string, unknown>): StepRow {
  * store's statements lock them in, so no deadlock with a verb). The steps are read in the same
  * statement: only a worker holding the run's lease writes them, and the lease is checked here.
  */
-async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Promise<Omit<Loaded, 'def' | 'info' | 'injected'> | null> {
+async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Promise<Omit<Loaded, 'def' | 'info' | 'injected' | 'observed'> | null> {
   const { rows } = await tx.query(
     `SELECT ${nodeViewColumns('n')}, p.policy AS "pool.policy", now() AS "db.now", to_jsonb(w) AS "run.row",
             (SELECT COALESCE(jsonb_agg(to_jsonb(s) ORDER BY s.idx), '[]'::jsonb) FROM workflow_step s WHERE s.run_id = w.id) AS "run.steps",
@@ -350,7 +358,7 @@ async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Pr
  * commands queued, its wait) commit together. Everything is written at the end (flush).
  */
 async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token: Date, lostResumes: number | null,
-  injected: Injected | null, budget: number): Promise<{ step: Step; steps: number }> {
+  injected: Injected | null, budget: number, observed: EngineObservations = newObservations()): Promise<{ step: Step; steps: number }> {
   const base = await load(deps, tx, runId, token);
   if (!base) return { step: { kind: 'stop', outcome: { kind: 'idle', status: 'missing' } }, steps: 1 };
   const { run } = base;
@@ -358,7 +366,7 @@ async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token: Date,
   const kind = run.kind;
   const def = isWorkflowKind(kind) ? (deps.workflows ?? WORKFLOWS)[kind] : undefined;
   const info: RunInfo = { id: run.id, kind: kind as WorkflowKind, params: run.params, batchId: run.batchId };
-  const l: Loaded = { ...base, def, info, injected };
+  const l: Loaded = { ...base, def, info, injected, observed };
   let steps = 0;
   let result: Step;
   for (;;) {
@@ -421,6 +429,7 @@ async function createSteps(l: Loaded, def: WorkflowDef): Promise<void> {
     [l.run.id, def.steps.map((s) => s.name), titles, def.steps.map((s) => Boolean(s.destructive))],
   );
   l.steps = rows.map(toStep).sort((a, b) => a.idx - b.idx);
+  l.observed.started.push(l.run.kind);
   // A run the node store superseded is never advanced again: what it left queued must not run
   // after this one starts (a power-off of the old run arriving in the middle of the new one).
   await l.tx.query(
@@ -465,6 +474,7 @@ async function runBody(l: Loaded, step: StepRow, body: StepDef['run']): Promise<
   const memo = { ...(step.state.memo ?? {}) };
   const { ctx, notes, unverified } = buildContext({
     db: l.tx, run: l.info, node: l.node, pool: l.pool, now: l.now, memo, commandTtlMs: l.deps.commandTtlMs ?? STEP_COMMAND_TTL_MS, known: l.commands,
+    onExpired: (kind) => l.observed.commands.push({ kind, outcome: 'expired', code: 'EXPIRED' }),
     step: {
       idx: step.idx, name: step.name, title: step.title, attempt: step.attempts, key: step.idempotencyKey!,
       startedAt: step.startedAt ?? l.now, deadline: new Date(step.state.deadline ?? l.now.getTime() + DEFAULT_DEADLINE_S * 1000),
@@ -508,6 +518,9 @@ const withNotes = (message: string | undefined | null, notes: string[]) => {
 function saveStep(l: Loaded, step: StepRow, finished: boolean): void {
   step.finishedAt = finished ? l.now : null;
   l.dirty.add(step);
+  if (finished && step.startedAt) {
+    l.observed.steps.push({ kind: l.run.kind, step: step.name, outcome: step.status, seconds: (l.now.getTime() - step.startedAt.getTime()) / 1000 });
+  }
 }
 
 /**
@@ -797,6 +810,7 @@ async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 's
       [l.run.id],
     );
   }
+  l.observed.finished.push({ kind: l.run.kind, status, code: l.run.lastErrorCode });
   l.events.push({
     type: 'workflow.finished',
     payload: {

@@ -10,6 +10,7 @@ import { advanceRun, reconcileNode, sweepRuns } from './engine';
 import { ADVANCE_QUEUED_CHANNEL, queueAdvance } from './registry';
 import { LocalAdvancer, type RunWaker } from './local-wake';
 import type { Notifications } from '../src/db/listen';
+import type { DomainCounters } from '../src/ops/metrics';
 
 /** How often a worker looks for runs whose wake-up a dead worker took with it, and how quiet they must be. */
 const SWEEP_EVERY_MS = 15_000;
@@ -54,6 +55,8 @@ export async function startWorkers(queues: Queues, log: Logger,
     notifications?: Notifications;
     /** config.workflowEngine (WORKFLOW_ENGINE) and config.workflowLeaseMs (WORKFLOW_LEASE_MS). */
     workflow?: { engine: boolean; leaseMs?: number };
+    /** The process's metrics: the engine's runs, steps and expired commands. */
+    metrics?: DomainCounters | null;
     /** The ISO-build queue (control-node jobs): its loops, each one build at a time. */
     iso?: Omit<IsoBuildDeps, 'sql' | 'log'> & { concurrency: number };
   }): Promise<{ stop(): Promise<void>; waker: RunWaker | null }> {
@@ -70,7 +73,7 @@ export async function startWorkers(queues: Queues, log: Logger,
   });
   // The engine's statements are background work (engineSql: the pool's uncounted face), not a request's.
   const engineSql = deps.engineSql ?? deps.sql;
-  const engine = { sql: engineSql, log, leaseMs: deps.workflow?.leaseMs };
+  const engine = { sql: engineSql, log, leaseMs: deps.workflow?.leaseMs, metrics: deps.metrics };
   // WORKFLOW_ENGINE=off: this worker advances no workflow run (the runs wait in their rows for a
   // worker that does). For a process that is to do the other jobs only, e.g. the bulk bench, which
   // times the API while 10,000 released runs would otherwise be advancing beside it.

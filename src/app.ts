@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import { loadConfig, type Config } from './config';
 import { createLogger } from './ops/log';
 import { Metrics } from './ops/metrics';
+import { readDomainSnapshot } from './ops/domain-gauges';
 import { startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded';
 import { migrate } from './db/migrate';
 import { connectDatabase, type Database } from './db/client';
@@ -17,7 +18,7 @@ import type { RunWaker } from '../jobs/local-wake';
 import { createGraphqlServer, type GraphqlServer } from './graphql/yoga';
 import { ResponseCache } from './graphql/response-cache';
 import { RestRouter } from './rest/router';
-import { createHttpServer } from './server';
+import { createHttpServer, createMetricsServer } from './server';
 import type { Services } from './context';
 import { fromRoot } from './paths';
 import { BuiltinSecretBroker, loadSecretKey } from '../clients/secrets/broker';
@@ -41,6 +42,9 @@ export interface App {
   server: Server | null;
   /** http://host:port of the listening server (api and all roles). */
   url: string | null;
+  /** http://host:port of the METRICS_PORT listener (/metrics and /healthz only), when there is one. */
+  metricsUrl: string | null;
+  metrics: Metrics;
   databaseUrl: string;
   stop(): Promise<void>;
 }
@@ -189,23 +193,36 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     }
     const inventory = config.role === 'worker' ? null : new InventoryService(config, log);
     if (inventory) cleanups.push(() => inventory.close());
-    const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, inventory, log };
+    // One registry per process (docs/operations.md): the domain counters count where the thing
+    // happens (runs and steps in the engine, commands where their result is stored); the gauges
+    // read from the database only in processes that serve the API (a worker would export the same
+    // values again), at scrape time, at most once per METRICS_CACHE_MS.
+    const metrics = new Metrics({
+      readDepths: () => queues.depths(),
+      readStatements: () => database.statements.count,
+      readSubscribers: () => events?.subscriberCount ?? 0,
+      // backgroundSql: the scrape's statement is not a request's.
+      readDomain: config.role === 'worker' ? undefined : () => readDomainSnapshot(database.backgroundSql),
+      domainCacheMs: config.metricsCacheMs,
+      onDomainError: (error) => log.warn({ err: error }, 'reading the domain gauges for /metrics failed; they keep their last values'),
+    });
+    const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, inventory, log, metrics };
     // This process's engine, when it runs one: what its own agent and API commit wakes runs here (jobs/local-wake.ts).
     let waker: RunWaker | null = null;
     if (config.role !== 'api') {
-      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, iso: { secrets, isoDir: config.isoDir, publicUrl: () => config.publicUrl, baseDir: config.installerBaseDir, concurrency: config.controlnodeIsoConcurrency, maxBytes: config.isoDirMaxBytes }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
+      const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, metrics, iso: { secrets, isoDir: config.isoDir, publicUrl: () => config.publicUrl, baseDir: config.installerBaseDir, concurrency: config.controlnodeIsoConcurrency, maxBytes: config.isoDirMaxBytes }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });
       // Cleanups run in reverse: the run sweep stops before the queues and the pool close.
       cleanups.push(async () => workers.stop());
       waker = workers.waker;
       // Site agents' claims lapse and commands expire whether or not any agent is alive.
       // backgroundSql: their statements must not count in request-level statement counts.
-      const sweeper = startCommandSweeper(database.backgroundSql, log, Math.max(config.agentPollMs, Math.min(15000, Math.floor(config.agentLeaseMs / 4))));
+      const sweeper = startCommandSweeper(database.backgroundSql, log, Math.max(config.agentPollMs, Math.min(15000, Math.floor(config.agentLeaseMs / 4))), metrics);
       cleanups.push(() => sweeper.stop());
       if (config.builtinAgent) {
         const builtin = startBuiltinAgent({
           sql: database.backgroundSql, secrets, registry: opts.drivers ?? defaultDriverRegistry(), log,
           heartbeatMs: config.agentHeartbeatMs, leaseMs: config.agentLeaseMs, pollMs: config.agentPollMs, concurrency: config.agentConcurrency,
-          notifications, waker,
+          notifications, waker, metrics,
         });
         // Before the pools close (cleanups run in reverse): running commands finish or are reported.
         cleanups.push(() => builtin.stop(config.shutdownTimeoutMs));
@@ -216,7 +233,6 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     let yoga: GraphqlServer | null = null;
     let url: string | null = null;
     if (config.role !== 'worker') {
-      const metrics = new Metrics(() => queues.depths(), () => database.statements.count, () => events?.subscriberCount ?? 0);
       let cache: ResponseCache | null = null;
       if (config.responseCacheTtlMs > 0) {
         const readCache = new ResponseCache(notifications, log, config.responseCacheTtlMs);
@@ -266,6 +282,22 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     } else {
       log.info({ role: config.role }, 'worker role: no HTTP listener');
     }
+    let metricsUrl: string | null = null;
+    if (config.metricsPort !== undefined) {
+      const metricsServer = createMetricsServer(metrics, log);
+      await new Promise<void>((resolve, reject) => {
+        metricsServer.once('error', reject);
+        metricsServer.listen(config.metricsPort, config.host, () => resolve());
+      });
+      const address = metricsServer.address() as AddressInfo;
+      metricsUrl = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
+      cleanups.push(async () => {
+        const closed = new Promise<void>((resolve) => metricsServer.close(() => resolve()));
+        metricsServer.closeAllConnections();
+        await closed;
+      });
+      log.info({ url: metricsUrl, role: config.role }, 'metrics listening (METRICS_PORT)');
+    }
     let stopping: Promise<void> | undefined;
     return {
       config,
@@ -275,6 +307,8 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       yoga,
       server,
       url,
+      metricsUrl,
+      metrics,
       databaseUrl,
       stop: () => (stopping ??= stopAll()),
     };

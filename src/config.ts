@@ -102,6 +102,14 @@ export interface Config {
   bmcNetworks: string[];
   /** ISO_DIR_MAX_BYTES: what installer ISOs may take in ISO_DIR in all (0: no cap); a new one that would not fit is refused (ISO_DIR_FULL). */
   isoDirMaxBytes: number;
+  /**
+   * METRICS_PORT: a listener of its own serving only /metrics and /healthz (on HOST), in any role;
+   * the only way to scrape a ROLE=worker process (it has no other). Unset: none (api and all serve
+   * /metrics on PORT as well).
+   */
+  metricsPort: number | undefined;
+  /** METRICS_CACHE_MS: how long one database read of the domain gauges serves scrapes (default 5 s). */
+  metricsCacheMs: number;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -111,6 +119,13 @@ function intEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0)
   if (!Number.isInteger(value) || value < min) {
     throw new Error(`${name} must be an integer >= ${min}, got "${raw}"`);
   }
+  return value;
+}
+
+/** A TCP port (0: any free one, for tests). */
+function portEnv(env: NodeJS.ProcessEnv, name: string): number {
+  const value = intEnv(env, name, 0);
+  if (value > 65535) throw new Error(`${name} must be a TCP port (0..65535), got "${env[name]}"`);
   return value;
 }
 
@@ -203,6 +218,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     controlnodeInstallStuckS: intEnv(env, 'CONTROLNODE_INSTALL_STUCK_S', 1800, 10),
     bmcNetworks: parseBmcNetworksEnv(env.BMC_NETWORKS),
     isoDirMaxBytes: intEnv(env, 'ISO_DIR_MAX_BYTES', 8 * 1024 ** 3),
+    metricsPort: env.METRICS_PORT ? portEnv(env, 'METRICS_PORT') : undefined,
+    metricsCacheMs: intEnv(env, 'METRICS_CACHE_MS', 5000),
   };
 }
 

@@ -9,6 +9,7 @@ import { unauthenticated } from './errors';
 import type { SecretBroker } from '../clients/secrets/broker';
 import type { EventHub } from './events/hub';
 import type { InventoryService } from './modules/provision/inventory';
+import type { DomainCounters } from './ops/metrics';
 
 /** Long-lived services every request can use. */
 export interface Services {
@@ -25,6 +26,8 @@ export interface Services {
   /** The control-node inventory from NetBox (NETBOX_URL); null in processes that serve no API. */
   inventory: InventoryService | null;
   log: Logger;
+  /** The process's metrics (src/ops/metrics.ts): what the agent API counts (command results, sweeps). */
+  metrics?: DomainCounters | null;
 }
 
 /** Per request (or per subscription) context. */

@@ -20,6 +20,13 @@ import { InstallerHttp } from './modules/provision/callback-routes';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/**
+ * Paths a prober or a scraper asks for every few seconds (a load balancer's /readyz, Prometheus's
+ * /metrics): their request lines are logged at debug, so that at the default info level the log
+ * is what happened, not the probes.
+ */
+const PROBE_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+
 export interface HttpDeps {
   yoga: GraphqlServer;
   events: EventHub | null;
@@ -171,7 +178,9 @@ export function createHttpServer(deps: HttpDeps): http.Server {
     res.on('finish', () => {
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       deps.metrics.httpDuration.observe({ method, route: routeLabel(deps, method, url.pathname), status: String(res.statusCode) }, seconds);
-      deps.log.info({ requestId, method, path: BootHttp.loggedPath(url.pathname), status: res.statusCode, ms: Math.round(seconds * 1e4) / 10 }, 'request');
+      const line = { requestId, method, path: BootHttp.loggedPath(url.pathname), status: res.statusCode, ms: Math.round(seconds * 1e4) / 10 };
+      if (PROBE_PATHS.has(url.pathname)) deps.log.debug(line, 'request');
+      else deps.log.info(line, 'request');
     });
     try {
       switch (url.pathname) {
@@ -239,5 +248,33 @@ export function createHttpServer(deps: HttpDeps): http.Server {
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.requestTimeout = 120_000;
+  return server;
+}
+
+/**
+ * The METRICS_PORT listener: /metrics and /healthz, nothing else (no API, no token). For a process
+ * with no other listener (ROLE=worker), and for keeping the scrape off the API's port.
+ */
+export function createMetricsServer(metrics: Metrics, log: Logger): http.Server {
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    res.on('finish', () => log.debug({ method: req.method, path: url.pathname, status: res.statusCode, listener: 'metrics' }, 'request'));
+    if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 400, 'INVALID_INPUT', 'this listener answers GET /metrics and GET /healthz only', randomUUID());
+    if (url.pathname === '/healthz') return sendJson(res, 200, { status: 'ok' });
+    if (url.pathname !== '/metrics') return sendError(res, 404, 'NOT_FOUND', 'this listener serves /metrics and /healthz only', randomUUID());
+    metrics.render().then(
+      (text) => {
+        res.writeHead(200, { 'content-type': metrics.registry.contentType });
+        res.end(text);
+      },
+      (error: unknown) => {
+        log.error({ err: error }, 'rendering /metrics failed');
+        if (!res.headersSent) sendError(res, 500, 'INTERNAL', 'internal error', randomUUID());
+      },
+    );
+  });
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  server.requestTimeout = 30_000;
   return server;
 }

@@ -1,11 +1,16 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import { fromRoot } from '../src/paths';
 import pg from 'pg';
 import { createLogger, serializeError } from '../src/ops/log';
 import { startTestApp, type TestApp } from './helpers/app';
 import { gql } from './helpers/client';
 
 interface Line {
-  level: number;
+  level: string;
   msg: string;
   code?: string;
   requestId?: string;
@@ -13,7 +18,9 @@ interface Line {
   [key: string]: unknown;
 }
 
-const ERROR = 50;
+/** pino's levels, as words: the service's lines say "level":"info", never a number. */
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal'];
+const atLeast = (level: string, floor: string) => LEVELS.indexOf(level) >= LEVELS.indexOf(floor);
 /** Properties of a pg client or pool: a line that holds any of them dumped one. */
 const CLIENT_INTERNALS = ['connectionParameters', '_connecting', '_queryable', 'activeQuery', '_Promise', 'binary', 'ssl'];
 
@@ -53,12 +60,12 @@ describe('log levels and error lines', () => {
     const rest = await fetch(`${t.url}/api/compute/metal/nodes/${missingId}`, { headers: { authorization: `Bearer ${t.adminToken}` } });
     expect(rest.status).toBe(404);
     const logged = lines();
-    expect(logged.filter((l) => l.level >= ERROR)).toEqual([]);
+    expect(logged.filter((l) => atLeast(l.level, 'error'))).toEqual([]);
     const refusals = logged.filter((l) => l.msg === 'GraphQL request refused');
     expect(refusals.map((l) => l.code)).toContain('CONFLICT');
     expect(refusals.map((l) => l.code)).toContain('NOT_FOUND');
     expect(refusals.filter((l) => l.code === 'NOT_FOUND')).toHaveLength(2); // GraphQL and REST, once each
-    for (const l of refusals) expect(l.level).toBeLessThanOrEqual(30);
+    for (const l of refusals) expect(['debug', 'info']).toContain(l.level);
     // No line repeats a refusal's message (it may quote input), not even at debug.
     expect(raw.join('\n')).not.toContain('already exists');
     expect(raw.join('\n')).not.toContain(`${missingId} not found`);
@@ -77,14 +84,43 @@ describe('log levels and error lines', () => {
       await admin.query('ALTER TABLE hardware_profile_gone RENAME TO hardware_profile');
       await admin.end();
     }
-    const errors = lines().filter((l) => l.level >= ERROR);
+    const errors = lines().filter((l) => atLeast(l.level, 'error'));
     expect(errors).toHaveLength(1);
     const [line] = errors;
     expect(line.requestId).toBe('req-internal-1');
     expect(line.err).toEqual(expect.objectContaining({ type: expect.any(String), message: expect.any(String), stack: expect.any(String) }));
     expect(Object.keys(line.err!).every((k) => ['type', 'message', 'code', 'stack', 'cause'].includes(k))).toBe(true);
-    const text = raw.find((l) => JSON.parse(l).level >= ERROR)!;
+    const text = raw.find((l) => atLeast(JSON.parse(l).level, 'error'))!;
     for (const key of CLIENT_INTERNALS) expect(text).not.toContain(`"${key}"`);
+  });
+
+  it('every line is one JSON object whose level is a word, fatal included', async () => {
+    await fetch(`${t.url}/healthz`);
+    await gql(t.url, t.adminToken, '{ viewer { platformAdmin } }');
+    log.trace('a trace line');
+    log.fatal({ err: new Error('boom') }, 'a fatal line');
+    expect(raw.length).toBeGreaterThan(3);
+    const seen = new Set<string>();
+    for (const text of raw) {
+      const line = JSON.parse(text) as Line;
+      expect(typeof line.level).toBe('string');
+      expect(LEVELS).toContain(line.level);
+      expect(text).toMatch(/^\{"level":"[a-z]+",/);
+      seen.add(line.level);
+    }
+    expect([...seen]).toEqual(expect.arrayContaining(['info', 'fatal']));
+    expect(lines().find((l) => l.msg === 'a fatal line')).toMatchObject({ level: 'fatal', service: 'metal-control-plane', err: { type: 'Error', message: 'boom' } });
+  });
+
+  it('probes (/readyz, /healthz, /metrics) log their request line at debug; other requests at info', async () => {
+    raw.length = 0;
+    for (const path of ['/readyz', '/healthz', '/metrics']) expect((await fetch(`${t.url}${path}`, { headers: { 'x-request-id': `probe${path.replace('/', '-')}` } })).status).toBe(200);
+    await fetch(`${t.url}/openapi.json`, { headers: { 'x-request-id': 'not-a-probe' } });
+    const requests = lines().filter((l) => l.msg === 'request');
+    for (const path of ['/readyz', '/healthz', '/metrics']) {
+      expect(requests.find((l) => l.requestId === `probe${path.replace('/', '-')}`)).toMatchObject({ level: 'debug', path, status: 200 });
+    }
+    expect(requests.find((l) => l.requestId === 'not-a-probe')).toMatchObject({ level: 'info', path: '/openapi.json' });
   });
 
   it('never walks into a pg client an error carries', async () => {
@@ -99,5 +135,51 @@ describe('log levels and error lines', () => {
     expect(serializeError('boom')).toEqual({ type: 'string', message: 'boom' });
     expect(serializeError(undefined)).toEqual({ type: 'undefined', message: 'undefined' });
     expect(serializeError(Object.create(null))).toEqual({ type: 'object', message: '{}' });
+  });
+});
+
+describe('the remote site agent process (ROLE=agent)', () => {
+  it('writes JSON lines with word levels, its stop included, when the service refuses its token', async () => {
+    if (!fs.existsSync(fromRoot('dist', 'src', 'main.js'))) throw new Error('run `npm run build` first (npm test does)');
+    // A stand-in for the service's agent API on loopback: it takes the key and the heartbeat, then
+    // refuses the token at the first claim (a revoked token), which ends the agent with exit 1.
+    const server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        const query = (JSON.parse(body) as { query: string }).query;
+        res.setHeader('content-type', 'application/json');
+        if (query.includes('registerAgentKey')) return res.end(JSON.stringify({ data: { registerAgentKey: { id: 'agent_1' } } }));
+        if (query.includes('agentReportStatus')) return res.end(JSON.stringify({ data: { agentReportStatus: { id: 'agent_1' } } }));
+        res.end(JSON.stringify({ errors: [{ message: 'the token was revoked', extensions: { code: 'UNAUTHENTICATED' } }] }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const env: NodeJS.ProcessEnv = { ...process.env, ROLE: 'agent', API_URL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, AGENT_TOKEN: 'agent-token-for-the-test', LOG_LEVEL: 'debug' };
+      delete env.DATABASE_URL;
+      const child = spawn(process.execPath, [fromRoot('dist', 'src', 'main.js')], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+      const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+      clearTimeout(timer);
+      expect(code).toBe(1);
+      const lines = out.trim().split('\n');
+      expect(lines.length).toBeGreaterThanOrEqual(2);
+      for (const text of lines) {
+        expect(text).toMatch(/^\{"level":"(trace|debug|info|warn|error|fatal)",/);
+        expect(JSON.parse(text)).toEqual(expect.objectContaining({ service: 'metal-control-plane', msg: expect.any(String) }));
+      }
+      const parsed = lines.map((l) => JSON.parse(l) as Line);
+      expect(parsed.find((l) => /registered its key/.test(l.msg))?.level).toBe('info');
+      // (Not necessarily the last line: pino's asynchronous writes and the flush at exit can swap
+      // the last two.)
+      expect(parsed.find((l) => l.msg === 'site agent stopped: the service refused its token')?.level).toBe('error');
+      expect(out).not.toContain('agent-token-for-the-test');
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });

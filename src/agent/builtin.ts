@@ -12,6 +12,7 @@ import { DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from '../m
 import { executeCommand } from './execute';
 import type { RunWaker } from '../../jobs/local-wake';
 import { CommandPump } from './pump';
+import type { DomainCounters } from '../ops/metrics';
 
 /**
  * The built-in agent of a worker process (ROLE worker or all, BUILTIN_AGENT on): for the
@@ -36,6 +37,8 @@ export interface BuiltinAgentOptions {
   waker?: RunWaker | null;
   /** Default CREDENTIALS_RETRY_MS. */
   credentialsRetryMs?: number;
+  /** The process's metrics: command results, sweeps, and the agent's own heartbeat age. */
+  metrics?: (DomainCounters & { builtinAgentStarted?(): void }) | null;
 }
 
 /** How long a credentials read the database fails is tried again before the command fails as retryable. */
@@ -75,7 +78,7 @@ function processAlive(pid: number): boolean {
  * keeps its claims. (Hosts are told apart by name: two machines of one name would see each other's
  * agents as dead.)
  */
-export async function settleDeadPredecessors(sql: Sql, agentId: string, log: Logger): Promise<number> {
+export async function settleDeadPredecessors(sql: Sql, agentId: string, log: Logger, metrics?: DomainCounters | null): Promise<number> {
   const self = parseBuiltinId(agentId)!;
   const dead = (await builtinClaimants(sql, self.host)).filter((id) => {
     const other = parseBuiltinId(id);
@@ -85,7 +88,7 @@ export async function settleDeadPredecessors(sql: Sql, agentId: string, log: Log
   let lapsed = 0;
   for (const id of dead) lapsed += await lapseClaims(sql, id);
   if (lapsed > 0) {
-    const swept = await sweepCommands(sql);
+    const swept = await sweepCommands(sql, null, metrics);
     log.warn({ predecessors: dead, lapsed, ...swept }, 'the commands a dead built-in agent of this host held were settled as lapsed');
   }
   return lapsed;
@@ -110,7 +113,7 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   const release = async (commandId: string) => {
     letGo.add(commandId);
     try {
-      if (await lapseClaim(opts.sql, commandId, agentId)) await sweepCommands(opts.sql);
+      if (await lapseClaim(opts.sql, commandId, agentId)) await sweepCommands(opts.sql, null, opts.metrics);
       letGo.delete(commandId);
     } catch (error) {
       log.warn({ err: error, commandId }, 'could not end the claim; it lapses within the lease');
@@ -121,7 +124,7 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   /** One attempt at storing a result: false when the agent no longer holds the command. */
   const store = async (commandId: string, result: CommandResult) => {
     // One statement (the result, and its run's wake-up unless this process's engine wakes it): no transaction around it.
-    const recorded = await recordResult(opts.sql, commandId, agentId, result, opts.waker);
+    const recorded = await recordResult(opts.sql, commandId, agentId, result, opts.waker, opts.metrics);
     if (!recorded) log.warn({ commandId }, 'the built-in agent no longer held the command when it finished; result dropped');
   };
   /**
@@ -201,9 +204,14 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
     pollMs: opts.pollMs,
     renewMs: Math.max(250, Math.floor(opts.leaseMs / 4)),
     // The claim answers each command with its node's BMC endpoint (claimHeld): it runs at once.
-    claim: (max) => claimHeld(opts.sql, agentId, { unservedWithinMs: opts.heartbeatMs }, max, opts.leaseMs),
+    claim: async (max) => {
+      const claimed = await claimHeld(opts.sql, agentId, { unservedWithinMs: opts.heartbeatMs }, max, opts.leaseMs);
+      opts.metrics?.builtinAgentContact();
+      return claimed;
+    },
     renew: async () => {
       await renewLeases(opts.sql, agentId, opts.leaseMs, [...letGo]);
+      opts.metrics?.builtinAgentContact();
     },
     abandon: (item, result) => record(item, result),
     run: async (command, signal) => {
@@ -236,8 +244,9 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   });
   liveHere.add(agentId);
   // A dead process of this host left claims: settled now, not AGENT_LEASE_MS from now.
-  const settled = settleDeadPredecessors(opts.sql, agentId, log).catch((error: unknown) =>
+  const settled = settleDeadPredecessors(opts.sql, agentId, log, opts.metrics).catch((error: unknown) =>
     log.warn({ err: error }, 'could not settle the claims of dead built-in agents; their leases lapse instead'));
+  opts.metrics?.builtinAgentStarted?.();
   pump.start();
   const listening = opts.notifications?.subscribe('metal_command_queued', () => pump.poke()) ?? null;
   log.info({ agentId, drivers: opts.registry.names() }, 'built-in site agent started: it serves every site with no remote agent heartbeating');
@@ -258,11 +267,11 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
  * alive: lapsed claims become AGENT_LOST or queued again, expired commands EXPIRED, and their runs
  * wake. Claims sweep their own site too; this is what catches a site with no agent at all.
  */
-export function startCommandSweeper(sql: Sql, log: Logger, periodMs: number): { stop(): Promise<void> } {
+export function startCommandSweeper(sql: Sql, log: Logger, periodMs: number, metrics?: DomainCounters | null): { stop(): Promise<void> } {
   let running: Promise<void> | null = null;
   const tick = () => {
     if (running) return;
-    running = sweepCommands(sql)
+    running = sweepCommands(sql, null, metrics)
       .then((counts) => {
         if (counts.lost || counts.requeued || counts.expired) log.info({ ...counts }, 'swept site agent commands');
       })

@@ -37,14 +37,17 @@ export function serializeError(value: unknown, depth = 0): SerializedError {
 }
 
 /**
- * JSON logs. Anything that looks like a secret is redacted by path, in case a caller ever logs a
- * whole input: credentials travel only to the secret broker. `destination` is for tests that read
- * the lines.
+ * JSON logs, one object a line, the level as a word ("level":"info"), as the start-up failure
+ * line of src/ops/fatal.ts writes it: a log pipeline reads one format, whatever wrote the line.
+ * Anything that looks like a secret is redacted by path, in case a caller ever logs a whole
+ * input: credentials travel only to the secret broker. `destination` is for tests that read the
+ * lines.
  */
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   const options: pino.LoggerOptions = {
     level,
     base: { service: 'metal-control-plane' },
+    formatters: { level: (label) => ({ level: label }) },
     serializers: { err: serializeError, error: serializeError },
     redact: {
       paths: [

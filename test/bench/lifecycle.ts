@@ -92,7 +92,7 @@ async function startWorker(api: Service, env: Record<string, string>, nodeArgs: 
       if (!line.trim()) continue;
       if (line.includes('queue workers started')) started = true;
       // Info lines are per command and per run: keep only what is worth reading afterwards.
-      if (/"level":(40|50|60)/.test(line) || !line.startsWith('{')) {
+      if (/"level":"(warn|error|fatal)"/.test(line) || !line.startsWith('{')) {
         output.push(line);
         if (output.length > 200) output.shift();
       }

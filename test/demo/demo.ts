@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { startApp, type App } from '../../src/app';
+import { createLogger } from '../../src/ops/log';
 import { stopEmbeddedPostgresNow } from '../../src/db/embedded';
 import { startMachineSim, type MachineSim } from '../sim/machine';
 import { freePort } from '../helpers/ports';
@@ -122,7 +123,8 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
   try {
     const pgPort = await freePort();
     const adminToken = `demo-${randomBytes(24).toString('hex')}`;
-    const log = pino({ level: 'warn' }, pino.destination({ dest: logFile, sync: true }));
+    // The service's own log format (word levels, redaction), into the demo's file.
+    const log = createLogger('warn', pino.destination({ dest: logFile, sync: true }));
     console.log(`metal demo: ${opts.machines} simulated machine(s); data dir ${dataDir} (removed at exit)`);
     app = await startApp({
       databaseUrl: undefined, dataDir, embeddedPgPort: pgPort, embeddedPgSystemDir: path.join(dataDir, 'system'),

@@ -95,7 +95,7 @@ export async function registerAgentKey(ctx: Context, publicKey: string): Promise
   // engine reads the state back; any other goes back to the queue), at once rather than never.
   const lapsed = await lapseClaims(ctx.sql, agent.id);
   if (lapsed > 0) {
-    const swept = await sweepCommands(ctx.sql, agent.siteId);
+    const swept = await sweepCommands(ctx.sql, agent.siteId, ctx.metrics);
     ctx.log.warn({ agentId: agent.id, lapsed, ...swept }, 'a site agent started again: the commands its previous process held were settled as lapsed');
   }
   return agent.id;
@@ -111,7 +111,7 @@ export async function claimCommands(ctx: Context, max: number | null | undefined
   const agent = await callingAgent(ctx, requirePrincipal(ctx));
   if (max !== null && max !== undefined && (!Number.isInteger(max) || max < 1 || max > 100)) throw invalidInput('max', 'must be an integer from 1 to 100');
   if (!agent.publicKey) throw new AppError('INVALID_STATE', 'this agent has no registered public key: call registerAgentKey before claiming commands');
-  await sweepCommands(ctx.sql, agent.siteId);
+  await sweepCommands(ctx.sql, agent.siteId, ctx.metrics);
   const claimed = await claimQueued(ctx.sql, agent.id, { siteId: agent.siteId }, max ?? 10, ctx.config.agentLeaseMs);
   if (claimed.length) ctx.log.info({ agentId: agent.id, commands: claimed.map((c) => c.id) }, 'commands claimed');
   return claimed.map((c) => c.id);
@@ -144,7 +144,7 @@ export async function commandCredentials(ctx: Context, commandId: string): Promi
   if (typeof commandId !== 'string' || !commandId) throw invalidInput('commandId', 'is required');
   const key = agent.publicKey ? parsePublicKey(agent.publicKey) : null;
   if (!key) throw new AppError('INVALID_STATE', 'this agent has no registered public key: call registerAgentKey first');
-  await sweepCommands(ctx.sql, agent.siteId);
+  await sweepCommands(ctx.sql, agent.siteId, ctx.metrics);
   const command = await heldCommand(ctx.sql, commandId);
   if (!command || command.siteId !== agent.siteId || !command.node || command.node.siteId !== agent.siteId) throw notFound('command', commandId);
   if (command.claimedBy !== agent.id || !command.held || !command.leaseExpiresAt) {
@@ -178,7 +178,7 @@ export async function reportCommandResult(ctx: Context, commandId: string, rawRe
   const command = await ctx.prisma.command.findUnique({ where: { id: commandId }, select: { id: true, siteId: true, kind: true } });
   if (!command || command.siteId !== agent.siteId) throw notFound('command', commandId);
   const result = checkCommandResult(command.kind, rawResult);
-  const recorded = await recordResult(ctx.sql, commandId, agent.id, result);
+  const recorded = await recordResult(ctx.sql, commandId, agent.id, result, null, ctx.metrics);
   if (!recorded) throw new AppError('CONFLICT', `command ${commandId} is not claimed by this agent`);
   ctx.log.info({ agentId: agent.id, commandId, ok: result.ok, code: result.ok ? undefined : result.code }, 'command result recorded');
 }

@@ -1,6 +1,7 @@
 import { insertJobsSql, wakeRunCtes } from '../../../jobs/registry';
 import { afterWake, type RunWaker } from '../../../jobs/local-wake';
 import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, resultStatus, type CommandKind, type CommandResult } from './commands';
+import type { DomainCounters } from '../../ops/metrics';
 
 /**
  * The rows of the agent protocol, in SQL shared by the remote agents' API (agent.ts) and the
@@ -130,7 +131,7 @@ export interface SweepCounts {
  * site) and periodically by each worker process (every site), so it happens whether or not an
  * agent is alive. Rows another sweep has locked are skipped: that sweep handles them.
  */
-export async function sweepCommands(db: Runner, siteId: string | null = null): Promise<SweepCounts> {
+export async function sweepCommands(db: Runner, siteId: string | null = null, metrics?: DomainCounters | null): Promise<SweepCounts> {
   const site = 'AND ($2::text IS NULL OR site_id = $2::text)';
   const { rows } = await db.query(
     `WITH lapsed AS (
@@ -139,7 +140,7 @@ export async function sweepCommands(db: Runner, siteId: string | null = null): P
        UPDATE command c SET status = 'failed', lease_expires_at = NULL, updated_at = now(),
               result = jsonb_build_object('ok', false, 'code', 'AGENT_LOST', 'message', $3::text, 'retryable', false)
          FROM lapsed WHERE c.id = lapsed.id AND c.kind = ANY($1::text[])
-       RETURNING c.id, c.run_id
+       RETURNING c.id, c.run_id, c.kind
      ), requeued AS (
        UPDATE command c SET status = 'queued', claimed_by = NULL, claimed_at = NULL, lease_expires_at = NULL, updated_at = now()
          FROM lapsed WHERE c.id = lapsed.id AND NOT (c.kind = ANY($1::text[]))
@@ -151,16 +152,21 @@ export async function sweepCommands(db: Runner, siteId: string | null = null): P
               result = jsonb_build_object('ok', false, 'code', 'EXPIRED', 'message',
                 'no site agent claimed it within ' || round(extract(epoch FROM c.expires_at - c.created_at))::text || ' s')
          FROM stale WHERE c.id = stale.id
-       RETURNING c.id, c.run_id
+       RETURNING c.id, c.run_id, c.kind
      ), woken AS (
        ${insertJobsSql('metal.advance', "jsonb_build_object('runId', r.run_id)", '(SELECT DISTINCT run_id FROM (SELECT run_id FROM lost UNION ALL SELECT run_id FROM expired) e WHERE run_id IS NOT NULL) r')}
        RETURNING 1
      )
      SELECT (SELECT count(*) FROM lost)::int AS lost, (SELECT count(*) FROM requeued)::int AS requeued,
-            (SELECT count(*) FROM expired)::int AS expired, (SELECT count(*) FROM woken)::int AS woken`,
+            (SELECT count(*) FROM expired)::int AS expired, (SELECT count(*) FROM woken)::int AS woken,
+            ARRAY(SELECT kind FROM lost) AS lost_kinds, ARRAY(SELECT kind FROM expired) AS expired_kinds`,
     [DESTRUCTIVE_KINDS, siteId, AGENT_LOST_MESSAGE],
   );
   const r = rows[0]!;
+  if (metrics) {
+    for (const kind of (r.lost_kinds ?? []) as string[]) metrics.command(kind, 'failed', 'AGENT_LOST');
+    for (const kind of (r.expired_kinds ?? []) as string[]) metrics.command(kind, 'expired', 'EXPIRED');
+  }
   return { lost: r.lost as number, requeued: r.requeued as number, expired: r.expired as number, woken: r.woken as number };
 }
 
@@ -236,19 +242,20 @@ function toHeld(r: Record<string, unknown>): HeldCommand {
  * With `waker` (a process that runs the engine itself: the built-in agent), no job is queued: the
  * run is woken in this process after the statement's commit, so `db` must not be a transaction.
  */
-export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult, waker?: RunWaker | null): Promise<boolean> {
+export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult, waker?: RunWaker | null, metrics?: DomainCounters | null): Promise<boolean> {
   const { rows } = await db.query(
     `WITH upd AS (
        UPDATE command SET status = $3, result = $4::jsonb, lease_expires_at = NULL, updated_at = now()
         WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
-       RETURNING run_id
+       RETURNING run_id, kind
      ), ${wakeRunCtes('(SELECT run_id FROM upd)', { when: '$5::boolean' })}
-     SELECT (SELECT count(*) FROM upd)::int AS recorded, (SELECT run_id FROM upd) AS run_id,
+     SELECT (SELECT count(*) FROM upd)::int AS recorded, (SELECT run_id FROM upd) AS run_id, (SELECT kind FROM upd) AS kind,
             (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`,
     [commandId, agentId, resultStatus(result), JSON.stringify(result), !waker],
   );
   const r = rows[0]!;
   if (Number(r.recorded) === 0) return false;
+  metrics?.command(r.kind as string, resultStatus(result) as 'succeeded' | 'unverified' | 'failed', result.ok ? null : result.code);
   afterWake((r.run_id ?? null) as string | null, Number(r.woken), waker);
   return true;
 }

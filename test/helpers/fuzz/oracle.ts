@@ -211,7 +211,7 @@ export function judge(o: Observed): Verdict {
     const changed = changedTables(o.before, o.after);
     if (changed.length) violations.push({ kind: 'row changed after a refusal', detail: `tables: ${changed.join(', ')}` });
   }
-  const errorLogs = o.logLines.filter((l) => /"level":(50|60)/.test(l));
+  const errorLogs = o.logLines.filter((l) => /"level":"(error|fatal)"/.test(l));
   return { violations, refused, status, code, message, errorLogs };
 }
 
