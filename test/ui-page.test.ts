@@ -1,0 +1,264 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { startTestApp, type TestApp } from './helpers/app';
+import { gql, rest } from './helpers/client';
+import { makeTenantTree, makeToken } from './helpers/fixtures';
+import { startMachineSim, type MachineSim } from './sim/machine';
+
+/**
+ * The status page (/ui) in headless Chromium with no network but loopback, against the whole
+ * service and the machine simulator: the token given once in the fragment is moved into
+ * sessionStorage and out of the address bar; while simulated machines enroll, inspect and
+ * commission, the page's counts by state move with them (from the event stream: the page is
+ * never reloaded); a machine whose BMC refuses its credentials appears among the failed nodes with
+ * its error; nothing is loaded from anywhere else; a screenshot is taken.
+ */
+
+const CHROMIUM = '/usr/bin/chromium-headless-shell';
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
+// Set it to keep the screenshots (they are written to a temporary folder and removed otherwise).
+const SHOTS = process.env.BROWSER_SHOTS_DIR;
+
+jest.setTimeout(150_000);
+
+function isLoopback(url: string): boolean {
+  const u = new URL(url);
+  if (u.protocol === 'data:' || u.protocol === 'blob:') return true;
+  return LOOPBACK.has(u.hostname);
+}
+
+describe('the status page /ui (headless Chromium, loopback only, machine simulator)', () => {
+  let t: TestApp;
+  let sim: MachineSim;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  let shots: string;
+  let tree: Awaited<ReturnType<typeof makeTenantTree>>;
+  /** The page's token: read-only, on the tenant. */
+  let token: string;
+  /** Enrolls: the operator's side of the test. */
+  let operator: string;
+  const leftTheMachine: string[] = [];
+  const pageErrors: string[] = [];
+  const cspViolations: string[] = [];
+  const requestUrls: string[] = [];
+
+  beforeAll(async () => {
+    if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: install the Debian package chromium-headless-shell`);
+    shots = SHOTS ? (fs.mkdirSync(SHOTS, { recursive: true }), SHOTS) : fs.mkdtempSync(path.join(os.tmpdir(), 'metal-ui-'));
+    t = await startTestApp({ role: 'all', agentPollMs: 200 });
+    sim = await startMachineSim({
+      serviceUrl: t.url,
+      redfish: { machines: [{ id: 'ui-a' }, { id: 'ui-b', flavour: 'idrac', mockup: 'public-localstorage' }, { id: 'ui-refuses' }] },
+    });
+    tree = await makeTenantTree(t.app.database.prisma, 'ui', { pools: 1, nodesPerPool: 0 });
+    token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    operator = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--proxy-server=http://127.0.0.1:9'],
+    });
+    context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    await context.route('**/*', (route) => {
+      const url = route.request().url();
+      if (isLoopback(url)) return route.continue();
+      leftTheMachine.push(url);
+      return route.abort('internetdisconnected');
+    });
+    await context.routeWebSocket(/.*/, (ws) => {
+      if (isLoopback(ws.url())) return void ws.connectToServer();
+      leftTheMachine.push(ws.url());
+      return void ws.close();
+    });
+    context.on('request', (request) => {
+      requestUrls.push(request.url());
+      if (!isLoopback(request.url()) && !leftTheMachine.includes(request.url())) leftTheMachine.push(request.url());
+    });
+    context.on('page', (p) => {
+      p.on('pageerror', (error) => pageErrors.push(`${p.url()}: ${error.message}`));
+      p.on('console', (message) => {
+        if (/Content.Security.Policy/i.test(message.text())) cspViolations.push(`${p.url()}: ${message.text()}`);
+      });
+    });
+    page = await context.newPage();
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await sim?.stop();
+    await t?.stop();
+    if (shots && !SHOTS) fs.rmSync(shots, { recursive: true, force: true });
+  });
+
+  afterEach(() => {
+    expect(leftTheMachine).toEqual([]);
+    expect(pageErrors).toEqual([]);
+    expect(cspViolations).toEqual([]);
+    // The token never travels in a URL (the fragment is never requested: browsers keep it).
+    expect(requestUrls.filter((u) => u.includes(token) || u.includes(encodeURIComponent(token)))).toEqual([]);
+  });
+
+  /** The page's "all" row: count per state, as shown. */
+  const totals = () => page.evaluate(() => {
+    const out: Record<string, number> = {};
+    for (const td of document.querySelectorAll<HTMLElement>('#counts tfoot td[data-state]')) out[td.dataset.state!] = Number(td.textContent);
+    return out;
+  });
+
+  it('serves the page and its assets from this service with a Content-Security-Policy that names no other origin', async () => {
+    const r = await fetch(`${t.url}/ui`);
+    expect(r.status).toBe(200);
+    const csp = r.headers.get('content-security-policy')!;
+    expect(csp).toContain("default-src 'none'");
+    expect(csp).toContain("connect-src 'self'");
+    expect(csp).not.toMatch(/https?:|\*|unsafe/);
+    const html = await r.text();
+    expect(html).not.toMatch(/https?:\/\//);
+    const assets = [...html.matchAll(/(?:href|src)="(\/ui\/assets\/[^"]+)"/g)].map((m) => m[1]!);
+    expect(assets).toHaveLength(2);
+    for (const a of assets) {
+      const asset = await fetch(`${t.url}${a}`);
+      expect(asset.status).toBe(200);
+      expect(await asset.text()).not.toMatch(/https?:\/\/(?!127\.0\.0\.1)/);
+    }
+    expect((await fetch(`${t.url}/ui`, { method: 'POST' })).status).toBe(405);
+  });
+
+  it('takes the token from the fragment into sessionStorage and out of the address bar', async () => {
+    const response = await page.goto(`${t.url}/ui#token=${encodeURIComponent(token)}`);
+    expect(response?.status()).toBe(200);
+    await page.locator('#conn.live').waitFor({ timeout: 30_000 });
+    expect(page.url()).toBe(`${t.url}/ui`);
+    expect(await page.evaluate(() => location.hash)).toBe('');
+    expect(await page.evaluate(() => sessionStorage.getItem('metal.token'))).toBe(token);
+    await page.locator('#counts').getByText('no nodes').waitFor();
+    // A read-only tenant token: the fabric section says why it shows nothing.
+    await page.locator('#fabric').getByText('platform-scoped grant').waitFor();
+  });
+
+  it('counts move with the machines, live; a machine whose BMC refuses appears failed with its error', async () => {
+    const seen: string[] = [];
+    let sawRuns = false;
+    let polling = true;
+    const poll = (async () => {
+      while (polling) {
+        const now = JSON.stringify(await totals().catch(() => ({})));
+        if (seen.at(-1) !== now) seen.push(now);
+        const runs = await page.locator('#runs tbody tr').count().catch(() => 0);
+        if (runs > 0) sawRuns = true;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    const ids = new Map<string, string>();
+    for (const m of sim.machines) {
+      const refuses = m.id === 'ui-refuses';
+      const r = await rest(t.url, operator, 'POST', '/api/compute/metal/enroll', {
+        poolId: tree.pools[0]!.id, name: m.id, macs: m.macs,
+        bmc: { address: m.bmc.url, driver: 'redfish', credentials: { username: m.bmc.username, password: refuses ? 'not-the-password' : m.bmc.password } },
+      });
+      expect(r.status).toBe(200);
+      ids.set(m.id, r.body.node.id);
+    }
+    // The failed machine, with its error, as the API says it.
+    const failedRow = page.locator(`#failed tr[data-node="${ids.get('ui-refuses')}"]`);
+    await failedRow.waitFor({ timeout: 90_000 });
+    const { data: { node } } = await gql<any>(t.url, operator, 'query ($id: ID!) { node(id: $id) { ... on MetalNode { provisionState lastError { code message } } } }', { id: ids.get('ui-refuses') });
+    expect(node.provisionState).toBe('failed');
+    expect(node.lastError.code).toBe('BMC_AUTH_FAILED');
+    const text = (await failedRow.textContent()) ?? '';
+    expect(text).toContain('ui-refuses');
+    expect(text).toContain(`${node.lastError.code}: ${node.lastError.message}`);
+    expect(text).not.toContain('not-the-password');
+    // The two good machines reach ready.
+    await page.waitForFunction(() => document.querySelector('#counts tfoot td[data-state="ready"]')?.textContent === '2', undefined, { timeout: 120_000 });
+    polling = false;
+    await poll;
+    seen.push(JSON.stringify(await totals()));
+    expect(JSON.parse(seen.at(-1)!)).toEqual({ ready: 2, failed: 1 });
+    // On the way the counts passed through the moving states, without a reload.
+    // (The page reads the counts again at most every 300 ms: a state a machine passes through
+    // faster may be skipped, so not every state is required, but some moving ones are.)
+    const states = new Set(seen.flatMap((s) => Object.entries(JSON.parse(s) as Record<string, number>).filter(([, n]) => n > 0).map(([k]) => k)));
+    const moving = [...states].filter((s) => ['enrolling', 'inspecting', 'commissioning'].includes(s));
+    expect(moving.length).toBeGreaterThanOrEqual(2);
+    expect([...states].every((s) => ['enrolling', 'inspecting', 'commissioning', 'ready', 'failed'].includes(s))).toBe(true);
+    expect(seen.length).toBeGreaterThanOrEqual(4);
+    expect(sawRuns).toBe(true);
+    // Settled: no run shown any more, and the pool's row names its site and pool.
+    await page.locator('#runs').getByText('none').waitFor();
+    const row = (await page.locator(`#counts tbody tr[data-pool="${tree.pools[0]!.id}"]`).textContent()) ?? '';
+    expect(row).toContain('ui-site');
+    expect(row).toContain('ui-pool-0');
+    expect(await page.evaluate(() => performance.getEntriesByType('navigation').length)).toBe(1);
+
+    const file = path.join(shots, 'ui-status.png');
+    await page.screenshot({ path: file, fullPage: true });
+    const png = fs.readFileSync(file);
+    expect(png.length).toBeGreaterThan(1000);
+    expect(png.subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+  });
+
+  it('without a token, asks for one; a pasted token is kept in sessionStorage and shows the same counts', async () => {
+    const fresh = await context.newPage();
+    try {
+      await fresh.goto(`${t.url}/ui`);
+      const input = fresh.locator('#login input[type=password]');
+      await input.waitFor();
+      await input.fill('not-a-token');
+      await fresh.locator('#login button[type=submit]').click();
+      // Refused: the form again, saying so, and nothing kept.
+      await fresh.locator('#login').getByText('refused this token').waitFor();
+      expect(await fresh.evaluate(() => sessionStorage.getItem('metal.token'))).toBeNull();
+      await fresh.locator('#login input[type=password]').fill(token);
+      await fresh.locator('#login button[type=submit]').click();
+      await fresh.waitForFunction(() => document.querySelector('#counts tfoot td[data-state="ready"]')?.textContent === '2');
+      expect(await fresh.evaluate(() => sessionStorage.getItem('metal.token'))).toBe(token);
+      expect(fresh.url()).toBe(`${t.url}/ui`);
+    } finally {
+      await fresh.close();
+    }
+  });
+});
+
+describe('nodeCounts: what the page counts with, decided like nodes', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t?.stop());
+
+  it('counts by site, pool and state the nodes the token may read, and no other tenant\'s', async () => {
+    const { prisma } = t.app.database;
+    const mine = await makeTenantTree(prisma, 'counts-a', { pools: 2, nodesPerPool: 3 });
+    const theirs = await makeTenantTree(prisma, 'counts-b', { pools: 1, nodesPerPool: 4 });
+    await prisma.node.update({ where: { id: mine.nodes[0]!.id }, data: { provisionState: 'failed' } });
+    const query = 'query ($f: NodeFilter) { nodeCounts(filter: $f) { siteId poolId provisionState count } }';
+    const tenantToken = await makeToken(prisma, mine.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: mine.tenant.id }]);
+    const all = await gql<any>(t.url, tenantToken, query);
+    expect(all.errors).toBeUndefined();
+    const [p0, p1] = mine.pools.map((p) => p.id);
+    const poolOf = (id: string) => mine.nodes.find((n) => n.id === id)!.poolId;
+    const failedPool = poolOf(mine.nodes[0]!.id);
+    const otherPool = failedPool === p0 ? p1! : p0!;
+    expect(all.data.nodeCounts).toEqual(expect.arrayContaining([
+      { siteId: mine.site.id, poolId: failedPool, provisionState: 'failed', count: 1 },
+      { siteId: mine.site.id, poolId: failedPool, provisionState: 'ready', count: 2 },
+      { siteId: mine.site.id, poolId: otherPool, provisionState: 'ready', count: 3 },
+    ]));
+    expect(all.data.nodeCounts).toHaveLength(3);
+    // A filter narrows; a pool-scoped token sees its pool only.
+    const filtered = await gql<any>(t.url, tenantToken, query, { f: { poolId: otherPool } });
+    expect(filtered.data.nodeCounts).toEqual([{ siteId: mine.site.id, poolId: otherPool, provisionState: 'ready', count: 3 }]);
+    const poolToken = await makeToken(prisma, mine.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'pool', scopeId: failedPool }]);
+    expect((await gql<any>(t.url, poolToken, query)).data.nodeCounts.map((c: any) => c.poolId)).toEqual([failedPool, failedPool]);
+    // Another tenant's token counts its own nodes only; no token is UNAUTHENTICATED.
+    const theirToken = await makeToken(prisma, theirs.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: theirs.tenant.id }]);
+    expect((await gql<any>(t.url, theirToken, query)).data.nodeCounts).toEqual([{ siteId: theirs.site.id, poolId: theirs.pools[0]!.id, provisionState: 'ready', count: 4 }]);
+    const anonymous = await gql<any>(t.url, null, query);
+    expect(anonymous.errors?.[0]?.extensions?.code).toBe('UNAUTHENTICATED');
+  });
+});
