@@ -6,6 +6,7 @@ import { startTestApp, type TestApp } from './helpers/app';
 import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { startMachineSim, type MachineSim } from './sim/machine';
+import { freePort } from './helpers/ports';
 
 /**
  * The status page (/ui) in headless Chromium with no network but loopback, against the whole
@@ -200,6 +201,50 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
     const png = fs.readFileSync(file);
     expect(png.length).toBeGreaterThan(1000);
     expect(png.subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+  });
+
+  it('shows a fabric rollout node by node: two compute nodes whose SSH refuses fail with their error', async () => {
+    const { prisma } = t.app.database;
+    const admin = t.adminToken;
+    const fab = await makeTenantTree(prisma, 'uifab', { pools: 1, nodesPerPool: 2 });
+    await prisma.node.updateMany({ where: { id: { in: fab.nodes.map((n) => n.id) } }, data: { provisionState: 'deployed' } });
+    const saved = await rest(t.url, admin, 'POST', '/controlnode/fabric-config', {
+      as: 65000, fabric_switch_as: 65000, external_route_reflector: true, fabric_switch_nos: 'sonic', fabric_switch_peering_ip: '172.30.10.254',
+      fabric_switch_name: 'spine1', router_id_cidr: '10.255.0.1/24', management_cidr: '10.0.0.0/8', ospf_enabled: false,
+      expected_nodes: 10, expected_vms: 100, vxlan_mtu: 9000,
+    });
+    expect(saved.status).toBe(200);
+    // Loopback addresses on a port nobody listens on: each connect is refused at once.
+    const closed = await freePort();
+    const ips = ['127.0.0.2', '127.0.0.3'];
+    for (const [i, node] of fab.nodes.entries()) {
+      const set = await gql<any>(t.url, admin, 'mutation ($i: SetComputeNodeInput!) { setComputeNode(input: $i) { created } }', { i: { nodeId: node.id, osIp: ips[i], sshPort: closed, fqdn: `cn${i}.ui.example` } });
+      expect(set.errors).toBeUndefined();
+    }
+    const fabricPage = await context.newPage();
+    try {
+      await fabricPage.goto(`${t.url}/ui#token=${encodeURIComponent(admin)}`);
+      await fabricPage.locator('#fabric').getByText('no fabric rollout yet').waitFor({ timeout: 30_000 });
+      await fabricPage.locator('#conn.live').waitFor();
+      const applied = await gql<any>(t.url, admin, 'mutation { applyFabric { applyJobId } }');
+      expect(applied.errors).toBeUndefined();
+      for (const [i, ip] of ips.entries()) {
+        const row = fabricPage.locator(`#fabric tr[data-fabric-node="${ip}"]`);
+        await row.getByText('failed', { exact: true }).waitFor({ timeout: 60_000 });
+        const text = (await row.textContent()) ?? '';
+        expect(text).toContain(`cn${i}.ui.example (${ip})`);
+        expect(text).toMatch(/refused/);
+        // Nothing past the refused connect: no step done of the apply's eight.
+        expect(text).toContain('0/8');
+        expect(await row.locator('progress').count()).toBe(1);
+      }
+      const heading = (await fabricPage.locator('#fabric h2').textContent()) ?? '';
+      expect(heading).toContain('fabric_apply failed');
+      expect(heading).toMatch(/0\/2 done, 2 failed/);
+      await fabricPage.screenshot({ path: path.join(shots, 'ui-fabric.png'), fullPage: true });
+    } finally {
+      await fabricPage.close();
+    }
   });
 
   it('without a token, asks for one; a pasted token is kept in sessionStorage and shows the same counts', async () => {

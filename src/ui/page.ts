@@ -32,7 +32,7 @@ table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
 th,td{text-align:left;padding:.2em .5em;border-bottom:1px solid var(--line);vertical-align:top}
 th{font-weight:600;color:var(--mute)}
 th.n,td.n{text-align:right}
-td{white-space:nowrap}td.err{white-space:pre-wrap;min-width:20em}
+td{white-space:nowrap}td.err{white-space:pre-wrap;min-width:12em}
 .failed{color:var(--bad)}.good{color:var(--ok)}.running{color:var(--run)}
 .err{font-family:ui-monospace,monospace;font-size:.9em;white-space:pre-wrap;word-break:break-word}
 .mute{color:var(--mute)}

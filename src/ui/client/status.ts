@@ -17,6 +17,9 @@ const STATE_ORDER = ['enrolling', 'adopting', 'inspecting', 'commissioning', 're
 const MOVING = ['enrolling', 'adopting', 'inspecting', 'commissioning', 'deploying', 'releasing', 'retiring', 'rescue'];
 const ACTIVE_RUN = ['queued', 'running', 'waiting', 'aborting'];
 const SHOWN = 200;
+/** A node's steps in a fabric apply (connect ... verify_bgp) and a teardown (connect ... release_vtep). */
+const APPLY_STEPS = 8;
+const TEARDOWN_STEPS = 6;
 
 interface ApiErrorShape {
   message: string;
@@ -463,11 +466,12 @@ function fabricSection(): HTMLElement {
       h('thead', {}, h('tr', {}, h('th', {}, 'node'), h('th', {}, 'progress'), h('th', {}, 'step'), h('th', {}, 'error'))),
       h('tbody', {}, j.nodes.map((n) => {
         const done = n.steps.filter((s) => s.status === 'ok' || s.status === 'skipped').length;
+        const planned = Math.max(j.jobType === 'fabric_teardown' ? TEARDOWN_STEPS : APPLY_STEPS, n.steps.length);
         const current = n.steps.find((s) => s.status === 'running' || s.status === 'failed') ?? n.steps.at(-1);
-        const bar = h('progress', { max: String(Math.max(n.steps.length, 1)), value: String(n.finished ? Math.max(n.steps.length, 1) : done) });
+        const bar = h('progress', { max: String(planned), value: String(n.finished && n.ok ? planned : done) });
         return h('tr', { 'data-fabric-node': n.nodeIp },
           h('td', {}, `${n.fqdn} (${n.nodeIp})`),
-          h('td', {}, bar, ' ', n.finished ? h('span', { class: n.ok ? 'good' : 'failed' }, n.ok ? 'ok' : 'failed') : `${done}/${n.steps.length}`),
+          h('td', {}, bar, ` ${done}/${planned} `, n.finished ? h('span', { class: n.ok ? 'good' : 'failed' }, n.ok ? 'ok' : 'failed') : null),
           h('td', {}, current ? `${current.step} ${current.status}` : n.reachable ? '' : 'unreachable'),
           h('td', { class: 'err failed' }, n.error));
       }))),
