@@ -137,6 +137,19 @@ it('SIGINT mid-way stops the simulator, the service and PostgreSQL and removes t
   nothingLeft(what, demo.child.pid!);
 });
 
+it('--hold keeps the service and its status page up after the summary until Ctrl-C, then stops everything (exit 0)', async () => {
+  const demo = runDemo(['--machines', '1', '--deploy', '0', '--hold']);
+  const what = await started(demo);
+  const [, url] = await demo.line(/^holding: the service (http:\/\/127\.0\.0\.1:\d+) and its status page/);
+  expect(demo.out.some((l) => l.startsWith('summary: ready 1 of 1 machine(s)'))).toBe(true);
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  expect(demo.child.exitCode).toBeNull();
+  expect((await fetch(`${url}/ui`)).status).toBe(200);
+  demo.child.kill('SIGINT');
+  expect((await demo.exit).code).toBe(0);
+  nothingLeft(what, demo.child.pid!);
+});
+
 it('its live view reads the service through the API (HTTP: GraphQL and the event stream), not the database', () => {
   for (const file of fs.readdirSync(fromRoot('test', 'demo')).filter((f) => f.endsWith('.ts'))) {
     const text = fs.readFileSync(fromRoot('test', 'demo', file), 'utf8');

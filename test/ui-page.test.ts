@@ -1,5 +1,7 @@
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
+import zlib from 'node:zlib';
 import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { startTestApp, type TestApp } from './helpers/app';
@@ -127,6 +129,30 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
       expect(await asset.text()).not.toMatch(/https?:\/\/(?!127\.0\.0\.1)/);
     }
     expect((await fetch(`${t.url}/ui`, { method: 'POST' })).status).toBe(405);
+  });
+
+  it('is small: the page and its assets are under 12 KiB on the wire (gzip) and 48 KiB unpacked (docs/ui.md records the figure)', async () => {
+    /** The bytes as sent (no decompression, which fetch would do), and as unpacked. */
+    const get = (path: string) => new Promise<{ wire: number; raw: number; encoding: string }>((resolve, reject) => {
+      http.get(`${t.url}${path}`, { headers: { 'accept-encoding': 'gzip' } }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const body = Buffer.concat(chunks);
+          const encoding = String(res.headers['content-encoding'] ?? 'identity');
+          resolve({ wire: body.length, raw: encoding === 'gzip' ? zlib.gunzipSync(body).length : body.length, encoding });
+        });
+      }).on('error', reject);
+    });
+    const html = await (await fetch(`${t.url}/ui`)).text();
+    const paths = ['/ui', ...[...html.matchAll(/(?:href|src)="(\/ui\/assets\/[^"]+)"/g)].map((m) => m[1]!)];
+    const sizes = await Promise.all(paths.map(get));
+    const wire = sizes.reduce((n, s) => n + s.wire, 0);
+    const raw = sizes.reduce((n, s) => n + s.raw, 0);
+    console.log(`/ui: ${paths.map((p, i) => `${p.replace(/\?.*/, '')} ${sizes[i]!.wire} B (${sizes[i]!.encoding}, ${sizes[i]!.raw} B unpacked)`).join('; ')}; total ${wire} B on the wire, ${raw} B unpacked`);
+    expect(sizes.slice(1).every((s) => s.encoding === 'gzip')).toBe(true);
+    expect(wire).toBeLessThan(12 * 1024);
+    expect(raw).toBeLessThan(48 * 1024);
   });
 
   it('takes the token from the fragment into sessionStorage and out of the address bar', async () => {

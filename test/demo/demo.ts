@@ -341,6 +341,10 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
     console.log(`  simulator: ${totals.pxeBoots} PXE boots, ${totals.ramdiskBoots} ramdisk boots, ${totals.wipesPerformed} disk wipes, ${totals.diskBoots} disk boots`);
     if (!ok) console.log('  NOT every machine ended where the demo expected it (see above)');
     if (opts.json) console.log(JSON.stringify({ summary }));
+    if (opts.hold && !signal.aborted) {
+      console.log(`holding: the service ${app.url} and its status page ${app.url}/ui stay up until Ctrl-C`);
+      await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+    }
     return ok ? 0 : 1;
   } catch (error) {
     view?.close();
