@@ -169,14 +169,19 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
 
   it('counts move with the machines, live; a machine whose BMC refuses appears failed with its error', async () => {
     const seen: string[] = [];
-    let sawRuns = false;
+    /** A row of the running workflows, as first seen: node, workflow, step, status, try, time in step. */
+    let runRow: (string | null)[] | null = null;
     let polling = true;
     const poll = (async () => {
       while (polling) {
         const now = JSON.stringify(await totals().catch(() => ({})));
         if (seen.at(-1) !== now) seen.push(now);
         const runs = await page.locator('#runs tbody tr').count().catch(() => 0);
-        if (runs > 0) sawRuns = true;
+        // A row once its node's name is known (an event names a node by id: the page asks its name).
+        if (runs > 0 && !runRow) {
+          const rows = await page.locator('#runs tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent))).catch(() => []);
+          runRow = rows.find((r) => ['ui-a', 'ui-b', 'ui-refuses'].includes(r[0] ?? '')) ?? null;
+        }
         await new Promise((r) => setTimeout(r, 50));
       }
     })();
@@ -214,7 +219,13 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
     expect(moving.length).toBeGreaterThanOrEqual(2);
     expect([...states].every((s) => ['enrolling', 'inspecting', 'commissioning', 'ready', 'failed'].includes(s))).toBe(true);
     expect(seen.length).toBeGreaterThanOrEqual(4);
-    expect(sawRuns).toBe(true);
+    expect(runRow).not.toBeNull();
+    const [runNode, kind, step, status, , inStep] = runRow!;
+    expect(['ui-a', 'ui-b', 'ui-refuses']).toContain(runNode);
+    expect(kind).toMatch(/^metal-(enroll|inspect|commission)$/);
+    expect(step).toMatch(/\w/);
+    expect(status).toMatch(/^(running|waiting|succeeded|unverified|failed)$/);
+    expect(inStep).toMatch(/^\d+ s$/);
     // Settled: no run shown any more, and the pool's row names its site and pool.
     await page.locator('#runs').getByText('none').waitFor();
     const row = (await page.locator(`#counts tbody tr[data-pool="${tree.pools[0]!.id}"]`).textContent()) ?? '';

@@ -278,7 +278,7 @@ const refreshNames = throttled(async () => {
   const ids = [...pendingNames];
   pendingNames.clear();
   await readNodeNames(ids);
-}, 300);
+}, 50);
 const pendingJobs = new Set<string>();
 const refreshJobs = throttled(async () => {
   const ids = [...pendingJobs];
