@@ -55,7 +55,11 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
     t = await startTestApp({ role: 'all', agentPollMs: 200 });
     sim = await startMachineSim({
       serviceUrl: t.url,
-      redfish: { machines: [{ id: 'ui-a' }, { id: 'ui-b', flavour: 'idrac', mockup: 'public-localstorage' }, { id: 'ui-refuses' }] },
+      redfish: { machines: [
+        { id: 'ui-a' }, { id: 'ui-b', flavour: 'idrac', mockup: 'public-localstorage' }, { id: 'ui-refuses' },
+        // Enrolled by its UUID only: its enroll run waits for its MAC to be confirmed (for a day).
+        { id: 'ui-waits', uuid: '5b2f0c1e-7d3a-4e9b-9f10-2c4d6e8a0b1c', noEthernetInterfaces: true },
+      ] },
     });
     tree = await makeTenantTree(t.app.database.prisma, 'ui', { pools: 1, nodesPerPool: 0 });
     token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: tree.tenant.id }]);
@@ -186,7 +190,7 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
       }
     })();
     const ids = new Map<string, string>();
-    for (const m of sim.machines) {
+    for (const m of sim.machines.filter((x) => x.id !== 'ui-waits')) {
       const refuses = m.id === 'ui-refuses';
       const r = await rest(t.url, operator, 'POST', '/api/compute/metal/enroll', {
         poolId: tree.pools[0]!.id, name: m.id, macs: m.macs,
@@ -232,12 +236,50 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
     expect(row).toContain('ui-site');
     expect(row).toContain('ui-pool-0');
     expect(await page.evaluate(() => performance.getEntriesByType('navigation').length)).toBe(1);
+    // Every read the page made was answered (a refused one shows its error in the header).
+    expect(await page.locator('#note').allTextContents()).toEqual([]);
 
     const file = path.join(shots, 'ui-status.png');
     await page.screenshot({ path: file, fullPage: true });
     const png = fs.readFileSync(file);
     expect(png.length).toBeGreaterThan(1000);
     expect(png.subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+  });
+
+  it('a page opened while a run waits shows it from its first read (no event needed): its step, waiting, and the time in it', async () => {
+    const m = sim.machine('ui-waits');
+    const r = await rest(t.url, operator, 'POST', '/api/compute/metal/enroll', {
+      poolId: tree.pools[0]!.id, name: 'ui-waits', productUuid: m.uuid,
+      bmc: { address: m.bmc.url, driver: 'redfish', credentials: { username: m.bmc.username, password: m.bmc.password } },
+    });
+    expect(r.status).toBe(200);
+    const nodeId = r.body.node.id as string;
+    // Until its run waits for the MAC (as the API's timeline says).
+    for (let i = 0; ; i += 1) {
+      const tl = await gql<any>(t.url, operator, 'query ($id: ID!) { node(id: $id) { ... on MetalNode { timeline(last: 1) { status } } } }', { id: nodeId });
+      if (tl.data?.node?.timeline?.[0]?.status === 'waiting') break;
+      if (i > 300) throw new Error(`the enroll run never waited: ${JSON.stringify(tl)}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const later = await context.newPage();
+    try {
+      await later.goto(`${t.url}/ui#token=${encodeURIComponent(token)}`);
+      const row = later.locator('#runs tbody tr').filter({ hasText: 'ui-waits' });
+      await row.waitFor({ timeout: 30_000 });
+      const cells = await row.locator('td').allTextContents();
+      expect(cells[1]).toBe('metal-enroll');
+      expect(cells[3]).toBe('waiting');
+      expect(cells[5]).toMatch(/^\d+ s$/);
+      // The time in the step moves with the clock.
+      await later.waitForFunction((before) => {
+        const cell = [...document.querySelectorAll('#runs tbody tr')].find((tr) => tr.textContent?.includes('ui-waits'))?.children[5];
+        return cell !== undefined && cell.textContent !== before;
+      }, cells[5]);
+      expect(await later.locator('#counts tfoot td[data-state="enrolling"]').textContent()).toBe('1');
+      expect(await later.locator('#note').allTextContents()).toEqual([]);
+    } finally {
+      await later.close();
+    }
   });
 
   it('shows a fabric rollout node by node: two compute nodes whose SSH refuses fail with their error', async () => {
@@ -278,6 +320,7 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
       const heading = (await fabricPage.locator('#fabric h2').textContent()) ?? '';
       expect(heading).toContain('fabric_apply failed');
       expect(heading).toMatch(/0\/2 done, 2 failed/);
+      expect(await fabricPage.locator('#note').allTextContents()).toEqual([]);
       await fabricPage.screenshot({ path: path.join(shots, 'ui-fabric.png'), fullPage: true });
     } finally {
       await fabricPage.close();

@@ -41,10 +41,14 @@ function apiError(e: ApiErrorShape | undefined, status: number): ApiError {
 
 /** Moves a #token=... fragment into sessionStorage and out of the address bar; the token, if any. */
 function takeToken(): string | null {
-  const fragment = new URLSearchParams(location.hash.replace(/^#/, ''));
-  const given = fragment.get('token');
-  if (given !== null) {
-    if (given.trim()) sessionStorage.setItem(TOKEN_KEY, given.trim());
+  // Not URLSearchParams: it would read a '+' of the token as a space.
+  const match = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+  if (match) {
+    let given = match[1]!;
+    try {
+      given = decodeURIComponent(given).trim();
+    } catch { /* not percent-encoded: taken as it is */ }
+    if (given) sessionStorage.setItem(TOKEN_KEY, given);
     history.replaceState(history.state, '', location.pathname + location.search);
   }
   return sessionStorage.getItem(TOKEN_KEY);
@@ -175,11 +179,12 @@ interface TimelineNode {
 
 /** The runs of the nodes in a moving state, with their current step: the snapshot the events then move. */
 async function readRuns(): Promise<void> {
-  const query = `query Runs { ${MOVING.map((s) => `${s}: nodes(filter: { provisionState: ${s} }, first: ${SHOWN}) { edges { node { id name timeline(last: 1) { id kind status attempt steps { idx title status startedAt attempts } } } } }`).join(' ')} }`;
-  const data = await gql<Record<string, { edges: { node: TimelineNode }[] }>>(query);
+  // One query per state: all eight in one would pass the API's query cost limit.
+  const query = 'query Runs($s: ProvisionState!) { nodes(filter: { provisionState: $s }, first: ' + SHOWN + ') { edges { node { id name timeline(last: 1) { id kind status attempt steps { idx title status startedAt attempts } } } } } }';
+  const pages = await Promise.all(MOVING.map((s) => gql<{ nodes: { edges: { node: TimelineNode }[] } }>(query, { s })));
   const runs = new Map<string, Run>();
-  for (const state of MOVING) {
-    for (const { node } of data[state]?.edges ?? []) {
+  for (const page of pages) {
+    for (const { node } of page.nodes.edges) {
       if (node.name) known.nodes.set(node.id, node.name);
       const run = node.timeline[0];
       if (!run || !ACTIVE_RUN.includes(run.status)) continue;
@@ -189,7 +194,7 @@ async function readRuns(): Promise<void> {
         runId: run.id, nodeId: node.id, kind: run.kind, step: current?.title ?? 'queued', stepStatus: current?.status ?? run.status,
         attempt: current?.attempts ?? 0, since: current?.startedAt ? Date.parse(current.startedAt) : Date.now(),
       });
-      if (run.kind === 'metal-install') void readJob(run.id);
+      if (run.kind === 'metal-install') jobEvent(run.id);
     }
   }
   known.runs = runs;
@@ -226,10 +231,14 @@ async function readJob(id: string): Promise<void> {
 }
 const jobAliases = new Map<string, string>();
 
-/** Names of nodes the page saw in events only, at most 50 per request. */
+/** Names of nodes the page saw in events only, 25 per request (the API allows 30 aliases). */
 async function readNodeNames(ids: string[]): Promise<void> {
-  const batch = ids.slice(0, 50);
+  const batch = ids.slice(0, 25);
   if (!batch.length) return;
+  if (ids.length > batch.length) {
+    for (const id of ids.slice(batch.length)) pendingNames.add(id);
+    refreshNames();
+  }
   const vars = Object.fromEntries(batch.map((id, i) => [`i${i}`, id]));
   const query = `query NodeNames(${batch.map((_, i) => `$i${i}: ID!`).join(', ')}) { ${batch.map((_, i) => `n${i}: node(id: $i${i}) { ... on MetalNode { id name } }`).join(' ')} }`;
   const data = await gql<Record<string, { id: string; name: string | null } | null>>(query, vars);
@@ -240,7 +249,7 @@ async function readNodeNames(ids: string[]): Promise<void> {
 // ---------------------------------------------------------------- scheduling
 
 /** Runs `read` at most once per `ms`, never two at a time, and once more if asked while running. */
-function throttled(read: () => Promise<void>, ms: number): () => void {
+function throttled(what: string, read: () => Promise<void>, ms: number): () => void {
   let timer: number | null = null;
   let running = false;
   let again = false;
@@ -253,9 +262,9 @@ function throttled(read: () => Promise<void>, ms: number): () => void {
     running = true;
     try {
       await read();
-      setNote('');
+      setNote(what, '');
     } catch (error) {
-      handleError(error);
+      handleError(what, error);
     } finally {
       running = false;
       draw();
@@ -271,16 +280,16 @@ function throttled(read: () => Promise<void>, ms: number): () => void {
   return schedule;
 }
 
-const refreshCounts = throttled(readCounts, 300);
-const refreshFabric = throttled(readFabric, 300);
+const refreshCounts = throttled('counts', readCounts, 300);
+const refreshFabric = throttled('fabric', readFabric, 300);
 const pendingNames = new Set<string>();
-const refreshNames = throttled(async () => {
+const refreshNames = throttled('names', async () => {
   const ids = [...pendingNames];
   pendingNames.clear();
   await readNodeNames(ids);
 }, 50);
 const pendingJobs = new Set<string>();
-const refreshJobs = throttled(async () => {
+const refreshJobs = throttled('jobs', async () => {
   const ids = [...pendingJobs];
   pendingJobs.clear();
   await Promise.all(ids.map((id) => readJob(id)));
@@ -354,7 +363,7 @@ async function follow(): Promise<void> {
         if (error.code === 'ABORTED' && typeof error.details?.lastCursor === 'string') cursor = error.details.lastCursor;
         // A cursor older than the retention: start live again (the reads fill in).
         else if (error.code === 'INVALID_INPUT') cursor = null;
-        else setNote(`event stream: ${error.code}: ${error.message}`);
+        else setNote('stream', `event stream: ${error.code}: ${error.message}`);
       }
     }
     connection = 'reconnecting';
@@ -365,19 +374,22 @@ async function follow(): Promise<void> {
 }
 
 async function refreshAll(): Promise<void> {
-  try {
-    await readNames();
-    await Promise.all([readCounts(), readRuns(), readFabric()]);
-    setNote('');
-  } catch (error) {
-    handleError(error);
-  }
+  const reads: [string, () => Promise<void>][] = [['names', readNames], ['counts', readCounts], ['runs', readRuns], ['fabric', readFabric]];
+  await Promise.all(reads.map(async ([what, read]) => {
+    try {
+      await read();
+      setNote(what, '');
+    } catch (error) {
+      handleError(what, error);
+    }
+  }));
+  setNote('stream', '');
   draw();
 }
 
-function handleError(error: unknown): void {
+function handleError(what: string, error: unknown): void {
   if (error instanceof ApiError && error.code === 'UNAUTHENTICATED') return void askToken('the service refused this token: paste another');
-  setNote(error instanceof ApiError ? `${error.code}: ${error.message}` : `cannot reach the service (${error instanceof Error ? error.message : String(error)})`);
+  setNote(what, error instanceof ApiError ? `${what}: ${error.code}: ${error.message}` : `${what}: cannot reach the service (${error instanceof Error ? error.message : String(error)})`);
 }
 
 // ---------------------------------------------------------------- drawing
@@ -392,9 +404,11 @@ function h(tag: string, attrs: Record<string, string> = {}, ...children: (Child 
 }
 
 const app = () => document.getElementById('app')!;
-let note = '';
-function setNote(text: string): void {
-  note = text;
+/** What failed, by the read that failed (cleared when that read next succeeds). */
+const notes = new Map<string, string>();
+function setNote(what: string, text: string): void {
+  if (text) notes.set(what, text);
+  else notes.delete(what);
 }
 
 function seconds(ms: number): string {
@@ -501,7 +515,7 @@ function draw(): void {
       h('header', {},
         h('h1', {}, 'Metal control plane'),
         h('span', { id: 'conn', class: connection === 'live' ? 'live' : connection === 'reconnecting' ? 'down' : '' }, `${connection} · ${known.events} event(s) · ${last}`),
-        note ? h('span', { id: 'note', class: 'failed' }, note) : null,
+        notes.size ? h('span', { id: 'note', class: 'failed' }, [...notes.values()].join(' · ')) : null,
         button('Forget token', forgetToken)),
       h('main', {}, countsSection(), failedSection(), runsSection(), fabricSection(), jobsSection()),
     );
