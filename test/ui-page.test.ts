@@ -9,6 +9,7 @@ import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { startMachineSim, type MachineSim } from './sim/machine';
 import { freePort } from './helpers/ports';
+import { bmcCertificates } from './helpers/tls';
 
 /**
  * The status page (/ui) in headless Chromium with no network but loopback, against the whole
@@ -35,6 +36,8 @@ function isLoopback(url: string): boolean {
 describe('the status page /ui (headless Chromium, loopback only, machine simulator)', () => {
   let t: TestApp;
   let sim: MachineSim;
+  /** A control node's BMC: HTTPS on 443 of its own loopback address, as provisioning wants it. */
+  let cnSim: MachineSim | null = null;
   let browser: Browser;
   let context: BrowserContext;
   let page: Page;
@@ -52,7 +55,9 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
   beforeAll(async () => {
     if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: install the Debian package chromium-headless-shell`);
     shots = SHOTS ? (fs.mkdirSync(SHOTS, { recursive: true }), SHOTS) : fs.mkdtempSync(path.join(os.tmpdir(), 'metal-ui-'));
-    t = await startTestApp({ role: 'all', agentPollMs: 200 });
+    t = await startTestApp({ role: 'all', agentPollMs: 200, isoDir: path.join(shots, 'iso') });
+    // Where a control-node job's installer ISO is fetched from (the BMC simulator fetches it).
+    t.app.services.config.publicUrl = t.url;
     sim = await startMachineSim({
       serviceUrl: t.url,
       redfish: { machines: [
@@ -98,7 +103,9 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
     await browser?.close();
     await sim?.stop();
     await t?.stop();
+    await cnSim?.stop();
     if (shots && !SHOTS) fs.rmSync(shots, { recursive: true, force: true });
+    else if (shots) fs.rmSync(path.join(shots, 'iso'), { recursive: true, force: true });
   });
 
   afterEach(() => {
@@ -345,6 +352,49 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
       expect(fresh.url()).toBe(`${t.url}/ui`);
     } finally {
       await fresh.close();
+    }
+  });
+
+  it('shows a control-node job: its stage and progress while it installs, then how it ended once cancelled', async () => {
+    const ip = '127.88.22.1';
+    const certs = bmcCertificates(shots, [ip]);
+    cnSim = await startMachineSim({
+      serviceUrl: t.url,
+      // MACs of its own: a second simulator numbers its machines from 0 again.
+      redfish: { machines: [{ id: 'ui-cn', flavour: 'idrac', mockup: 'public-localstorage', listen: { host: ip, port: 443 }, macs: ['52:54:00:aa:01:01', '52:54:00:aa:01:02'] }], tls: { key: certs.key, cert: certs.cert } },
+    });
+    const m = cnSim.machines[0]!;
+    const jobsPage = await context.newPage();
+    try {
+      await jobsPage.goto(`${t.url}/ui#token=${encodeURIComponent(token)}`);
+      await jobsPage.locator('#conn.live').waitFor({ timeout: 30_000 });
+      await jobsPage.locator('#jobs').getByText('none seen').waitFor();
+      const r = await rest(t.url, operator, 'POST', '/api/compute/metal/enroll', {
+        poolId: tree.pools[0]!.id, name: 'ui-cn', macs: m.macs,
+        bmc: { address: ip, driver: 'redfish', driverOptions: { caCert: certs.ca }, credentials: { username: m.bmc.username, password: m.bmc.password } },
+      });
+      expect(r.status).toBe(200);
+      await jobsPage.waitForFunction((id) => document.querySelector(`#counts tbody tr[data-pool="${id}"] td[data-state="ready"]`)?.textContent === '3', tree.pools[0]!.id, { timeout: 60_000 });
+      const p = await gql<any>(t.url, operator, 'mutation ($i: ProvisionControlNodeInput!) { provisionControlNode(input: $i) { jobId } }', { i: { bmcIp: ip, vendor: 'dell', hostname: 'cn-ui', selectedDisks: ['sda'], poolType: 'single' } });
+      expect(p.errors).toBeUndefined();
+      const jobId = p.data.provisionControlNode.jobId as string;
+      const row = jobsPage.locator(`#jobs tr[data-job="${jobId}"]`);
+      // The installer is never played here: the job waits in Installing OS, part done.
+      await row.getByText('Installing OS').waitFor({ timeout: 60_000 });
+      let cells = await row.locator('td').allTextContents();
+      expect(cells.slice(0, 4)).toEqual(['cn-ui', ip, 'provision running', 'Installing OS']);
+      expect(Number(cells[4]!.match(/(\d+)%/)![1])).toBeGreaterThan(0);
+      // A running workflow too, for the same node.
+      await jobsPage.locator('#runs tbody tr').filter({ hasText: 'metal-install' }).waitFor();
+      const cancelled = await gql<any>(t.url, operator, 'mutation ($id: ID!) { cancelControlNodeJob(id: $id) { jobStatus } }', { id: jobId });
+      expect(cancelled.errors).toBeUndefined();
+      await row.getByText('provision cancelled').waitFor({ timeout: 60_000 });
+      cells = await row.locator('td').allTextContents();
+      expect(cells[5]).toMatch(/^ABORTED: /);
+      expect(await jobsPage.locator('#note').allTextContents()).toEqual([]);
+      await jobsPage.screenshot({ path: path.join(shots, 'ui-jobs.png'), fullPage: true });
+    } finally {
+      await jobsPage.close();
     }
   });
 });
