@@ -253,7 +253,7 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
     expect(png.subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
   });
 
-  it('a page opened while a run waits shows it from its first read (no event needed): its step, waiting, and the time in it', async () => {
+  it('a page opened while a run waits shows it from its first read (no event needed): its step, waiting, and the time in it; a run that supersedes it replaces it', async () => {
     const m = sim.machine('ui-waits');
     const r = await rest(t.url, operator, 'POST', '/api/compute/metal/enroll', {
       poolId: tree.pools[0]!.id, name: 'ui-waits', productUuid: m.uuid,
@@ -283,6 +283,14 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
         return cell !== undefined && cell.textContent !== before;
       }, cells[5]);
       expect(await later.locator('#counts tfoot td[data-state="enrolling"]').textContent()).toBe('1');
+      // Retired while it waits: the retire run supersedes the enroll run (the store sends no
+      // workflow.finished for a superseded run), and the page shows the one run the node has.
+      const retired = await gql<any>(t.url, operator, 'mutation ($i: MetalNodeVerbInput!) { retireNode(input: $i) { node { provisionState } } }', { i: { nodeId } });
+      expect(retired.errors).toBeUndefined();
+      await later.waitForFunction(() => ![...document.querySelectorAll('#runs tbody tr')].some((tr) => tr.textContent?.includes('ui-waits') && tr.textContent.includes('metal-enroll')), undefined, { timeout: 30_000 });
+      const left = await later.locator('#runs tbody tr').filter({ hasText: 'ui-waits' }).allTextContents();
+      expect(left.length).toBeLessThanOrEqual(1);
+      expect(left.every((row) => row.includes('metal-retire'))).toBe(true);
       expect(await later.locator('#note').allTextContents()).toEqual([]);
     } finally {
       await later.close();

@@ -310,6 +310,11 @@ function onEvent(e: StreamEvent): void {
     refreshNames();
   }
   if (e.type === 'node.enrolled' || e.type === 'node.registered' || e.type.startsWith('node.provision.')) refreshCounts();
+  // A node has one active run at most: a newer one supersedes the last (which sends no
+  // workflow.finished when the node store supersedes it).
+  if (e.nodeId && typeof p.workflowId === 'string' && (e.type === 'workflow.step' || e.type.startsWith('node.provision.'))) {
+    for (const [id, run] of known.runs) if (run.nodeId === e.nodeId && id !== p.workflowId) known.runs.delete(id);
+  }
   if (e.type === 'workflow.step' && e.nodeId) {
     const runId = String(p.workflowId);
     const before = known.runs.get(runId);
