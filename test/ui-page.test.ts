@@ -405,6 +405,26 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
       await jobsPage.close();
     }
   });
+
+  it('a token revoked while the page is open: the live stream ends and the page asks for a token again, keeping none', async () => {
+    const created = await gql<any>(t.url, t.adminToken, 'mutation ($i: CreateApiTokenInput!) { createApiToken(input: $i) { token apiToken { id } } }', {
+      i: { name: 'ui-revoked', tenantId: tree.tenant.id, grants: [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: tree.tenant.id }] },
+    });
+    expect(created.errors).toBeUndefined();
+    const { token: doomed, apiToken } = created.data.createApiToken;
+    const doomedPage = await context.newPage();
+    try {
+      await doomedPage.goto(`${t.url}/ui#token=${encodeURIComponent(doomed)}`);
+      await doomedPage.locator('#conn.live').waitFor({ timeout: 30_000 });
+      const revoked = await gql<any>(t.url, t.adminToken, 'mutation ($id: ID!) { revokeApiToken(id: $id) { revokedAt } }', { id: apiToken.id });
+      expect(revoked.errors).toBeUndefined();
+      await doomedPage.locator('#login').getByText('refused this token').waitFor({ timeout: 30_000 });
+      expect(await doomedPage.evaluate(() => sessionStorage.getItem('metal.token'))).toBeNull();
+    } finally {
+      await doomedPage.close();
+    }
+    expect(requestUrls.filter((u) => u.includes(doomed))).toEqual([]);
+  });
 });
 
 describe('nodeCounts: what the page counts with, decided like nodes', () => {
