@@ -7,6 +7,7 @@ import type { Metrics } from './ops/metrics';
 import { openApiDocument } from './rest/openapi';
 import { docsAssets, docsPage, DOCS_CSP } from './rest/docs';
 import { graphiqlAssets } from './graphql/graphiql';
+import { uiAssets, uiPage, UI_CSP } from './ui/page';
 import { readBody, checkJsonDepth, PayloadTooLarge } from './http/body';
 import { sendError, sendJson, serverTiming, startTiming } from './http/respond';
 import { AppError, HTTP_STATUS } from './errors';
@@ -44,8 +45,9 @@ export interface HttpDeps {
 
 /** Route label for metrics: the matched route template, never the raw path (bounded cardinality). */
 function routeLabel(deps: HttpDeps, method: string, pathname: string): string {
-  if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/api/events'].includes(pathname)) return pathname;
-  for (const assets of [docsAssets, graphiqlAssets]) if (assets.owns(pathname)) return assets.prefix;
+  if (['/graphql', '/healthz', '/readyz', '/metrics', '/openapi.json', '/docs', '/api/events', '/ui'].includes(pathname)) return pathname;
+  if (pathname === '/ui/') return '/ui';
+  for (const assets of [docsAssets, graphiqlAssets, uiAssets]) if (assets.owns(pathname)) return assets.prefix;
   const boot = BootHttp.routeLabel(pathname) ?? InstallerHttp.routeLabel(pathname);
   if (boot) return boot;
   for (const r of deps.rest.routes) {
@@ -208,14 +210,33 @@ export function createHttpServer(deps: HttpDeps): http.Server {
           });
           return void res.end(html);
         }
+        case '/ui':
+        case '/ui/': {
+          // The status page: a shell and its script; the token never travels in this URL (the
+          // page reads it from the fragment, which browsers do not send, or from the form).
+          if (req.method !== 'GET' && req.method !== 'HEAD') {
+            res.setHeader('allow', 'GET, HEAD');
+            return sendError(res, 405, 'INVALID_INPUT', 'this method is not allowed here; use GET', requestId);
+          }
+          const html = await uiPage();
+          res.writeHead(200, {
+            'content-type': 'text/html; charset=utf-8',
+            'content-security-policy': UI_CSP,
+            'x-content-type-options': 'nosniff',
+            'referrer-policy': 'no-referrer',
+            'cache-control': 'no-cache',
+          });
+          return void res.end(req.method === 'HEAD' ? undefined : html);
+        }
         case '/graphql':
           return await serveGraphql(deps, req, res, requestId);
         case '/api/events':
           return await serveEventStream(deps, req, res, requestId);
       }
-      // The files of the browser pages (/docs, GraphiQL), from their npm packages: no CDN.
+      // The files of the browser pages (/docs, GraphiQL, /ui), from their npm packages: no CDN.
       if (docsAssets.owns(url.pathname)) return await docsAssets.serve(req, res, url);
       if (graphiqlAssets.owns(url.pathname)) return await graphiqlAssets.serve(req, res, url);
+      if (uiAssets.owns(url.pathname)) return await uiAssets.serve(req, res, url);
       // Before the REST surface: a machine has a boot token at most, never an API token.
       if (deps.boot?.owns(url.pathname)) return await deps.boot.serve(req, res, url, requestId);
       if (deps.installer?.owns(url.pathname)) return await deps.installer.serve(req, res, url, requestId);

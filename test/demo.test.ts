@@ -89,7 +89,26 @@ beforeAll(() => {
 it('3 machines: enrolled to ready, 2 deployed, 1 released to ready, a summary, exit 0, nothing left', async () => {
   const demo = runDemo(['--machines', '3', '--flavour', 'mix', '--deploy', '2', '--release', '1', '--json']);
   const what = await started(demo);
+  // The status page's address, and where its token is: a read-only token of the demo's tenant in a
+  // 0600 file inside the temp dir, never printed.
+  const [, pageUrl, tokenFile] = await demo.line(/^status page: (http:\/\/127\.0\.0\.1:\d+\/ui) \(token in (\/\S+): read-only/);
+  expect(tokenFile!.startsWith(`${what.dataDir}/`)).toBe(true);
+  expect(fs.statSync(tokenFile!).mode & 0o777).toBe(0o600);
+  const pageToken = fs.readFileSync(tokenFile!, 'utf8');
+  expect(pageToken.length).toBeGreaterThan(20);
+  const page = await fetch(pageUrl!);
+  expect(page.status).toBe(200);
+  expect(page.headers.get('content-security-policy')).toContain("default-src 'none'");
+  const ask = (query: string) => fetch(pageUrl!.replace(/\/ui$/, '/graphql'), {
+    method: 'POST', headers: { authorization: `Bearer ${pageToken}`, 'content-type': 'application/json' }, body: JSON.stringify({ query }),
+  }).then((r) => r.json() as Promise<{ data?: any; errors?: { extensions: { code: string } }[] }>);
+  const counts = await ask('{ nodeCounts { provisionState count } }');
+  expect(counts.errors).toBeUndefined();
+  expect(Array.isArray(counts.data.nodeCounts)).toBe(true);
+  // Read-only: it changes nothing.
+  expect((await ask('mutation { createTenant(input: { name: "nope" }) { id } }')).errors?.[0]?.extensions.code).toMatch(/^(FORBIDDEN|PERMISSION_DENIED)$/);
   const { code } = await demo.exit;
+  expect(demo.out.join('\n')).not.toContain(pageToken);
   expect({ code, tail: code === 0 ? '' : demo.out.slice(-30).join('\n') }).toEqual({ code: 0, tail: '' });
   const json = demo.out.find((l) => l.startsWith('{"summary"'));
   const { summary } = JSON.parse(json!) as { summary: { ok: boolean; states: Record<string, number>; deployed: string[]; released: string[]; failed: unknown[]; runs: number; stepsSucceeded: number } };
@@ -116,6 +135,26 @@ it('SIGINT mid-way stops the simulator, the service and PostgreSQL and removes t
   expect((await demo.exit).code).toBe(130);
   expect(demo.out.join('\n')).toMatch(/interrupted: everything the demo started is stopped/);
   nothingLeft(what, demo.child.pid!);
+});
+
+it('--hold keeps the service and its status page up after the summary until Ctrl-C, then stops everything (exit 0)', async () => {
+  const demo = runDemo(['--machines', '1', '--deploy', '0', '--hold']);
+  const what = await started(demo);
+  const [, url] = await demo.line(/^holding: the service (http:\/\/127\.0\.0\.1:\d+) and its status page/);
+  expect(demo.out.some((l) => l.startsWith('summary: ready 1 of 1 machine(s)'))).toBe(true);
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  expect(demo.child.exitCode).toBeNull();
+  expect((await fetch(`${url}/ui`)).status).toBe(200);
+  demo.child.kill('SIGINT');
+  expect((await demo.exit).code).toBe(0);
+  nothingLeft(what, demo.child.pid!);
+});
+
+it('its live view reads the service through the API (HTTP: GraphQL and the event stream), not the database', () => {
+  for (const file of fs.readdirSync(fromRoot('test', 'demo')).filter((f) => f.endsWith('.ts'))) {
+    const text = fs.readFileSync(fromRoot('test', 'demo', file), 'utf8');
+    expect([file, /services\.(sql|prisma)|database\.prisma|\bSELECT\b/.test(text)]).toEqual([file, false]);
+  }
 });
 
 it('refuses a bad --machines with a message naming it, before starting anything', async () => {

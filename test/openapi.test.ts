@@ -7,6 +7,7 @@ import { limitRoute } from '../src/rest/router';
 import { EXAMPLE_IDS } from '../src/rest/examples';
 import { HTTP_STATUS, ERROR_CODES, httpStatusOf, type ErrorCode } from '../src/errors';
 import { docsAssets } from '../src/rest/docs';
+import { uiAssets } from '../src/ui/page';
 import { graphiqlAssets } from '../src/graphql/graphiql';
 import { startTestApp, type TestApp } from './helpers/app';
 import { makeTenantTree } from './helpers/fixtures';
@@ -227,7 +228,7 @@ describe('/openapi.json against the running service: the documented examples wor
   });
 });
 
-describe('the files of the browser pages (/docs/assets, /graphiql/assets)', () => {
+describe('the files of the browser pages (/docs/assets, /graphiql/assets, /ui/assets)', () => {
   let t: TestApp;
   beforeAll(async () => {
     t = await startTestApp();
@@ -249,7 +250,7 @@ describe('the files of the browser pages (/docs/assets, /graphiql/assets)', () =
   }
 
   const TYPES: Record<string, RegExp> = { js: /^text\/javascript; charset=utf-8$/, css: /^text\/css; charset=utf-8$/, png: /^image\/png$/, ico: /^image\/x-icon$/ };
-  const files = [...docsAssets.names.map((n) => [docsAssets, n] as const), ...graphiqlAssets.names.map((n) => [graphiqlAssets, n] as const)];
+  const files = [...docsAssets.names.map((n) => [docsAssets, n] as const), ...graphiqlAssets.names.map((n) => [graphiqlAssets, n] as const), ...uiAssets.names.map((n) => [uiAssets, n] as const)];
 
   it.each(files.map(([set, name]) => [`${set.prefix}${name}`, set, name] as const))('%s: its content type, a year of cache with ?v=, revalidation without', async (_url, set, name) => {
     const href = await set.href(name);
@@ -293,6 +294,9 @@ describe('the files of the browser pages (/docs/assets, /graphiql/assets)', () =
     '/docs/assets/swagger-ui.css/',
     '/graphiql/assets/../../../../etc/passwd',
     '/graphiql/assets/cjs/graphiql.js',
+    '/ui/assets/../../package.json',
+    '/ui/assets/status.js.map',
+    '/ui/assets/client/status.js',
   ])('serves nothing outside its list: %s', async (path) => {
     const answer = await raw('GET', path);
     expect(answer.status).toBe(404);

@@ -150,6 +150,14 @@ const PROBES: Probe[] = [
     shows: (d) => d.nodes.edges[0]?.node.name === 'probe-added' && d.nodes.edges[0].node.lastError.code === 'PROBE' && d.nodes.edges[0].node.driverBindings.power === 'redfish',
   },
   {
+    // A GROUP BY over node rows: a node moving to another state moves a count.
+    table: 'node', name: 'nodeCounts after a node changes state',
+    query: 'query ($p: ID!) { nodeCounts(filter: { poolId: $p }) { siteId poolId provisionState count } }',
+    prepare: async (w) => ({ p: w.tree.pools[0]!.id, id: w.nodeId }),
+    change: async (w, v) => void (await w.sql.query(`UPDATE node SET provision_state = 'retired' WHERE id = $1`, [v.id])),
+    shows: (d) => d.nodeCounts.some((c: any) => c.provisionState === 'retired' && c.count >= 1),
+  },
+  {
     table: 'node', name: 'node(id) after a rename',
     query: 'query ($id: ID!) { node(id: $id) { id ... on MetalNode { name maintenance } } }',
     prepare: async (w) => ({ id: w.nodeId }),

@@ -16,6 +16,8 @@ import { fromRoot } from '../paths';
 export const COMPUTED_TYPE_TABLES: Readonly<Record<string, readonly string[]>> = {
   Bmc: ['node'],
   NodeError: ['node'],
+  // A GROUP BY over node rows.
+  NodeStateCount: ['node'],
   DriverBindings: ['node', 'hardware_profile'],
   PoolPolicy: ['pool'],
   ApproverKey: ['pool'],

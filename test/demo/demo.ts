@@ -20,6 +20,7 @@ import { freePort } from '../helpers/ports';
 import { FLAVOURS, type FlavourName } from '../sim/redfish/flavours';
 import type { DemoOptions } from './options';
 import { createView, type Move, type Row, type View } from './view';
+import { EventFeed } from './events';
 
 export class Interrupted extends Error {
   override name = 'Interrupted';
@@ -49,48 +50,115 @@ async function graphql<T>(api: Api, query: string, variables: Record<string, unk
 }
 
 
-const ACTIVE_RUN = ['queued', 'running', 'waiting', 'aborting'];
+/** What the events said of a node: its last provision move, its active run's current step, its failure. */
+interface Seen {
+  state?: string;
+  step?: { runId: string; title: string; attempts: number } | null;
+}
 
-async function readRows(app: App, tenantId: string, flavours: Map<string, string>): Promise<Row[]> {
-  const { rows } = await app.services.sql.query(
-    `SELECT n.id, n.name, n.provision_state, n.failed_from, n.last_error_code, n.last_error_message,
-            r.kind, r.status AS run_status, r.waiting_for, s.title AS step_title, s.attempts
-       FROM node n
-       LEFT JOIN workflow_run r ON r.id = n.workflow_id
-       LEFT JOIN workflow_step s ON s.run_id = r.id AND s.idx = r.step_index
-      WHERE n.tenant_id = $1
-      ORDER BY n.name`,
-    [tenantId],
-  );
-  return rows.map((r) => ({
-    id: r.id as string,
-    name: r.name as string,
-    flavour: flavours.get(r.name as string) ?? '',
-    state: r.provision_state as string,
-    step: ACTIVE_RUN.includes(r.run_status as string) ? ((r.step_title as string | null) ?? null) : null,
-    attempts: (r.attempts as number | null) ?? 0,
-    error: r.last_error_code ? `${r.last_error_code as string} (from ${r.failed_from as string}): ${r.last_error_message as string}` : null,
-  }));
+interface NodesPage {
+  nodes: {
+    edges: { node: { id: string; name: string; provisionState: string; failedFrom: string | null; lastError: { code: string; message: string } | null } }[];
+    pageInfo: { hasNextPage: boolean; endCursor: string | null };
+  };
+}
+
+/** Every node of the pool, through GraphQL (the API's nodes connection, page by page). */
+async function readRows(api: Api, poolId: string, flavours: Map<string, string>, seen: Map<string, Seen>): Promise<Row[]> {
+  const rows: Row[] = [];
+  let after: string | null = null;
+  for (;;) {
+    const page: NodesPage = await graphql<NodesPage>(api,
+      'query ($p: ID!, $after: String) { nodes(first: 500, after: $after, filter: { poolId: $p }) { edges { node { id name provisionState failedFrom lastError { code message } } } pageInfo { hasNextPage endCursor } } }',
+      { p: poolId, after });
+    for (const { node: n } of page.nodes.edges) {
+      const step = seen.get(n.id)?.step ?? null;
+      rows.push({
+        id: n.id,
+        name: n.name,
+        flavour: flavours.get(n.name) ?? '',
+        state: n.provisionState,
+        step: step?.title ?? null,
+        attempts: step?.attempts ?? 0,
+        error: n.lastError ? failure(n.lastError, n.failedFrom) : null,
+      });
+    }
+    if (!page.nodes.pageInfo.hasNextPage) break;
+    after = page.nodes.pageInfo.endCursor;
+  }
+  return rows.sort((a, b) => a.name.localeCompare(b.name));
+}
+
+const failure = (e: { code?: unknown; message?: unknown }, from: unknown) => `${String(e.code)} (from ${String(from)}): ${String(e.message)}`;
+
+/**
+ * The provision moves in the events received since the last call (node.enrolled, then
+ * node.provision.<state>), in the stream's order: what the plain view prints, so a machine that
+ * moves through a state between two reads of the rows still shows it. The same events keep each
+ * node's current step (workflow.step, workflow.finished) for the table.
+ */
+function readMoves(feed: EventFeed, seen: Map<string, Seen>): Move[] {
+  const moves: Move[] = [];
+  for (const e of feed.drain()) {
+    if (!e.nodeId) continue;
+    const node = seen.get(e.nodeId) ?? {};
+    seen.set(e.nodeId, node);
+    const p = e.payload;
+    if (e.type === 'node.enrolled' || e.type.startsWith('node.provision.')) {
+      // node.enrolled: a new node, in enrolling.
+      const to = e.type === 'node.enrolled' ? 'enrolling' : e.type.slice('node.provision.'.length);
+      node.state = to;
+      const error = to === 'failed' && p.error && typeof p.error === 'object' ? failure(p.error as Record<string, unknown>, p.failedFrom) : undefined;
+      moves.push({ nodeId: e.nodeId, to, ...(error ? { error } : {}) });
+    } else if (e.type === 'workflow.step' && (p.status === 'running' || p.status === 'waiting')) {
+      node.step = { runId: String(p.workflowId), title: String(p.title ?? p.step), attempts: Number(p.attempt ?? 0) };
+    } else if (e.type === 'workflow.finished' && node.step?.runId === p.workflowId) {
+      node.step = null;
+    }
+  }
+  return moves;
+}
+
+interface Timelines {
+  nodes: { edges: { node: { timeline: { id: string; steps: { status: string; attempts: number }[] }[] } }[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } };
+}
+
+/** The pool's workflow runs and their steps, from every node's timeline (GraphQL; 25 nodes a page keeps the query under the cost limit). */
+async function readRunTotals(api: Api, poolId: string): Promise<{ runs: number; succeeded: number; failed: number; attempts: number }> {
+  const totals = { runs: 0, succeeded: 0, failed: 0, attempts: 0 };
+  let after: string | null = null;
+  for (;;) {
+    const page: Timelines = await graphql<Timelines>(api,
+      'query ($p: ID!, $after: String) { nodes(first: 25, after: $after, filter: { poolId: $p }) { edges { node { timeline(last: 50) { id steps { status attempts } } } } pageInfo { hasNextPage endCursor } } }',
+      { p: poolId, after });
+    for (const { node } of page.nodes.edges) {
+      for (const run of node.timeline) {
+        totals.runs += 1;
+        for (const step of run.steps) {
+          if (step.status === 'succeeded') totals.succeeded += 1;
+          if (step.status === 'failed') totals.failed += 1;
+          totals.attempts += step.attempts;
+        }
+      }
+    }
+    if (!page.nodes.pageInfo.hasNextPage) return totals;
+    after = page.nodes.pageInfo.endCursor;
+  }
 }
 
 /**
- * The provision moves published after stream position `after` (the outbox: node.enrolled, then node.provision.<state>),
- * in the stream's order (`seq`, numbered in commit order: an event id is taken at insert, so a
- * later-committed event can hold a smaller id than one already read), in order:
- * what the plain view prints, so a machine that moves through a state between two polls still
- * shows it (with the engine waking runs in its own process, a whole inspection can take less than
- * the 250 ms between polls).
+ * A token for the status page: read-only (compute:sites:read) on the demo's tenant, made through
+ * the API, never the admin token. It is written to a 0600 file in the demo's temp dir, which goes
+ * with everything else at exit (and the token with the database): the demo prints where it is,
+ * not the token, so it is not left in a terminal's scrollback or a CI log.
  */
-async function readMoves(app: App, tenantId: string, after: string): Promise<{ last: string; moves: Move[] }> {
-  const { rows } = await app.services.sql.query(
-    `SELECT seq::text AS id, node_id, type FROM event WHERE tenant_id = $1 AND seq > $2::bigint AND (type LIKE 'node.provision.%' OR type = 'node.enrolled') ORDER BY seq`,
-    [tenantId, after],
-  );
-  return {
-    last: rows.length ? (rows[rows.length - 1]!.id as string) : after,
-    // node.enrolled: a new node, in enrolling.
-    moves: rows.map((r) => ({ nodeId: r.node_id as string, to: r.type === 'node.enrolled' ? 'enrolling' : (r.type as string).slice('node.provision.'.length) })),
-  };
+async function statusPageToken(api: Api, tenantId: string, dataDir: string): Promise<string> {
+  const { createApiToken } = await graphql<{ createApiToken: { token: string } }>(api,
+    'mutation ($i: CreateApiTokenInput!) { createApiToken(input: $i) { token } }',
+    { i: { name: 'demo-status-page', tenantId, grants: [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: tenantId }], expiresAt: new Date(Date.now() + 12 * 3600_000).toISOString() } });
+  const file = path.join(dataDir, 'ui-token');
+  await fs.writeFile(file, createApiToken.token, { mode: 0o600 });
+  return file;
 }
 
 interface Phase {
@@ -107,9 +175,12 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
   let app: App | null = null;
   let sim: MachineSim | null = null;
   let view: View | null = null;
+  let feed: EventFeed | null = null;
   const logFile = path.join(dataDir, 'service.log');
   const stop = async () => {
     view?.close();
+    await feed?.close();
+    feed = null;
     await sim?.stop().catch(() => undefined);
     sim = null;
     await app?.stop().catch(() => stopEmbeddedPostgresNow());
@@ -156,25 +227,27 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
     const { createSite } = await graphql<{ createSite: { id: string } }>(api, 'mutation ($i: CreateSiteInput!) { createSite(input: $i) { id } }', { i: { name: 'demo-site', tenantId: createTenant.id } });
     const { createPool } = await graphql<{ createPool: { id: string } }>(api, 'mutation ($i: CreatePoolInput!) { createPool(input: $i) { id } }', { i: { name: 'demo-pool', siteId: createSite.id, policy: { agent: 'bcd' } } });
     console.log(`tenant ${createTenant.id}, site ${createSite.id}, pool ${createPool.id} created through GraphQL`);
+    const tokenFile = await statusPageToken(api, createTenant.id, dataDir);
+    console.log(`status page: ${app.url}/ui (token in ${tokenFile}: read-only, this demo's tenant, removed at exit)`);
+    console.log(`  open it with the token in the URL's fragment, which the page moves out of the address bar: "${app.url}/ui#token=$(cat ${tokenFile})"`);
+    // The live view below reads what moves from the event stream, as the page does; opened before
+    // the first enrollment, so no move is missed.
+    feed = await EventFeed.open(app.url!, adminToken);
 
     view = await createView(opts, process.stdout);
     const phases: Phase[] = [];
-    let lastEvent = '0';
-    /** Each node's state as its last provision event read says. */
-    const moved = new Map<string, string>();
+    /** Each node as the events read so far say: its last provision move, its current step. */
+    const seen = new Map<string, Seen>();
     const settle = async (phase: string, nodeIds: Set<string>, moving: string[]): Promise<Row[]> => {
       const started = performance.now();
       for (;;) {
         check();
-        const rows = await readRows(app!, createTenant.id, flavours);
-        // Read after the rows: every move the rows show is in it.
-        const seen = await readMoves(app!, createTenant.id, lastEvent);
-        lastEvent = seen.last;
-        for (const m of seen.moves) moved.set(m.nodeId, m.to);
-        view!.update(phase, rows, elapsed(), seen.moves);
+        const rows = await readRows(api, createPool.id, flavours, seen);
+        const moves = readMoves(feed!, seen);
+        view!.update(phase, rows, elapsed(), moves);
         const mine = rows.filter((r) => nodeIds.has(r.id));
-        // Settled, and every move that got it there read (the stream numbers events just after their commit).
-        if (mine.every((r) => !moving.includes(r.state) && moved.get(r.id) === r.state)) {
+        // Settled, and every move that got it there received (events arrive just after their commit).
+        if (mine.every((r) => !moving.includes(r.state) && seen.get(r.id)?.state === r.state)) {
           phases.push({ name: phase, seconds: (performance.now() - started) / 1000 });
           view!.phaseDone(phase, mine, elapsed());
           return rows;
@@ -231,12 +304,7 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
     }
     if (toRelease.length) rows = await settle(`release ${toRelease.length} -> ready`, releaseIds, ['releasing']);
 
-    const { rows: [steps] } = await app.services.sql.query(
-      `SELECT count(*) FILTER (WHERE s.status = 'succeeded')::int AS succeeded, count(*) FILTER (WHERE s.status = 'failed')::int AS failed,
-              coalesce(sum(s.attempts), 0)::int AS attempts, count(DISTINCT r.id)::int AS runs
-         FROM workflow_run r JOIN node n ON n.id = r.node_id LEFT JOIN workflow_step s ON s.run_id = r.id
-        WHERE n.tenant_id = $1`, [createTenant.id],
-    );
+    const steps = await readRunTotals(api, createPool.id);
     const counts: Record<string, number> = {};
     for (const r of rows) counts[r.state] = (counts[r.state] ?? 0) + 1;
     const byName = new Map(rows.map((r) => [r.id, r]));
@@ -257,10 +325,10 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
       failed: failedRows.map((r) => ({ name: r.name, error: r.error })),
       wallSeconds: Number(elapsed().toFixed(1)),
       phases: phases.map((p) => ({ name: p.name, seconds: Number(p.seconds.toFixed(1)) })),
-      runs: steps!.runs as number,
-      stepsSucceeded: steps!.succeeded as number,
-      stepsFailed: steps!.failed as number,
-      stepAttempts: steps!.attempts as number,
+      runs: steps.runs,
+      stepsSucceeded: steps.succeeded,
+      stepsFailed: steps.failed,
+      stepAttempts: steps.attempts,
       simulator: { pxeBoots: totals.pxeBoots, ramdiskBoots: totals.ramdiskBoots, wipes: totals.wipesPerformed, diskBoots: totals.diskBoots },
       dataDir,
     };
@@ -275,6 +343,10 @@ export async function main(opts: DemoOptions, signal: AbortSignal, onStarted: (s
     console.log(`  simulator: ${totals.pxeBoots} PXE boots, ${totals.ramdiskBoots} ramdisk boots, ${totals.wipesPerformed} disk wipes, ${totals.diskBoots} disk boots`);
     if (!ok) console.log('  NOT every machine ended where the demo expected it (see above)');
     if (opts.json) console.log(JSON.stringify({ summary }));
+    if (opts.hold && !signal.aborted) {
+      console.log(`holding: the service ${app.url} and its status page ${app.url}/ui stay up until Ctrl-C`);
+      await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+    }
     return ok ? 0 : 1;
   } catch (error) {
     view?.close();

@@ -19,6 +19,8 @@ export interface DemoOptions {
   plain: boolean;
   /** Give up on a phase after this long (a safety net, not an expectation). */
   timeoutSeconds: number;
+  /** After the summary, keep the service (and its status page) up until Ctrl-C. */
+  hold: boolean;
 }
 
 export class UsageError extends Error {
@@ -33,6 +35,7 @@ export const USAGE = `usage: npm run demo -- [options]
   --deploy D       ready machines to deploy (default min(3, ready))
   --release R      deployed machines to release back to ready (default min(2, deployed))
   --timeout S      give up on a phase after S seconds (default 600)
+  --hold           after the summary, keep everything running (the status page at /ui too) until Ctrl-C
   --plain          progress lines instead of a live table, even on a terminal
   --json           also print the summary as one JSON line`;
 
@@ -59,6 +62,7 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
         release: { type: 'string' },
         timeout: { type: 'string' },
         plain: { type: 'boolean' },
+        hold: { type: 'boolean' },
         json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -78,5 +82,5 @@ export function parseDemoArgs(argv: string[]): DemoOptions {
   const deploy = int('deploy', str('deploy'), 0, ready) ?? Math.min(3, ready);
   const release = int('release', str('release'), 0, deploy) ?? Math.min(2, deploy);
   const timeoutSeconds = int('timeout', str('timeout'), 10, 3600) ?? 600;
-  return { machines, flavour, fail, deploy, release, json: values.json === true, plain: values.plain === true, timeoutSeconds };
+  return { machines, flavour, fail, deploy, release, json: values.json === true, plain: values.plain === true, timeoutSeconds, hold: values.hold === true };
 }

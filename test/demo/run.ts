@@ -40,7 +40,8 @@ async function entry(): Promise<void> {
   };
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => onSignal(sig));
   main(opts, controller.signal, (stop) => { stopping = stop; }).then(
-    (code) => process.exit(controller.signal.aborted ? 130 : code),
+    // With --hold, Ctrl-C after the summary is how the demo ends: its own exit code, not 130.
+    (code) => process.exit(controller.signal.aborted && !opts.hold ? 130 : code),
     (error: unknown) => {
       if (error instanceof Interrupted || controller.signal.aborted) {
         console.log('interrupted: everything the demo started is stopped');

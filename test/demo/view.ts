@@ -16,6 +16,8 @@ export interface Row {
 export interface Move {
   nodeId: string;
   to: string;
+  /** A move to failed: the error its event carries. */
+  error?: string;
 }
 
 export interface View {
@@ -98,7 +100,8 @@ function plainView(out: NodeJS.WriteStream): View {
         const before = last.get(m.nodeId);
         last.set(m.nodeId, m.to);
         if (before === m.to) continue;
-        const why = m.to === 'failed' && r.error ? `: ${r.error}` : '';
+        const error = m.error ?? r.error;
+        const why = m.to === 'failed' && error ? `: ${error}` : '';
         out.write(`${at} ${r.name} (${r.flavour}) ${before ? `${before} -> ` : ''}${m.to}${why}\n`);
       }
     },

@@ -101,6 +101,42 @@ const NodeFilter = builder.inputType('NodeFilter', {
   }),
 });
 
+/** How many nodes of one site and pool are in one provision state. */
+interface NodeStateCount {
+  siteId: string;
+  poolId: string;
+  provisionState: string;
+  count: number;
+}
+
+const NodeStateCountRef = builder.objectRef<NodeStateCount>('NodeStateCount').implement({
+  description: 'How many of the nodes the caller may read are in one provision state, in one site and pool.',
+  fields: (t) => ({
+    siteId: t.exposeID('siteId'),
+    poolId: t.exposeID('poolId'),
+    provisionState: t.field({ type: ProvisionStateEnum, resolve: (c) => c.provisionState as keyof typeof ProvisionStates }),
+    count: t.exposeInt('count'),
+  }),
+});
+
+builder.queryField('nodeCounts', (t) =>
+  t.field({
+    type: [NodeStateCountRef],
+    description: 'The nodes the caller may read, counted by site, pool and provision state (one GROUP BY, however many nodes): what a status page or a dashboard polls instead of listing every node. Only non-zero counts are listed, ordered by site, pool and state.',
+    args: { filter: t.arg({ type: NodeFilter, required: false }) },
+    resolve: async (_root, args, ctx) => {
+      const access = readFilter(requirePrincipal(ctx), 'node');
+      const groups = await ctx.prisma.node.groupBy({
+        by: ['siteId', 'poolId', 'provisionState'],
+        where: nodeListWhere(access, args.filter ?? {}),
+        _count: { _all: true },
+        orderBy: [{ siteId: 'asc' }, { poolId: 'asc' }, { provisionState: 'asc' }],
+      });
+      return groups.map((g) => ({ siteId: g.siteId, poolId: g.poolId, provisionState: g.provisionState, count: g._count._all }));
+    },
+  }),
+);
+
 builder.queryField('nodes', (t) =>
   t.connection({
     type: MetalNodeRef,
