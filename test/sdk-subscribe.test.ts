@@ -23,18 +23,32 @@ type Event = EventsSubscription['events'];
 async function tcpProxy(target: string) {
   const { hostname, port } = new URL(target);
   const sockets = new Set<net.Socket>();
+  let frozen = false;
   const server = net.createServer((client) => {
     const upstream = net.connect(Number(port), hostname);
     for (const s of [client, upstream]) {
       sockets.add(s);
       s.on('error', () => undefined);
-      s.on('close', () => sockets.delete(s));
+      s.on('close', () => {
+        sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
     }
-    client.pipe(upstream).pipe(client);
+    // Forwarded unless frozen; while frozen, whatever either side sends is lost (a black hole).
+    client.on('data', (chunk) => void (frozen || upstream.write(chunk)));
+    upstream.on('data', (chunk) => void (frozen || client.write(chunk)));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    /** Stops forwarding anything, in both directions, without closing a connection (until thaw). */
+    freeze: () => {
+      frozen = true;
+    },
+    thaw: () => {
+      frozen = false;
+    },
     /** Drops every open connection (no close frame, no message: a reset). */
     cut: () => {
       for (const s of sockets) s.destroy();
@@ -181,6 +195,33 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
       });
     });
   }
+
+  it('over ws, a connection that goes silent without closing is noticed by the keep-alive and resumed from the cursor', async () => {
+    const proxy = await tcpProxy(t.url);
+    // A 1 s handshake timeout: reconnects while the network still swallows everything give up and try again.
+    const sdk = new MetalClient({ url: proxy.url, token, keepAliveMs: 300, timeoutMs: 1000 });
+    const after = await head();
+    const reconnects: string[] = [];
+    const stream = drain(sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, { retryDelayMs: () => 100, onReconnect: ({ error }) => reconnects.push(error.code) }));
+    try {
+      await publish(3);
+      await until(() => stream.state.items.length === 3, 10000, 'the first batch');
+      proxy.freeze();
+      await publish(3); // sent into the black hole
+      await until(() => reconnects.length > 0, 5000, 'the silent connection to be noticed');
+      proxy.thaw();
+      await until(() => stream.state.items.length >= 6, 15000, 'the batch sent while frozen, replayed');
+      await publish(1);
+      await until(() => stream.state.items.length >= 7, 10000, 'a live event after it');
+      expect(reconnects[0]).toBe('NETWORK');
+      expect(asRows(stream.state.items.map((r) => r.events))).toEqual(await committed(after));
+      expect(stream.state.error).toBeUndefined();
+    } finally {
+      await sdk.close();
+      await stream.finished;
+      await proxy.close();
+    }
+  });
 
   it('when the service stops (ABORTED server-stopping) and starts again, ws and sse subscriptions resume from their cursor', async () => {
     const url = t.url;

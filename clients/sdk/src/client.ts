@@ -18,6 +18,12 @@ export interface MetalClientOptions {
    * (Node 20 has no global WebSocket).
    */
   webSocketImpl?: unknown;
+  /**
+   * graphql-ws keep-alive: a ping this often, and a socket whose pong does not come within as long
+   * again is cut (and its subscriptions resumed): a connection that died without closing (a
+   * frozen NAT, a pulled cable) is noticed. Default 15000.
+   */
+  keepAliveMs?: number;
 }
 
 export type Transport = 'ws' | 'sse';
@@ -102,16 +108,18 @@ const defaultDelay = (attempt: number) => {
   return base / 2 + Math.random() * (base / 2);
 };
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+/** Waits `ms`, or less when one of the signals aborts. */
+function sleep(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<void> {
+  const given = signals.filter((s): s is AbortSignal => !!s);
   return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
+    if (given.some((s) => s.aborted)) return resolve();
     const done = () => {
       clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
+      for (const s of given) s.removeEventListener('abort', done);
       resolve();
     };
     const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
+    for (const s of given) s.addEventListener('abort', done, { once: true });
   });
 }
 
@@ -192,6 +200,20 @@ function endFromSseError(err: unknown): Item<never> {
 }
 
 /**
+ * The `ws` package's WebSocket (Node 20 has no global one), with an opening handshake that gives
+ * up after `timeoutMs` (its default waits as long as TCP does: a reconnect to a host that
+ * swallows packets would hang).
+ */
+function nodeWebSocket(timeoutMs: number): unknown {
+  const Ws = require('ws') as typeof import('ws');
+  return class extends Ws {
+    constructor(url: string | URL, protocols?: string | string[]) {
+      super(url, protocols, { handshakeTimeout: timeoutMs });
+    }
+  };
+}
+
+/**
  * The service's API: GraphQL (typed documents from ./generated), its Relay connections as async
  * iterators, its subscriptions with reconnect and cursor replay, and its REST routes.
  */
@@ -201,6 +223,9 @@ export class MetalClient {
   private readonly fetchImpl: typeof fetch;
   private readonly timeoutMs: number;
   private readonly webSocketImpl?: unknown;
+  private readonly keepAliveMs: number;
+  /** Aborted (and replaced) by close(): the subscriptions open by then end, and wait to reconnect no more. */
+  private closing = new AbortController();
   private ws: WsClient | null = null;
   /** The graphql-ws streams open now: a closed socket ends each of them (see wsClient). */
   private readonly wsChannels = new Set<Channel<unknown>>();
@@ -215,6 +240,7 @@ export class MetalClient {
     this.fetchImpl = f;
     this.timeoutMs = opts.timeoutMs ?? 30000;
     this.webSocketImpl = opts.webSocketImpl;
+    this.keepAliveMs = opts.keepAliveMs ?? 15000;
   }
 
   private headers(extra: Record<string, string> = {}): Record<string, string> {
@@ -326,20 +352,50 @@ export class MetalClient {
   /** The graphql-ws client of this MetalClient: one socket for all its subscriptions, opened on demand. */
   private wsClient(): WsClient {
     if (this.ws) return this.ws;
-    const impl = this.webSocketImpl ?? (globalThis as { WebSocket?: unknown }).WebSocket ?? require('ws');
+    const impl = this.webSocketImpl ?? (globalThis as { WebSocket?: unknown }).WebSocket ?? nodeWebSocket(this.timeoutMs);
     const token = this.token;
+    type Socket = { readyState: number; close(code?: number, reason?: string): void; terminate?: () => void };
+    let socket: Socket | null = null;
+    let pongWait: ReturnType<typeof setTimeout> | null = null;
+    const stopWaiting = () => {
+      if (pongWait) clearTimeout(pongWait);
+      pongWait = null;
+    };
     this.ws = createWsClient({
       url: this.url.replace(/^http/i, 'ws') + '/graphql',
       webSocketImpl: impl,
       connectionParams: token ? { authorization: `Bearer ${token}` } : {},
       lazy: true,
+      keepAlive: this.keepAliveMs,
+      connectionAckWaitTimeout: this.timeoutMs,
       // Reconnecting is subscribe()'s: it knows each stream's cursor; graphql-ws would resend the old `after`.
       retryAttempts: 0,
       shouldRetry: () => false,
       on: {
+        connected: (s) => {
+          socket = s as Socket;
+        },
+        // A ping sent: its pong must come back in time, or the socket is dead without knowing it.
+        // (terminate: a close handshake on a dead connection would wait for ws' 30 s timeout.)
+        ping: (received) => {
+          if (received) return;
+          stopWaiting();
+          const waitingOn = socket;
+          pongWait = setTimeout(() => {
+            if (waitingOn && waitingOn === socket && waitingOn.readyState === 1) {
+              if (waitingOn.terminate) waitingOn.terminate();
+              else waitingOn.close(4408, 'no pong from the service');
+            }
+          }, this.keepAliveMs);
+        },
+        pong: (received) => {
+          if (received) stopWaiting();
+        },
         // graphql-ws resubscribes on its own, with the same variables, after a socket closed with
         // 1000: end each stream here instead, so subscribe() resumes it from its own cursor.
         closed: (event) => {
+          stopWaiting();
+          socket = null;
           for (const channel of [...this.wsChannels]) channel.push(endFromWsError(event));
         },
       },
@@ -414,10 +470,11 @@ export class MetalClient {
     if (!(bufferSize >= 1)) throw new MetalError('INVALID_INPUT', 'bufferSize: must be at least 1', { field: 'bufferSize' });
     return {
       async *[Symbol.asyncIterator]() {
+        const closed = client.closing.signal;
         const given = (variables ?? {}) as Record<string, unknown>;
         let after = given.after as string | null | undefined;
         let failures = 0;
-        while (!signal?.aborted) {
+        while (!signal?.aborted && !closed.aborted) {
           const channel = new Channel<R>(bufferSize, () => ({
             kind: 'end',
             retry: true,
@@ -457,7 +514,7 @@ export class MetalClient {
           failures += 1;
           if (failures > retries) throw end.error;
           opts.onReconnect?.({ attempt: failures, error: end.error, after });
-          await sleep(delay(failures), signal);
+          await sleep(delay(failures), signal, closed);
         }
       },
     };
@@ -465,6 +522,8 @@ export class MetalClient {
 
   /** Ends every open subscription (their loops finish) and closes the WebSocket. */
   async close(): Promise<void> {
+    this.closing.abort();
+    this.closing = new AbortController();
     for (const close of [...this.closers]) close();
     const ws = this.ws;
     this.ws = null;
