@@ -196,6 +196,22 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
     });
   }
 
+  it('close() ends a subscription that waits to reconnect, at once and without an error', async () => {
+    const proxy = await tcpProxy(t.url);
+    const sdk = new MetalClient({ url: proxy.url, token });
+    const reconnects: string[] = [];
+    const stream = drain(sdk.subscribe(EventsDocument, { filter: { types: [TYPE] } }, { transport: 'sse', retryDelayMs: () => 60_000, onReconnect: ({ error }) => reconnects.push(error.code) }));
+    await until(() => t.app.services.events!.subscriberCount === 1, 10000, 'the stream to open');
+    proxy.cut();
+    await until(() => reconnects.length === 1, 10000, 'the drop to be noticed');
+    const started = Date.now();
+    await sdk.close();
+    await stream.finished;
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(stream.state).toMatchObject({ done: true, error: undefined });
+    await proxy.close();
+  });
+
   it('over ws, a connection that goes silent without closing is noticed by the keep-alive and resumed from the cursor', async () => {
     const proxy = await tcpProxy(t.url);
     // A 1 s handshake timeout: reconnects while the network still swallows everything give up and try again.
