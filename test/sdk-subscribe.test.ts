@@ -212,13 +212,14 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
     await proxy.close();
   });
 
-  it('over ws, a connection that goes silent without closing is noticed by the keep-alive and resumed from the cursor', async () => {
+  for (const transport of ['ws', 'sse'] as Transport[]) {
+    it(`over ${transport}, a connection that goes silent without closing is noticed by the keep-alive and resumed from the cursor`, async () => {
     const proxy = await tcpProxy(t.url);
     // A 1 s handshake timeout: reconnects while the network still swallows everything give up and try again.
-    const sdk = new MetalClient({ url: proxy.url, token, keepAliveMs: 300, timeoutMs: 1000 });
+    const sdk = new MetalClient({ url: proxy.url, token, keepAliveMs: 500, timeoutMs: 1000 });
     const after = await head();
     const reconnects: string[] = [];
-    const stream = drain(sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, { retryDelayMs: () => 100, onReconnect: ({ error }) => reconnects.push(error.code) }));
+    const stream = drain(sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, { transport, retryDelayMs: () => 100, onReconnect: ({ error }) => reconnects.push(error.code) }));
     try {
       await publish(3);
       await until(() => stream.state.items.length === 3, 10000, 'the first batch');
@@ -238,6 +239,7 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
       await proxy.close();
     }
   });
+  }
 
   it('when the service stops (ABORTED server-stopping) and starts again, ws and sse subscriptions resume from their cursor', async () => {
     const url = t.url;

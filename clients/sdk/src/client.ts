@@ -19,9 +19,10 @@ export interface MetalClientOptions {
    */
   webSocketImpl?: unknown;
   /**
-   * graphql-ws keep-alive: a ping this often, and a socket whose pong does not come within as long
-   * again is cut (and its subscriptions resumed): a connection that died without closing (a
-   * frozen NAT, a pulled cable) is noticed. Default 15000.
+   * Keep-alive: over graphql-ws a ping this often, and a socket whose pong does not come within
+   * as long again is cut; over SSE a stream on which nothing (not even the service's 12 s ping)
+   * arrived for twice as long is cut. Either way its subscriptions resume from their cursor: a
+   * connection that died without closing (a frozen NAT, a pulled cable) is noticed. Default 15000.
    */
   keepAliveMs?: number;
 }
@@ -424,12 +425,62 @@ export class MetalClient {
     };
   }
 
+  /**
+   * fetch for GraphQL over SSE, cut when nothing arrives for twice `keepAliveMs`: the service
+   * writes a ping every 12 s on an idle stream, so a silent one is a dead connection (graphql-sse
+   * then reports a network error and subscribe() resumes from the cursor). The wait for the
+   * response's head counts too.
+   */
+  private sseFetch(): typeof fetch {
+    const base = this.fetchImpl;
+    const idleMs = this.keepAliveMs * 2;
+    return (async (input: Parameters<typeof fetch>[0], init?: RequestInit) => {
+      const control = new AbortController();
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const disarm = () => clearTimeout(timer);
+      const arm = () => {
+        disarm();
+        timer = setTimeout(() => control.abort(new Error(`nothing arrived for ${idleMs} ms`)), idleMs);
+        (timer as { unref?: () => void }).unref?.();
+      };
+      const outer = init?.signal;
+      if (outer?.aborted) control.abort(outer.reason);
+      outer?.addEventListener('abort', () => {
+        disarm();
+        control.abort(outer.reason);
+      }, { once: true });
+      arm();
+      let response: Response;
+      try {
+        response = await base(input, { ...init, signal: control.signal });
+      } catch (error) {
+        disarm();
+        throw error;
+      }
+      if (!response.body || !(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
+        disarm();
+        return response;
+      }
+      arm();
+      const body = response.body.pipeThrough(
+        new TransformStream<Uint8Array, Uint8Array>({
+          transform(chunk, out) {
+            arm();
+            out.enqueue(chunk);
+          },
+          flush: disarm,
+        }),
+      );
+      return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+    }) as typeof fetch;
+  }
+
   /** One attempt over GraphQL over SSE (distinct connections, as the service's Yoga serves it). */
   private openSse<R>(query: string, operationName: string | undefined, variables: unknown, channel: Channel<R>): () => void {
     const client = createSseClient({
       url: `${this.url}/graphql`,
       headers: this.headers(),
-      fetchFn: this.fetchImpl,
+      fetchFn: this.sseFetch(),
       retryAttempts: 0,
     });
     const unsubscribe = client.subscribe<R>(
