@@ -214,31 +214,31 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
 
   for (const transport of ['ws', 'sse'] as Transport[]) {
     it(`over ${transport}, a connection that goes silent without closing is noticed by the keep-alive and resumed from the cursor`, async () => {
-    const proxy = await tcpProxy(t.url);
-    // A 1 s handshake timeout: reconnects while the network still swallows everything give up and try again.
-    const sdk = new MetalClient({ url: proxy.url, token, keepAliveMs: 500, timeoutMs: 1000 });
-    const after = await head();
-    const reconnects: string[] = [];
-    const stream = drain(sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, { transport, retryDelayMs: () => 100, onReconnect: ({ error }) => reconnects.push(error.code) }));
-    try {
-      await publish(3);
-      await until(() => stream.state.items.length === 3, 10000, 'the first batch');
-      proxy.freeze();
-      await publish(3); // sent into the black hole
-      await until(() => reconnects.length > 0, 5000, 'the silent connection to be noticed');
-      proxy.thaw();
-      await until(() => stream.state.items.length >= 6, 15000, 'the batch sent while frozen, replayed');
-      await publish(1);
-      await until(() => stream.state.items.length >= 7, 10000, 'a live event after it');
-      expect(reconnects[0]).toBe('NETWORK');
-      expect(asRows(stream.state.items.map((r) => r.events))).toEqual(await committed(after));
-      expect(stream.state.error).toBeUndefined();
-    } finally {
-      await sdk.close();
-      await stream.finished;
-      await proxy.close();
-    }
-  });
+      const proxy = await tcpProxy(t.url);
+      // A 1 s handshake timeout: reconnects while the network still swallows everything give up and try again.
+      const sdk = new MetalClient({ url: proxy.url, token, keepAliveMs: 500, timeoutMs: 1000 });
+      const after = await head();
+      const reconnects: string[] = [];
+      const stream = drain(sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, { transport, retryDelayMs: () => 100, onReconnect: ({ error }) => reconnects.push(error.code) }));
+      try {
+        await publish(3);
+        await until(() => stream.state.items.length === 3, 10000, 'the first batch');
+        proxy.freeze();
+        await publish(3); // sent into the black hole
+        await until(() => reconnects.length > 0, 5000, 'the silent connection to be noticed');
+        proxy.thaw();
+        await until(() => stream.state.items.length >= 6, 15000, 'the batch sent while frozen, replayed');
+        await publish(1);
+        await until(() => stream.state.items.length >= 7, 10000, 'a live event after it');
+        expect(reconnects[0]).toBe('NETWORK');
+        expect(asRows(stream.state.items.map((r) => r.events))).toEqual(await committed(after));
+        expect(stream.state.error).toBeUndefined();
+      } finally {
+        await sdk.close();
+        await stream.finished;
+        await proxy.close();
+      }
+    });
   }
 
   it('when the service stops (ABORTED server-stopping) and starts again, ws and sse subscriptions resume from their cursor', async () => {
