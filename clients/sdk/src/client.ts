@@ -146,6 +146,8 @@ class Channel<R> {
     if (this.ended) return;
     if (item.kind === 'next' && this.overflow && this.items.length >= this.limit) item = this.overflow();
     if (item.kind !== 'next') this.ended = true;
+    // The loop asked to stop: what is still waiting is not delivered.
+    if (item.kind === 'aborted') this.items.length = 0;
     const waiter = this.waiter;
     if (waiter) {
       this.waiter = null;
