@@ -1,7 +1,11 @@
-import { readFileSync, readdirSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { buildSchema, concatAST, parse, validate, type DocumentNode, type GraphQLObjectType, type OperationDefinitionNode } from 'graphql';
 import * as sdk from '../clients/sdk/src';
+import codegenConfig from '../codegen';
 
 /**
  * The SDK has a typed document for every root field of Query, Mutation and Subscription: the
@@ -68,6 +72,34 @@ describe('the SDK\'s operations', () => {
       );
       const direct = root?.kind === 'Field' && !!root.selectionSet?.selections.some((s) => s.kind === 'Field' && s.name.value === 'cursor');
       expect({ op: op.name?.value, cursor: direct || viaFragment }).toEqual({ op: op.name?.value, cursor: true });
+    }
+  });
+
+  it('a schema change that breaks an operation fails the SDK\'s codegen target (so `npm run build`)', async () => {
+    const target = (codegenConfig.generates as Record<string, Record<string, unknown>>)['clients/sdk/src/generated.ts'];
+    expect(target).toBeDefined();
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'sdk-codegen-'));
+    const generate = async (schemaText: string) => {
+      writeFileSync(path.join(dir, 'schema.graphql'), schemaText);
+      // The SDK's target as codegen.ts has it, on a copy of the schema, writing outside the repository.
+      writeFileSync(path.join(dir, 'codegen.json'), JSON.stringify({ schema: path.join(dir, 'schema.graphql'), generates: { [path.join(dir, 'generated.ts')]: target } }));
+      // (Under NODE_ENV=test, as jest sets it, codegen prints nothing, its errors included.)
+      return promisify(execFile)(path.join(ROOT, 'node_modules/.bin/graphql-codegen'), ['--config', path.join(dir, 'codegen.json')], { cwd: ROOT, timeout: 60000, env: { ...process.env, NODE_ENV: 'development' } }).then(
+        () => ({ ok: true, output: '' }),
+        (error: { stdout?: string; stderr?: string }) => ({ ok: false, output: `${error.stdout ?? ''}${error.stderr ?? ''}` }),
+      );
+    };
+    try {
+      const schemaText = readFileSync(path.join(ROOT, 'schema/schema.graphql'), 'utf8');
+      expect(await generate(schemaText)).toEqual({ ok: true, output: '' });
+      // MetalNode.provisionState renamed: the operations that select it no longer fit.
+      const renamed = schemaText.replace(/(type MetalNode [^{]*\{[\s\S]*?\n  )provisionState:/, '$1lifecycleState:');
+      expect(renamed).not.toBe(schemaText);
+      const broken = await generate(renamed);
+      expect(broken.ok).toBe(false);
+      expect(broken.output).toMatch(/Cannot query field "provisionState" on type "MetalNode"/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
