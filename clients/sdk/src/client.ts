@@ -54,6 +54,8 @@ export const CSRF_HEADER = 'x-graphql-csrf';
 
 /** Reasons the service closes a subscription with ABORTED after which subscribing again (from details.lastCursor) is right. */
 const RESUMABLE_REASONS = new Set(['server-stopping', 'slow-consumer']);
+/** Codes that say the service cannot serve for now (its database): a subscription tries again. */
+const RETRYABLE_CODES = new Set(['UPSTREAM_UNAVAILABLE', 'STORAGE_UNAVAILABLE']);
 /** graphql-ws close codes that say the request itself is wrong: trying again would not help. */
 const FATAL_CLOSE_CODES = new Set([4400, 4401, 4403, 4406, 4409, 4429]);
 
@@ -141,7 +143,8 @@ class Channel<R> {
 function endFromErrors(errors: readonly GraphQLErrorLike[]): Item<never> {
   const error = MetalError.fromGraphQL(errors);
   const details = (error.details ?? {}) as { reason?: unknown; lastCursor?: unknown };
-  const retry = error.code === 'ABORTED' && typeof details.reason === 'string' && RESUMABLE_REASONS.has(details.reason);
+  const retry =
+    (error.code === 'ABORTED' && typeof details.reason === 'string' && RESUMABLE_REASONS.has(details.reason)) || RETRYABLE_CODES.has(error.code);
   return { kind: 'end', error, retry, lastCursor: typeof details.lastCursor === 'string' ? details.lastCursor : undefined };
 }
 
@@ -185,6 +188,8 @@ export class MetalClient {
   private readonly timeoutMs: number;
   private readonly webSocketImpl?: unknown;
   private ws: WsClient | null = null;
+  /** The graphql-ws streams open now: a closed socket ends each of them (see wsClient). */
+  private readonly wsChannels = new Set<Channel<unknown>>();
   private readonly closers = new Set<() => void>();
 
   constructor(opts: MetalClientOptions) {
@@ -317,13 +322,22 @@ export class MetalClient {
       // Reconnecting is subscribe()'s: it knows each stream's cursor; graphql-ws would resend the old `after`.
       retryAttempts: 0,
       shouldRetry: () => false,
+      on: {
+        // graphql-ws resubscribes on its own, with the same variables, after a socket closed with
+        // 1000: end each stream here instead, so subscribe() resumes it from its own cursor.
+        closed: (event) => {
+          for (const channel of [...this.wsChannels]) channel.push(endFromWsError(event));
+        },
+      },
     });
     return this.ws;
   }
 
   /** One attempt over graphql-ws: results and the end go into `channel`; returns how to stop it. */
   private openWs<R>(query: string, operationName: string | undefined, variables: unknown, channel: Channel<R>): () => void {
-    return this.wsClient().subscribe<R>(
+    const channels = this.wsChannels as Set<Channel<R>>;
+    channels.add(channel);
+    const unsubscribe = this.wsClient().subscribe<R>(
       { query, operationName, variables: variables as Record<string, unknown> },
       {
         next: (result) => {
@@ -334,6 +348,10 @@ export class MetalClient {
         complete: () => channel.push({ kind: 'end', retry: false }),
       },
     );
+    return () => {
+      channels.delete(channel);
+      unsubscribe();
+    };
   }
 
   /** One attempt over GraphQL over SSE (distinct connections, as the service's Yoga serves it). */
