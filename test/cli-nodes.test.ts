@@ -152,6 +152,27 @@ describe('a verb on one node', () => {
   });
 });
 
+describe('what the terminal is shown', () => {
+  it('a name with terminal codes in it is printed without them; a value typed is not repeated in a refusal', async () => {
+    const { prisma } = t.app.database;
+    const evil = await makeTenantTree(prisma, 'cli-evil', { pools: 1, nodesPerPool: 1 });
+    const evilToken = await makeToken(prisma, evil.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: evil.tenant.id }]);
+    const node = evil.nodes[0]!;
+    await prisma.node.update({ where: { id: node.id }, data: { name: 'web\u001b[2J\u001b]0;pwned\u0007-01' } });
+    const evilEnv = cliEnv({ METAL_URL: t.url, METAL_TOKEN: evilToken });
+    for (const args of [['nodes', 'ls'], ['nodes', 'get', node.id], ['inspect', node.id]]) {
+      const r = await runCli(args, evilEnv);
+      expect({ args, code: r.code }).toEqual({ args, code: 0 });
+      expect(r.stdout).toContain('web');
+      expect(r.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f]/);
+    }
+    const pasted = await runCli(['nodes', 'get', 'a-pasted-secret-4f1c9e'], evilEnv);
+    expect(pasted.code).toBe(1);
+    expect(pasted.stderr).toMatch(/^error: NOT_FOUND: no node the token may read has this id or name/);
+    expect(pasted.stderr).not.toContain('a-pasted-secret-4f1c9e');
+  });
+});
+
 describe('nodes watch', () => {
   it('prints a move from the event stream, and ends with exit 0 on SIGINT', async () => {
     const node = tree.nodes[1]!;

@@ -44,8 +44,9 @@ export class Output {
     this.out.write(text);
   }
 
+  /** A line of text; control characters (a name or message from elsewhere moving the cursor) are dropped, newlines kept. */
   line(text = ''): void {
-    this.out.write(`${text}\n`);
+    this.out.write(`${text.replace(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/g, '')}\n`);
   }
 
   /** The JSON answer of a read (pretty when a person reads it). */
@@ -66,14 +67,14 @@ export class Output {
   }
 
   table(head: string[], rows: unknown[][]): void {
-    this.line(this.renderTable(head, rows));
+    this.write(`${this.renderTable(head, rows)}\n`);
   }
 
   /** Key/value pairs of one object, as a two-column table. */
   record(pairs: [string, unknown][]): void {
     const table = new Table({ chars: COMPACT, style: this.out.isTTY ? { head: [], border: ['grey'] } : { head: [], border: [] } });
     for (const [k, v] of pairs) table.push({ [k]: cell(v) });
-    this.line(table.toString());
+    this.write(`${table.toString()}\n`);
   }
 
   /** One bar for `total` items when interactive; plain `what i/total: line` lines otherwise (nothing with --json). */

@@ -31,20 +31,16 @@ export function positiveInt(max = Number.MAX_SAFE_INTEGER) {
   };
 }
 
-function one<T extends { id: string }>(found: T[], what: string, name: string): T {
+/** Exactly one match; the refusals name what was looked for, not the value typed (it could be anything pasted). */
+function one<T extends { id: string }>(found: T[], what: string): T {
   if (found.length === 1) return found[0]!;
-  if (found.length === 0) throw new Refusal('NOT_FOUND', `no ${what} is named "${name}" (or the token may not read it)`);
-  throw new Refusal('INVALID_INPUT', `${found.length} ${what}s are named "${name}": give the id (${found.map((f) => f.id).join(', ')})`);
+  if (found.length === 0) throw new Refusal('NOT_FOUND', `no ${what} the token may read has this id or name`);
+  throw new Refusal('INVALID_INPUT', `${found.length} ${what}s have this name: give the id (${found.map((f) => f.id).join(', ')})`);
 }
 
 export async function poolOf(client: MetalClient, value: string): Promise<PoolViewFragment> {
   const { pools } = await client.request(PoolsDocument, {});
-  if (isId(value, 'pool')) {
-    const pool = pools.find((p) => p.id === value);
-    if (!pool) throw new Refusal('NOT_FOUND', `pool ${value} not found (or the token may not read it)`);
-    return pool;
-  }
-  return one(pools.filter((p) => p.name === value), 'pool', value);
+  return one(pools.filter((p) => (isId(value, 'pool') ? p.id === value : p.name === value)), 'pool');
 }
 
 export async function poolId(client: MetalClient, value: string): Promise<string> {
@@ -54,7 +50,7 @@ export async function poolId(client: MetalClient, value: string): Promise<string
 export async function siteId(client: MetalClient, value: string): Promise<string> {
   if (isId(value, 'site')) return value;
   const { sites } = await client.request(SitesDocument, {});
-  return one(sites.filter((s) => s.name === value), 'site', value).id;
+  return one(sites.filter((s) => s.name === value), 'site').id;
 }
 
 /** A node by id, or by name among the nodes the token may read (paged through). */
@@ -64,5 +60,5 @@ export async function nodeId(client: MetalClient, value: string): Promise<string
   for await (const node of client.paginate(MetalNodesDocument, {}, (d) => d.nodes, { pageSize: 500 })) {
     if (node.name === value) found.push(node);
   }
-  return one(found, 'node', value).id;
+  return one(found, 'node').id;
 }

@@ -62,14 +62,16 @@ async function bulk(c: Cli, verb: string, o: { pool: string; nodes?: string; sta
   if (o.nodes) {
     const listed = readNodeList(o.nodes);
     if (listed.length === 0) throw new Refusal('INVALID_INPUT', '--nodes: the file lists no node');
-    const unknown: string[] = [];
-    nodeIds = listed.map((v) => {
+    const unknown: number[] = [];
+    nodeIds = listed.map((v, i) => {
       if (isId(v, 'node')) return v;
       const named = inPool.filter((n) => n.name === v);
-      if (named.length !== 1) unknown.push(v);
+      if (named.length !== 1) unknown.push(i + 1);
       return named[0]?.id ?? v;
     });
-    if (unknown.length) throw new Refusal('INVALID_INPUT', `--nodes: ${unknown.length} name(s) match no single node of pool ${pool.id}: ${unknown.slice(0, 10).join(', ')}`);
+    if (unknown.length) {
+      throw new Refusal('INVALID_INPUT', `--nodes: ${unknown.length} entr${unknown.length === 1 ? 'y' : 'ies'} (number ${unknown.slice(0, 20).join(', ')}${unknown.length > 20 ? ' ...' : ''}) name no single node of pool ${pool.id}; nothing was sent`);
+    }
   } else {
     nodeIds = inPool.map((n) => n.id);
     if (nodeIds.length === 0) throw new Refusal('INVALID_INPUT', `pool ${pool.id} has no node in state ${o.state}: nothing to do`);

@@ -10,7 +10,7 @@
 import { Option, type Command } from 'commander';
 import { EventsDocument, MetalNodeDocument, MetalNodesDocument, type EventFilter, type MetalNodeViewFragment, type NodeFilter } from '../../sdk/src';
 import { cli, type Cli } from '../context';
-import { Refusal } from '../errors';
+import { oneLine, Refusal } from '../errors';
 import { when } from '../output';
 import { nodeId, poolId, positiveInt, PROVISION_STATES, ref, siteId, type ProvisionStateName } from '../resolve';
 
@@ -95,7 +95,7 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
   for (const n of await load()) watched.set(n.id, n);
   const live = await c.out.live();
   const draw = (note: string) =>
-    live.draw(`${c.out.renderTable(HEAD, [...watched.values()].map(row))}\n${watched.size} node(s)  ${note}  (Ctrl-C to stop)`);
+    live.draw(`${c.out.renderTable(HEAD, [...watched.values()].map(row))}\n${watched.size} node(s)  ${oneLine(note)}  (Ctrl-C to stop)`);
   const reached = () => o.until !== undefined && watched.size > 0 && [...watched.values()].every((n) => n.provisionState === o.until);
 
   /** A node's new view: a changed state is printed (plain line or JSON line), the screen redrawn. */
