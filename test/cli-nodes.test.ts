@@ -201,7 +201,7 @@ describe('nodes watch', () => {
     expect(end.stderr).toBe('');
     expect(end.code).toBe(0);
     const lines = end.stdout.trim().split('\n').map((l) => JSON.parse(l));
-    expect(lines.at(-1)).toMatchObject({ nodeId: node.id, from: 'commissioning', to: 'failed', lastError: { code: 'ABORTED' } });
+    expect(lines.at(-1)).toMatchObject({ event: 'node.provision.failed', nodeId: node.id, name: node.name, from: 'commissioning', to: 'failed' });
 
     const quiet = await runCli(['nodes', 'watch', '--pool', tree.pools[0]!.id, '--timeout', '2'], env);
     expect(quiet.code).toBe(0);

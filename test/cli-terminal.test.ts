@@ -78,3 +78,23 @@ it('nodes watch redraws its table in place when a node moves', async () => {
   expect(text).toMatch(new RegExp(`last: ${node.name} ready -> retiring`));
   expect(screen).not.toMatch(/ready -> retiring\r?\n.*ready -> retiring/); // no plain lines on a terminal
 });
+
+it('nodes watch of more nodes than the terminal has rows shows the count per state and the nodes that changed last', async () => {
+  const big = await makeTenantTree(t.app.database.prisma, 'tty-big', { pools: 1, nodesPerPool: 50 });
+  const token = await makeToken(t.app.database.prisma, big.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: big.tenant.id }]);
+  const saved = env;
+  env = cliEnv({ METAL_URL: t.url, METAL_TOKEN: token });
+  try {
+    const { code, screen } = await onTerminal(['nodes', 'watch', '--pool', big.pools[0]!.id, '--timeout', '3']);
+    expect(code).toBe(0);
+    const text = screen.replace(/\u001b\[[0-9;?]*[A-Za-z]/g, '');
+    expect(text).toMatch(/│ STATE +│ NODES │/);
+    expect(text).toMatch(/│ ready +│ 50 +│/);
+    expect(text).toContain('50 node(s)');
+    // No more table rows than the 40-row terminal holds.
+    const frame = text.slice(text.lastIndexOf('┌──', text.lastIndexOf('│ STATE')));
+    expect(frame.split('\n').length).toBeLessThanOrEqual(40);
+  } finally {
+    env = saved;
+  }
+});

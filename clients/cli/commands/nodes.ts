@@ -83,36 +83,59 @@ interface WatchOptions extends FilterOptions {
   transport: 'ws' | 'sse';
 }
 
+/** What a node.* event's payload says of a move (the service's events carry from/to, failures their error). */
+interface MovePayload {
+  from?: string;
+  to?: string;
+  error?: { code?: string; message?: string };
+  reason?: string | null;
+}
+
 async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
   const client = c.client();
   const filter = await nodeFilter(c, o);
   const only = new Set(await Promise.all(ids.map((v) => nodeId(client, v))));
+  const load = async () => (only.size ? await Promise.all([...only].map((id) => getNode(c, id))) : await listNodes(c, filter));
+  /** The nodes on screen, by id: their view as last read, their state as the stream last moved it. */
   const watched = new Map<string, Node>();
-  const load = async () => {
-    const found = only.size ? await Promise.all([...only].map((id) => getNode(c, id))) : await listNodes(c, filter);
-    return found;
-  };
-  for (const n of await load()) watched.set(n.id, n);
-  const live = await c.out.live();
-  const draw = (note: string) =>
-    live.draw(`${c.out.renderTable(HEAD, [...watched.values()].map(row))}\n${watched.size} node(s)  ${oneLine(note)}  (Ctrl-C to stop)`);
-  const reached = () => o.until !== undefined && watched.size > 0 && [...watched.values()].every((n) => n.provisionState === o.until);
-
-  /** A node's new view: a changed state is printed (plain line or JSON line), the screen redrawn. */
-  const apply = (n: Node, cause: string) => {
-    const before = watched.get(n.id);
-    if (!before && only.size) return;
-    if (!before && (filter.poolId && n.poolId !== filter.poolId || filter.siteId && n.siteId !== filter.siteId)) return;
+  const state = new Map<string, string>();
+  for (const n of await load()) {
     watched.set(n.id, n);
-    const moved = !before || before.provisionState !== n.provisionState || before.maintenance !== n.maintenance ||
-      JSON.stringify(before.lastError) !== JSON.stringify(n.lastError);
-    if (!moved) return;
-    const from = before?.provisionState ?? '-';
-    if (c.out.json) c.out.jsonLine({ at: n.updatedAt, event: cause, nodeId: n.id, name: n.name, from, to: n.provisionState, lastError: n.lastError ?? null, node: n });
-    else if (!c.out.interactive) {
-      c.out.line(`${when(n.updatedAt)}  ${n.id}  ${n.name ?? ''}  ${from} -> ${n.provisionState}${n.lastError ? `  ${n.lastError.code}: ${n.lastError.message}` : ''}`);
+    state.set(n.id, n.provisionState);
+  }
+  const live = await c.out.live();
+  const rows = () => [...watched.values()].map((n) => row({ ...n, provisionState: (state.get(n.id) ?? n.provisionState) as Node['provisionState'] }));
+  const draw = (note: string) => {
+    if (!c.out.interactive) return;
+    live.draw(`${fit(c, rows())}\n${watched.size} node(s)  ${oneLine(note)}  (Ctrl-C to stop)`);
+  };
+  const reached = () => o.until !== undefined && watched.size > 0 && [...watched.keys()].every((id) => state.get(id) === o.until);
+
+  /** A move, printed as it happened: a plain line, or a JSON line; on a terminal the table is redrawn instead. */
+  const moved = (at: string, id: string, from: string, to: string, event: string, payload: MovePayload) => {
+    const name = watched.get(id)?.name ?? null;
+    const why = payload.error?.code ? `${payload.error.code}: ${payload.error.message ?? ''}` : payload.reason ? `reason: ${payload.reason}` : '';
+    if (c.out.json) c.out.jsonLine({ at, event, nodeId: id, name, from, to, ...(payload.error ? { error: payload.error } : {}), ...(payload.reason ? { reason: payload.reason } : {}) });
+    else if (!c.out.interactive) c.out.line(`${when(at)}  ${id}  ${name ?? ''}  ${from} -> ${to}${why ? `  ${why}` : ''}`);
+    draw(`last: ${name ?? id} ${from} -> ${to}`);
+  };
+
+  // Details (maintenance, lastError, updatedAt) re-read in the background after each event, a few at a time.
+  const pending = new Set<string>();
+  let reading: Promise<void> | null = null;
+  const readDetails = async () => {
+    while (pending.size) {
+      const batch = [...pending].slice(0, 16);
+      for (const id of batch) pending.delete(id);
+      const views = await Promise.all(batch.map((id) => getNode(c, id).catch(() => null)));
+      for (const n of views) if (n && watched.has(n.id)) watched.set(n.id, n);
+      draw('');
     }
-    draw(`last: ${n.name ?? n.id} ${from} -> ${n.provisionState}`);
+    reading = null;
+  };
+  const detail = (id: string) => {
+    pending.add(id);
+    reading ??= readDetails();
   };
 
   if (!c.out.json && !c.out.interactive) c.out.line(`watching ${watched.size} node(s)${o.until ? ` until ${o.until}` : ''}`);
@@ -129,10 +152,23 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
   interrupted.addEventListener('abort', onInterrupt, { once: true });
   let timedOut = false;
   const timer = o.timeout ? setTimeout(() => { timedOut = true; stop.abort('timeout'); }, o.timeout * 1000) : undefined;
-  // Moves between the first read and the subscription's start: read again once it runs, then now and then.
+  // A move between the first read and the stream's start is not on the stream: read again once it
+  // runs (nodes no event has moved yet), then now and then for nodes that joined the filter.
+  const moving = new Set<string>();
   const reread = async () => {
     try {
-      for (const n of await load()) apply(n, 'reread');
+      for (const n of await load()) {
+        if (!watched.has(n.id)) {
+          watched.set(n.id, n);
+          state.set(n.id, n.provisionState);
+          moved(n.updatedAt, n.id, '-', n.provisionState, 'reread', {});
+        } else if (!moving.has(n.id) && state.get(n.id) !== n.provisionState) {
+          const from = state.get(n.id)!;
+          watched.set(n.id, n);
+          state.set(n.id, n.provisionState);
+          moved(n.updatedAt, n.id, from, n.provisionState, 'reread', {});
+        }
+      }
       if (reached()) stop.abort('reached');
     } catch {
       // the next reread or event tries again
@@ -149,9 +185,24 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
   try {
     for await (const data of client.subscribe(EventsDocument, { filter: eventFilter }, { transport: o.transport, signal: stop.signal, cursor: (d) => d.events.cursor })) {
       const event = data.events;
-      if (!event.nodeId || (only.size && !only.has(event.nodeId))) continue;
-      if (!event.type.startsWith('node.')) continue;
-      apply(await getNode(c, event.nodeId), event.type);
+      const id = event.nodeId;
+      if (!id || !event.type.startsWith('node.') || (only.size && !only.has(id))) continue;
+      const payload = (event.payload && typeof event.payload === 'object' ? event.payload : {}) as MovePayload;
+      const to = typeof payload.to === 'string' ? payload.to : null;
+      if (!watched.has(id)) {
+        // A node that joins the pool or site (enrolled meanwhile): shown if it fits the filters.
+        if (only.size || (filter.provisionState && to !== filter.provisionState)) continue;
+        const n = await getNode(c, id).catch(() => null);
+        if (!n || (filter.maintenance && !n.maintenance)) continue;
+        watched.set(id, n);
+      }
+      moving.add(id);
+      if (to) {
+        const from = state.get(id) ?? (typeof payload.from === 'string' ? payload.from : '-');
+        state.set(id, to);
+        if (from !== to) moved(event.createdAt, id, from, to, event.type, payload);
+      }
+      detail(id);
       if (reached()) break;
     }
   } catch (e) {
@@ -162,13 +213,29 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
     clearInterval(every);
     interrupted.removeEventListener('abort', onInterrupt);
     stop.abort('done');
+    await reading;
+    draw('');
     live.done();
   }
   if (timedOut && o.until && !reached()) {
-    const behind = [...watched.values()].filter((n) => n.provisionState !== o.until).map((n) => `${n.id} (${n.provisionState})`);
+    const behind = [...watched.keys()].filter((id) => state.get(id) !== o.until).map((id) => `${id} (${state.get(id)})`);
     throw new Refusal('TIMEOUT', `not every node reached ${o.until} within ${o.timeout}s: ${behind.slice(0, 20).join(', ')}${behind.length > 20 ? ' ...' : ''}`);
   }
   if (!c.out.json && !c.out.interactive) c.out.line(reached() ? `every node is ${o.until}` : 'stopped');
+}
+
+/**
+ * The table when it fits the terminal; otherwise the count of nodes per state and the nodes that
+ * changed last, as many as fit (2,000 machines do not fit a screen).
+ */
+function fit(c: Cli, rows: unknown[][]): string {
+  const room = Math.max(8, (process.stdout.rows || 40) - 6);
+  if (rows.length + 4 <= room) return c.out.renderTable(HEAD, rows);
+  const counts = new Map<string, number>();
+  for (const r of rows) counts.set(String(r[2]).split(' ')[0]!, (counts.get(String(r[2]).split(' ')[0]!) ?? 0) + 1);
+  const summary = c.out.renderTable(['STATE', 'NODES'], [...counts].sort((a, b) => b[1] - a[1]));
+  const recent = [...rows].sort((a, b) => String(b[7]).localeCompare(String(a[7]))).slice(0, Math.max(1, room - counts.size - 8));
+  return `${summary}\n${c.out.renderTable(HEAD, recent)}`;
 }
 
 export function register(program: Command): void {
