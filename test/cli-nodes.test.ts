@@ -3,6 +3,7 @@
  * child process from dist/ (npm run build first): nodes ls|get|watch, exit codes and configuration,
  * a verb on one node, bulk with batch approve.
  */
+import { spawn, spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -76,6 +77,33 @@ describe('nodes ls|get', () => {
     expect(byName.stdout).toContain('ready');
     const json = JSON.parse((await runCli(['nodes', 'get', node.id, '--json'], env)).stdout);
     expect(json).toMatchObject({ id: node.id, name: node.name, provisionState: 'ready', poolId: node.poolId, bmc: { address: node.bmcAddress, credentialsSet: true } });
+  });
+});
+
+describe('npx metalctl', () => {
+  it('runs the clone\'s own bin (package.json "bin") with npm offline and no registry reachable, and prints JSON', async () => {
+    const root = path.join(__dirname, '..');
+    const npx = spawn('npx', ['metalctl', 'nodes', 'ls', '--json'], {
+      cwd: root,
+      env: { ...env, npm_config_offline: 'true', npm_config_registry: 'http://127.0.0.1:9/', npm_config_update_notifier: 'false' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    npx.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+    npx.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    const code = await new Promise<number | null>((resolve) => npx.once('close', resolve));
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+    expect(JSON.parse(stdout)).toHaveLength(6);
+  });
+
+  it('the launcher says to build first when dist/ is missing', async () => {
+    const clone = fs.mkdtempSync(path.join(dir, 'clone-'));
+    fs.mkdirSync(path.join(clone, 'bin'));
+    fs.copyFileSync(path.join(__dirname, '..', 'bin', 'metalctl.js'), path.join(clone, 'bin', 'metalctl.js'));
+    const r = spawnSync(process.execPath, [path.join(clone, 'bin', 'metalctl.js'), '--help'], { cwd: clone, encoding: 'utf8' });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe('metalctl: dist/clients/cli/main.js is missing: run npm run build first\n');
   });
 });
 
