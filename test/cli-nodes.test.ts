@@ -222,10 +222,16 @@ describe('nodes watch', () => {
 
   it('--until ends once every watched node is there; --timeout without it ends with exit 0, with it TIMEOUT exit 1; --json prints one object per move', async () => {
     const node = tree.nodes[1]!; // commissioning since the test above
-    const watch = startCli(['nodes', 'watch', node.id, '--until', 'failed', '--timeout', '30', '--json'], env);
-    await new Promise((r) => setTimeout(r, 2000));
-    expect((await runCli(['abort', node.id], env)).code).toBe(0);
-    const end = await watch.done;
+    const watch = startCli(['nodes', 'watch', node.id, '--until', 'failed', '--timeout', '30', '--json', '--transport', 'sse'], env);
+    const end = await (async () => {
+      try {
+        await new Promise((r) => setTimeout(r, 2000));
+        expect((await runCli(['abort', node.id], env)).code).toBe(0);
+        return await watch.done;
+      } finally {
+        watch.proc.kill('SIGKILL');
+      }
+    })();
     expect(end.stderr).toBe('');
     expect(end.code).toBe(0);
     const lines = end.stdout.trim().split('\n').map((l) => JSON.parse(l));
