@@ -12,7 +12,7 @@ import { startTestApp, type TestApp } from './helpers/app';
 import { gql } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { cliEnv, runCli, startCli } from './helpers/cli';
-import { MetalNodesDocument } from '../src/generated/operations';
+import { DiscoveredDocument, MetalNodesDocument } from '../src/generated/operations';
 
 jest.setTimeout(120_000);
 
@@ -77,6 +77,22 @@ describe('nodes ls|get', () => {
     expect(byName.stdout).toContain('ready');
     const json = JSON.parse((await runCli(['nodes', 'get', node.id, '--json'], env)).stdout);
     expect(json).toMatchObject({ id: node.id, name: node.name, provisionState: 'ready', poolId: node.poolId, bmc: { address: node.bmcAddress, credentialsSet: true } });
+  });
+});
+
+describe('nodes discovered', () => {
+  it('lists the site\'s PXE sightings as the API does (none here); refused without compute:sites:read', async () => {
+    const denied = await runCli(['nodes', 'discovered', '--site', tree.site.name], env);
+    expect(denied.code).toBe(1);
+    expect(denied.stderr).toMatch(/^error: (PERMISSION_DENIED|FORBIDDEN|NOT_FOUND): /);
+    const reader = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: tree.tenant.id }]);
+    const readerEnv = cliEnv({ METAL_URL: t.url, METAL_TOKEN: reader });
+    const r = await runCli(['nodes', 'discovered', '--site', tree.site.name, '--json'], readerEnv);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual((await gql(t.url, reader, DiscoveredDocument, { siteId: tree.site.id })).data!.discovered);
+    expect((await runCli(['nodes', 'discovered', '--site', tree.site.id], readerEnv)).stdout).toContain('0 machine(s)');
+    expect((await runCli(['nodes', 'discovered'], readerEnv)).code).toBe(2);
   });
 });
 

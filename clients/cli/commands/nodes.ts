@@ -8,7 +8,7 @@
  * --until; with --until, not reached in time is `error: TIMEOUT`, exit 1).
  */
 import { Option, type Command } from 'commander';
-import { EventsDocument, MetalNodeDocument, MetalNodesDocument, type EventFilter, type MetalNodeViewFragment, type NodeFilter } from '../../sdk/src';
+import { DiscoveredDocument, EventsDocument, MetalNodeDocument, MetalNodesDocument, type EventFilter, type MetalNodeViewFragment, type NodeFilter } from '../../sdk/src';
 import { cli, type Cli } from '../context';
 import { oneLine, Refusal } from '../errors';
 import { when } from '../output';
@@ -258,6 +258,18 @@ export function register(program: Command): void {
       const n = await getNode(c, await nodeId(c.client(), value));
       if (c.out.json) return c.out.printJson(n);
       printNode(c, n);
+    });
+
+  nodes.command('discovered').description('machines the site\'s agents saw PXE-booting from a MAC with no boot entry (last 24 h): candidates for confirm-mac')
+    .requiredOption('--site <site>', 'the site (id or name)', ref('site'))
+    .action(async (o: { site: string }, cmd: Command) => {
+      const c = cli(cmd);
+      const { discovered } = await c.client().request(DiscoveredDocument, { siteId: await siteId(c.client(), o.site) });
+      if (c.out.json) return c.out.printJson(discovered);
+      c.out.table(['MAC', 'PRODUCT UUID', 'ARCH', 'FIRST SEEN', 'LAST SEEN', 'REQUESTS', 'NODE', 'CANDIDATE FOR'], discovered.map((d) => [
+        d.mac, d.productUuid, d.arch, when(d.firstSeen), when(d.lastSeen), d.requestCount, d.nodeId, d.candidateFor,
+      ]));
+      c.out.line(`${discovered.length} machine(s)`);
     });
 
   filterOptions(nodes.command('watch').description('show the nodes and redraw as they move (from the event stream); plain lines when not a terminal'))
