@@ -153,11 +153,13 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
   let timedOut = false;
   const timer = o.timeout ? setTimeout(() => { timedOut = true; stop.abort('timeout'); }, o.timeout * 1000) : undefined;
   // A move between the first read and the stream's start is not on the stream: read again once it
-  // runs (nodes no event has moved yet), then now and then for nodes that joined the filter.
+  // runs (nodes no event has moved yet, nodes that joined meanwhile), then now and then.
   const moving = new Set<string>();
-  const reread = async () => {
+  const reread = async (joining: boolean) => {
     try {
       for (const n of await load()) {
+        // Nodes that join later come with their event (node.enrolled, or a move into --state).
+        if (!watched.has(n.id) && !joining) continue;
         if (!watched.has(n.id)) {
           watched.set(n.id, n);
           state.set(n.id, n.provisionState);
@@ -174,8 +176,8 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
       // the next reread or event tries again
     }
   };
-  const first = setTimeout(() => void reread(), 1000);
-  const every = setInterval(() => void reread(), 30_000);
+  const first = setTimeout(() => void reread(true), 1000);
+  const every = setInterval(() => void reread(false), 30_000);
   const eventFilter: EventFilter = {};
   if (only.size === 1) eventFilter.nodeId = [...only][0];
   else {
