@@ -23,18 +23,32 @@ type Event = EventsSubscription['events'];
 async function tcpProxy(target: string) {
   const { hostname, port } = new URL(target);
   const sockets = new Set<net.Socket>();
+  let frozen = false;
   const server = net.createServer((client) => {
     const upstream = net.connect(Number(port), hostname);
     for (const s of [client, upstream]) {
       sockets.add(s);
       s.on('error', () => undefined);
-      s.on('close', () => sockets.delete(s));
+      s.on('close', () => {
+        sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
     }
-    client.pipe(upstream).pipe(client);
+    // Forwarded unless frozen; while frozen, whatever either side sends is lost (a black hole).
+    client.on('data', (chunk) => void (frozen || upstream.write(chunk)));
+    upstream.on('data', (chunk) => void (frozen || client.write(chunk)));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    /** Stops forwarding anything, in both directions, without closing a connection (until thaw). */
+    freeze: () => {
+      frozen = true;
+    },
+    thaw: () => {
+      frozen = false;
+    },
     /** Drops every open connection (no close frame, no message: a reset). */
     cut: () => {
       for (const s of sockets) s.destroy();
@@ -182,6 +196,51 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
     });
   }
 
+  it('close() ends a subscription that waits to reconnect, at once and without an error', async () => {
+    const proxy = await tcpProxy(t.url);
+    const sdk = new MetalClient({ url: proxy.url, token });
+    const reconnects: string[] = [];
+    const stream = drain(sdk.subscribe(EventsDocument, { filter: { types: [TYPE] } }, { transport: 'sse', retryDelayMs: () => 60_000, onReconnect: ({ error }) => reconnects.push(error.code) }));
+    await until(() => t.app.services.events!.subscriberCount === 1, 10000, 'the stream to open');
+    proxy.cut();
+    await until(() => reconnects.length === 1, 10000, 'the drop to be noticed');
+    const started = Date.now();
+    await sdk.close();
+    await stream.finished;
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(stream.state).toMatchObject({ done: true, error: undefined });
+    await proxy.close();
+  });
+
+  for (const transport of ['ws', 'sse'] as Transport[]) {
+    it(`over ${transport}, a connection that goes silent without closing is noticed by the keep-alive and resumed from the cursor`, async () => {
+      const proxy = await tcpProxy(t.url);
+      // A 1 s handshake timeout: reconnects while the network still swallows everything give up and try again.
+      const sdk = new MetalClient({ url: proxy.url, token, keepAliveMs: 500, timeoutMs: 1000 });
+      const after = await head();
+      const reconnects: string[] = [];
+      const stream = drain(sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, { transport, retryDelayMs: () => 100, onReconnect: ({ error }) => reconnects.push(error.code) }));
+      try {
+        await publish(3);
+        await until(() => stream.state.items.length === 3, 10000, 'the first batch');
+        proxy.freeze();
+        await publish(3); // sent into the black hole
+        await until(() => reconnects.length > 0, 5000, 'the silent connection to be noticed');
+        proxy.thaw();
+        await until(() => stream.state.items.length >= 6, 15000, 'the batch sent while frozen, replayed');
+        await publish(1);
+        await until(() => stream.state.items.length >= 7, 10000, 'a live event after it');
+        expect(reconnects[0]).toBe('NETWORK');
+        expect(asRows(stream.state.items.map((r) => r.events))).toEqual(await committed(after));
+        expect(stream.state.error).toBeUndefined();
+      } finally {
+        await sdk.close();
+        await stream.finished;
+        await proxy.close();
+      }
+    });
+  }
+
   it('when the service stops (ABORTED server-stopping) and starts again, ws and sse subscriptions resume from their cursor', async () => {
     const url = t.url;
     const port = Number(new URL(url).port);
@@ -226,6 +285,27 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
       await Promise.all([ws.close(), sse.close()]);
       await Promise.all([overWs.finished, overSse.finished]);
     }
+  });
+
+  it('a loop that takes results slower than they come keeps a bounded buffer: the stream is reopened from the last one taken, nothing lost or repeated', async () => {
+    const sdk = new MetalClient({ url: t.url, token });
+    const after = await head();
+    const reasons: string[] = [];
+    const got: Event[] = [];
+    await publish(40);
+    for await (const result of sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, {
+      bufferSize: 5,
+      retryDelayMs: () => 20,
+      onReconnect: ({ error }) => reasons.push(`${error.code}:${(error.details as { reason?: string }).reason}`),
+    })) {
+      got.push(result.events);
+      await new Promise((r) => setTimeout(r, 5));
+      if (got.length === 40) break;
+    }
+    expect(asRows(got)).toEqual(await committed(after));
+    expect(reasons.length).toBeGreaterThan(0);
+    expect(new Set(reasons)).toEqual(new Set(['ABORTED:slow-consumer']));
+    await sdk.close();
   });
 
   it('nodeUpdated (no cursor) over ws: the current view, then one per change', async () => {

@@ -18,6 +18,13 @@ export interface MetalClientOptions {
    * (Node 20 has no global WebSocket).
    */
   webSocketImpl?: unknown;
+  /**
+   * Keep-alive: over graphql-ws a ping this often, and a socket whose pong does not come within
+   * as long again is cut; over SSE a stream on which nothing (not even the service's 12 s ping)
+   * arrived for twice as long is cut. Either way its subscriptions resume from their cursor: a
+   * connection that died without closing (a frozen NAT, a pulled cable) is noticed. Default 15000.
+   */
+  keepAliveMs?: number;
 }
 
 export type Transport = 'ws' | 'sse';
@@ -40,6 +47,13 @@ export interface SubscribeOptions<R> {
   retries?: number;
   /** Delay before the n-th reconnect in a row (n from 1). Default: 250 ms doubling up to 10 s, with jitter. */
   retryDelayMs?: (attempt: number) => number;
+  /**
+   * How many results may wait for the loop to take them (default 10000). Past that the stream is
+   * closed and opened again from the last result taken (the service replays the rest from its
+   * table), as the service itself does with a subscriber that falls behind: memory stays bounded
+   * and nothing is lost.
+   */
+  bufferSize?: number;
   /** Called before each reconnect, with the error that ended the previous stream. */
   onReconnect?: (info: { attempt: number; error: MetalError; after: string | null | undefined }) => void;
 }
@@ -95,16 +109,18 @@ const defaultDelay = (attempt: number) => {
   return base / 2 + Math.random() * (base / 2);
 };
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+/** Waits `ms`, or less when one of the signals aborts. */
+function sleep(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<void> {
+  const given = signals.filter((s): s is AbortSignal => !!s);
   return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
+    if (given.some((s) => s.aborted)) return resolve();
     const done = () => {
       clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
+      for (const s of given) s.removeEventListener('abort', done);
       resolve();
     };
     const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
+    for (const s of given) s.addEventListener('abort', done, { once: true });
   });
 }
 
@@ -120,8 +136,15 @@ class Channel<R> {
   private waiter: ((item: Item<R>) => void) | null = null;
   private ended = false;
 
+  /** `limit`: results waiting past it end the stream with `overflow` (after the ones that fit). */
+  constructor(
+    private readonly limit = Infinity,
+    private readonly overflow?: () => Item<R>,
+  ) {}
+
   push(item: Item<R>): void {
     if (this.ended) return;
+    if (item.kind === 'next' && this.overflow && this.items.length >= this.limit) item = this.overflow();
     if (item.kind !== 'next') this.ended = true;
     const waiter = this.waiter;
     if (waiter) {
@@ -178,6 +201,20 @@ function endFromSseError(err: unknown): Item<never> {
 }
 
 /**
+ * The `ws` package's WebSocket (Node 20 has no global one), with an opening handshake that gives
+ * up after `timeoutMs` (its default waits as long as TCP does: a reconnect to a host that
+ * swallows packets would hang).
+ */
+function nodeWebSocket(timeoutMs: number): unknown {
+  const Ws = require('ws') as typeof import('ws');
+  return class extends Ws {
+    constructor(url: string | URL, protocols?: string | string[]) {
+      super(url, protocols, { handshakeTimeout: timeoutMs });
+    }
+  };
+}
+
+/**
  * The service's API: GraphQL (typed documents from ./generated), its Relay connections as async
  * iterators, its subscriptions with reconnect and cursor replay, and its REST routes.
  */
@@ -187,6 +224,9 @@ export class MetalClient {
   private readonly fetchImpl: typeof fetch;
   private readonly timeoutMs: number;
   private readonly webSocketImpl?: unknown;
+  private readonly keepAliveMs: number;
+  /** Aborted (and replaced) by close(): the subscriptions open by then end, and wait to reconnect no more. */
+  private closing = new AbortController();
   private ws: WsClient | null = null;
   /** The graphql-ws streams open now: a closed socket ends each of them (see wsClient). */
   private readonly wsChannels = new Set<Channel<unknown>>();
@@ -201,6 +241,7 @@ export class MetalClient {
     this.fetchImpl = f;
     this.timeoutMs = opts.timeoutMs ?? 30000;
     this.webSocketImpl = opts.webSocketImpl;
+    this.keepAliveMs = opts.keepAliveMs ?? 15000;
   }
 
   private headers(extra: Record<string, string> = {}): Record<string, string> {
@@ -312,20 +353,50 @@ export class MetalClient {
   /** The graphql-ws client of this MetalClient: one socket for all its subscriptions, opened on demand. */
   private wsClient(): WsClient {
     if (this.ws) return this.ws;
-    const impl = this.webSocketImpl ?? (globalThis as { WebSocket?: unknown }).WebSocket ?? require('ws');
+    const impl = this.webSocketImpl ?? (globalThis as { WebSocket?: unknown }).WebSocket ?? nodeWebSocket(this.timeoutMs);
     const token = this.token;
+    type Socket = { readyState: number; close(code?: number, reason?: string): void; terminate?: () => void };
+    let socket: Socket | null = null;
+    let pongWait: ReturnType<typeof setTimeout> | null = null;
+    const stopWaiting = () => {
+      if (pongWait) clearTimeout(pongWait);
+      pongWait = null;
+    };
     this.ws = createWsClient({
       url: this.url.replace(/^http/i, 'ws') + '/graphql',
       webSocketImpl: impl,
       connectionParams: token ? { authorization: `Bearer ${token}` } : {},
       lazy: true,
+      keepAlive: this.keepAliveMs,
+      connectionAckWaitTimeout: this.timeoutMs,
       // Reconnecting is subscribe()'s: it knows each stream's cursor; graphql-ws would resend the old `after`.
       retryAttempts: 0,
       shouldRetry: () => false,
       on: {
+        connected: (s) => {
+          socket = s as Socket;
+        },
+        // A ping sent: its pong must come back in time, or the socket is dead without knowing it.
+        // (terminate: a close handshake on a dead connection would wait for ws' 30 s timeout.)
+        ping: (received) => {
+          if (received) return;
+          stopWaiting();
+          const waitingOn = socket;
+          pongWait = setTimeout(() => {
+            if (waitingOn && waitingOn === socket && waitingOn.readyState === 1) {
+              if (waitingOn.terminate) waitingOn.terminate();
+              else waitingOn.close(4408, 'no pong from the service');
+            }
+          }, this.keepAliveMs);
+        },
+        pong: (received) => {
+          if (received) stopWaiting();
+        },
         // graphql-ws resubscribes on its own, with the same variables, after a socket closed with
         // 1000: end each stream here instead, so subscribe() resumes it from its own cursor.
         closed: (event) => {
+          stopWaiting();
+          socket = null;
           for (const channel of [...this.wsChannels]) channel.push(endFromWsError(event));
         },
       },
@@ -354,12 +425,62 @@ export class MetalClient {
     };
   }
 
+  /**
+   * fetch for GraphQL over SSE, cut when nothing arrives for twice `keepAliveMs`: the service
+   * writes a ping every 12 s on an idle stream, so a silent one is a dead connection (graphql-sse
+   * then reports a network error and subscribe() resumes from the cursor). The wait for the
+   * response's head counts too.
+   */
+  private sseFetch(): typeof fetch {
+    const base = this.fetchImpl;
+    const idleMs = this.keepAliveMs * 2;
+    return (async (input: Parameters<typeof fetch>[0], init?: RequestInit) => {
+      const control = new AbortController();
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const disarm = () => clearTimeout(timer);
+      const arm = () => {
+        disarm();
+        timer = setTimeout(() => control.abort(new Error(`nothing arrived for ${idleMs} ms`)), idleMs);
+        (timer as { unref?: () => void }).unref?.();
+      };
+      const outer = init?.signal;
+      if (outer?.aborted) control.abort(outer.reason);
+      outer?.addEventListener('abort', () => {
+        disarm();
+        control.abort(outer.reason);
+      }, { once: true });
+      arm();
+      let response: Response;
+      try {
+        response = await base(input, { ...init, signal: control.signal });
+      } catch (error) {
+        disarm();
+        throw error;
+      }
+      if (!response.body || !(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
+        disarm();
+        return response;
+      }
+      arm();
+      const body = response.body.pipeThrough(
+        new TransformStream<Uint8Array, Uint8Array>({
+          transform(chunk, out) {
+            arm();
+            out.enqueue(chunk);
+          },
+          flush: disarm,
+        }),
+      );
+      return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+    }) as typeof fetch;
+  }
+
   /** One attempt over GraphQL over SSE (distinct connections, as the service's Yoga serves it). */
   private openSse<R>(query: string, operationName: string | undefined, variables: unknown, channel: Channel<R>): () => void {
     const client = createSseClient({
       url: `${this.url}/graphql`,
       headers: this.headers(),
-      fetchFn: this.fetchImpl,
+      fetchFn: this.sseFetch(),
       retryAttempts: 0,
     });
     const unsubscribe = client.subscribe<R>(
@@ -396,13 +517,22 @@ export class MetalClient {
     const retries = opts.retries ?? 10;
     const delay = opts.retryDelayMs ?? defaultDelay;
     const signal = opts.signal;
+    const bufferSize = opts.bufferSize ?? 10000;
+    if (!(bufferSize >= 1)) throw new MetalError('INVALID_INPUT', 'bufferSize: must be at least 1', { field: 'bufferSize' });
     return {
       async *[Symbol.asyncIterator]() {
+        const closed = client.closing.signal;
         const given = (variables ?? {}) as Record<string, unknown>;
         let after = given.after as string | null | undefined;
         let failures = 0;
-        while (!signal?.aborted) {
-          const channel = new Channel<R>();
+        while (!signal?.aborted && !closed.aborted) {
+          const channel = new Channel<R>(bufferSize, () => ({
+            kind: 'end',
+            retry: true,
+            error: new MetalError('ABORTED', `more than ${bufferSize} results waited to be taken: the stream is opened again from the last one taken`, {
+              details: { reason: 'slow-consumer', side: 'client' },
+            }),
+          }));
           const onAbort = () => channel.push({ kind: 'aborted' });
           signal?.addEventListener('abort', onAbort, { once: true });
           const vars = takesAfter && after != null ? { ...given, after } : given;
@@ -435,7 +565,7 @@ export class MetalClient {
           failures += 1;
           if (failures > retries) throw end.error;
           opts.onReconnect?.({ attempt: failures, error: end.error, after });
-          await sleep(delay(failures), signal);
+          await sleep(delay(failures), signal, closed);
         }
       },
     };
@@ -443,6 +573,8 @@ export class MetalClient {
 
   /** Ends every open subscription (their loops finish) and closes the WebSocket. */
   async close(): Promise<void> {
+    this.closing.abort();
+    this.closing = new AbortController();
     for (const close of [...this.closers]) close();
     const ws = this.ws;
     this.ws = null;
