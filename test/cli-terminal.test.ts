@@ -3,7 +3,7 @@
  * with every row's result above it, watch redraws its table in place as a node moves. The same
  * commands on a pipe print plain lines, without a terminal code (cli-nodes and cli-enroll read those).
  */
-import { execFile } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -34,14 +34,24 @@ afterAll(async () => {
   await t?.stop();
 });
 
-/** metalctl on a 40x200 pseudo-terminal; resolves with its exit code and everything it drew. */
-function onTerminal(args: string[]): Promise<{ code: number; screen: string }> {
+/** metalctl on a 40x200 pseudo-terminal: everything it drew, and its exit code once it ends. */
+function onTerminal(args: string[]): { screen(): string; shows(text: string, limitMs: number): Promise<void>; done: Promise<{ code: number; screen: string }> } {
   const command = `stty rows 40 cols 200; exec ${[process.execPath, CLI_MAIN, ...args].map((a) => `'${a}'`).join(' ')}`;
-  return new Promise((resolve) => {
-    execFile('script', ['-qec', command, '/dev/null'], { env, encoding: 'utf8', timeout: 60_000 }, (error, stdout) => {
-      resolve({ code: error ? Number((error as { code?: number }).code ?? -1) : 0, screen: stdout });
-    });
-  });
+  const child = spawn('script', ['-qec', command, '/dev/null'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let screen = '';
+  child.stdout.on('data', (d: Buffer) => { screen += d.toString(); });
+  child.stderr.on('data', (d: Buffer) => { screen += d.toString(); });
+  const killer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+  const done = new Promise<{ code: number; screen: string }>((resolve) => child.once('close', (code) => {
+    clearTimeout(killer);
+    resolve({ code: code ?? -1, screen });
+  }));
+  const shows = async (text: string, limitMs: number) => {
+    for (const started = Date.now(); !screen.includes(text); await new Promise((r) => setTimeout(r, 50))) {
+      if (Date.now() - started > limitMs || child.exitCode !== null) throw new Error(`the terminal never showed ${text}:\n${screen}`);
+    }
+  };
+  return { screen: () => screen, shows, done };
 }
 
 const ESC = '\u001b[';
@@ -50,7 +60,7 @@ it('enroll draws one progress bar, with each row\'s result printed above it', as
   const file = path.join(dir, 'machines.csv');
   fs.writeFileSync(file, ['name,bmc.address,bmc.driver,bmc.username,bmc.password,macs',
     ...sim.machines.map((m) => `${m.id},${m.bmc.url},redfish,${m.bmc.username},${m.bmc.password},${m.macs.join(' ')}`)].join('\n'));
-  const { code, screen } = await onTerminal(['enroll', '--file', file, '--pool', tree.pools[0]!.id]);
+  const { code, screen } = await onTerminal(['enroll', '--file', file, '--pool', tree.pools[0]!.id]).done;
   expect(code).toBe(0);
   expect(screen).toMatch(/enroll \[[█░]+\] 0\/3/);
   expect(screen).toMatch(/enroll \[█+\] 3\/3/);
@@ -65,10 +75,10 @@ it('enroll draws one progress bar, with each row\'s result printed above it', as
 
 it('nodes watch redraws its table in place when a node moves', async () => {
   const node = tree.nodes.find((n) => n.poolId === tree.pools[1]!.id)!;
-  const watching = onTerminal(['nodes', 'watch', '--pool', tree.pools[1]!.id, '--timeout', '6']);
-  await new Promise((r) => setTimeout(r, 3000));
+  const watching = onTerminal(['nodes', 'watch', '--pool', tree.pools[1]!.id, '--timeout', '8']);
+  await watching.shows('waiting for events', 20_000);
   expect((await runCli(['retire', node.id], env)).code).toBe(0);
-  const { code, screen } = await watching;
+  const { code, screen } = await watching.done;
   expect(code).toBe(0);
   const frames = screen.split(`${ESC}2K`);
   expect(frames.length).toBeGreaterThan(2); // lines erased: drawn again in place
@@ -85,7 +95,7 @@ it('nodes watch of more nodes than the terminal has rows shows the count per sta
   const saved = env;
   env = cliEnv({ METAL_URL: t.url, METAL_TOKEN: token });
   try {
-    const { code, screen } = await onTerminal(['nodes', 'watch', '--pool', big.pools[0]!.id, '--timeout', '3']);
+    const { code, screen } = await onTerminal(['nodes', 'watch', '--pool', big.pools[0]!.id, '--timeout', '3']).done;
     expect(code).toBe(0);
     const text = screen.replace(/\u001b\[[0-9;?]*[A-Za-z]/g, '');
     expect(text).toMatch(/│ STATE +│ NODES │/);
