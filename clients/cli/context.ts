@@ -42,7 +42,11 @@ export function cli(cmd: Command): Cli {
         const controller = new AbortController();
         interrupt = controller;
         const stop = (signal: NodeJS.Signals) => {
-          if (controller.signal.aborted) process.exit(signal === 'SIGINT' ? 130 : 143);
+          if (controller.signal.aborted) {
+            // A bar or a redraw hid the cursor: give it back before leaving.
+            if (process.stdout.isTTY) process.stdout.write('\u001b[?25h\n');
+            process.exit(signal === 'SIGINT' ? 130 : 143);
+          }
           controller.abort(signal);
         };
         process.on('SIGINT', stop);
