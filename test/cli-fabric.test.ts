@@ -91,6 +91,15 @@ describe('metalctl fabric', () => {
     expect(sw.code).toBe(0);
     expect(sw.stdout).toBe(`${want.switchConfig.replace(/\n$/, '')}\n`);
 
+    // The same plan from a YAML file of snake_case fields; a flag overrides the file.
+    const file = path.join(lab.nodes[0]!.dir, 'plan.yaml');
+    await fs.writeFile(file, `management_cidr: ${lab.lan!.cidr}\nfabric_switch_nos: sonic\nvxlan_mtu: 9000\nexpected_nodes: 2\n`);
+    const fromFile = await metalctl(['fabric', 'plan', '--file', file, '--vxlan-mtu', '1500', '--json'], env);
+    expect(fromFile.code).toBe(0);
+    expect(JSON.parse(fromFile.stdout).planHash).toBe(want.planHash);
+    await fs.writeFile(file, '- not\n- a mapping\n');
+    expect((await metalctl(['fabric', 'plan', '--file', file], env)).code).toBe(2);
+
     const usage = await metalctl(['fabric', 'plan', '--vxlan-mtu', 'lots'], env);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toMatch(/--vxlan-mtu/);
@@ -144,8 +153,8 @@ describe('metalctl fabric', () => {
     expect(run.stdout).toMatch(new RegExp(`job ${jobId} fabric_apply completed \\(apply_completed\\): 2 ok, 0 failed of 2`));
     expect(run.stdout).not.toContain(BGP_PASSWORD);
 
-    // Again (idempotent), as JSON lines: the answer, every event of the job, the job.
-    const again = await metalctl(['fabric', 'apply', '--watch', '--json'], env);
+    // Again (idempotent), as JSON lines over GraphQL-over-SSE: the answer, every event of the job, the job.
+    const again = await metalctl(['fabric', 'apply', '--watch', '--json', '--transport', 'sse'], env);
     expect([again.code, again.stderr]).toEqual([0, '']);
     const lines = again.stdout.trim().split('\n').map((l) => JSON.parse(l));
     const answer = lines[0];

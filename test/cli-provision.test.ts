@@ -132,6 +132,15 @@ describe('metalctl jobs', () => {
     const watcher = startCli(['jobs', 'watch', jobId], env);
     await watcher.waitFor(/cn-two {2}\d+\/100 {2}running: Installing OS/, 90_000);
 
+    // Ctrl-C stops a watcher, not the job: INTERRUPTED (exit 1), the job still running.
+    const second = startCli(['jobs', 'watch', jobId], env);
+    await second.waitFor(/Installing OS/);
+    second.proc.kill('SIGINT');
+    const stopped = await second.done;
+    expect(stopped.code).toBe(1);
+    expect(stopped.stderr).toMatch(/^error: INTERRUPTED: /);
+    expect(watcher.proc.exitCode).toBeNull();
+
     const table = await metalctl(['jobs', 'get', jobId], env);
     expect(table.code).toBe(0);
     expect(table.stdout).toMatch(/status\s*│\s*running/);
