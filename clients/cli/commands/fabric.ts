@@ -15,7 +15,7 @@ import {
   type FabricPreflightInput,
 } from '../../sdk/src';
 import { cli, type Cli } from '../context';
-import { Refusal, UsageError } from '../errors';
+import { oneLine, Refusal, UsageError } from '../errors';
 import { when } from '../output';
 import { itemProgress } from './node-bars';
 
@@ -70,7 +70,8 @@ async function plan(c: Cli, opts: PlanOpts): Promise<void> {
   for (const [key, value] of flags) if (value !== undefined) (input as Record<string, unknown>)[key] = value;
   const { fabricPlan: p } = await c.client().request(FabricPlanDocument, { input });
   if (c.out.json) return c.out.printJson(p);
-  if (opts.switchConfig) return c.out.line(p.switchConfig.replace(/\n$/, ''));
+  // The switch's text as rendered, lines kept; no control character that could drive the terminal.
+  if (opts.switchConfig) return c.out.line(p.switchConfig.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, '').replace(/\n$/, ''));
   c.out.table(['setting', 'planned'], [
     ['deployment mode', p.deploymentMode], ['underlay', p.underlayMode], ['AS', p.config.as], ['switch AS', p.config.fabricSwitchAs],
     ['switch', `${p.config.fabricSwitchName} (${p.config.fabricSwitchNos}, ${p.config.fabricSwitchRole})`],
@@ -78,8 +79,8 @@ async function plan(c: Cli, opts: PlanOpts): Promise<void> {
     ['VTEP pool', `${p.config.routerIdBase}/${p.config.routerIdPrefixLen} (${p.vtepCapacity} addresses)`],
     ['VXLAN MTU', p.config.vxlanMtu], ['public MTU', p.config.publicMtu], ['rollout status', p.config.rolloutStatus], ['plan hash', p.planHash],
   ]);
-  for (const risk of p.risks) c.out.line(`risk: ${risk}`);
-  for (const note of p.notes) c.out.line(`note: ${note}`);
+  for (const risk of p.risks) c.out.line(`risk: ${oneLine(risk)}`);
+  for (const note of p.notes) c.out.line(`note: ${oneLine(note)}`);
   c.out.line('(--switch-config prints the rendered switch configuration)');
 }
 
@@ -105,10 +106,10 @@ async function preflight(c: Cli, opts: PreflightOpts): Promise<void> {
   if (c.out.json) return c.out.printJson(r);
   c.out.table(['node', 'fqdn', 'mode', 'bridge', 'mtu', 'underlay ip', 'reason'],
     r.nodes.map((n) => [n.nodeIp, n.fqdn, n.mode, n.bridge, n.bridgeMtu || '', n.underlayIp, n.reason]));
-  for (const d of r.mtuDrift) c.out.line(`mtu drift: ${d.nodeIp} (${d.fqdn}) ${d.bridge} has MTU ${d.bridgeMtu}`);
+  for (const d of r.mtuDrift) c.out.line(oneLine(`mtu drift: ${d.nodeIp} (${d.fqdn}) ${d.bridge} has MTU ${d.bridgeMtu}`));
   const pool = r.vtepPool;
   c.out.line(`VTEP pool ${pool.routerIdBase}/${pool.routerIdPrefixLen}: ${pool.capacity} addresses for ${pool.expectedNodes} expected nodes (headroom ${pool.headroom})${pool.overallocWarn ? ' OVER-ALLOCATED' : ''}`);
-  c.out.line(`underlay ${r.underlayCidr}: MTU consensus ${r.underlayMtu || 'none'}; ready: ${r.ready ? 'yes' : 'no'}`);
+  c.out.line(oneLine(`underlay ${r.underlayCidr}: MTU consensus ${r.underlayMtu || 'none'}; ready: ${r.ready ? 'yes' : 'no'}`));
 }
 
 type JobView = FabricJobViewFragment;
@@ -139,7 +140,7 @@ function summary(c: Cli, job: JobView): void {
     n.nodeIp, n.fqdn, n.vtepIp, n.finished ? (n.ok ? 'ok' : n.rolledBack ? 'rolled back' : 'failed') : 'unfinished',
     n.steps.map((s) => `${s.phase === 'teardown' ? '-' : ''}${s.step}:${s.status}`).join(' '), n.error,
   ]));
-  c.out.line(`job ${job.jobId} ${job.jobType} ${job.jobStatus} (${job.state}): ${job.completedNodes} ok, ${job.failedNodes} failed of ${job.totalNodes}${job.error ? `: ${job.error}` : ''}`);
+  c.out.line(oneLine(`job ${job.jobId} ${job.jobType} ${job.jobStatus} (${job.state}): ${job.completedNodes} ok, ${job.failedNodes} failed of ${job.totalNodes}${job.error ? `: ${job.error}` : ''}`));
 }
 
 /** Fails the command (exit 1, the code printed) unless the job completed. */
@@ -224,12 +225,12 @@ async function apply(c: Cli, opts: { node?: string; strict?: boolean; watch?: bo
     : (await c.client().request(ApplyFabricDocument, { strict })).applyFabric;
   if (!opts.watch) {
     if (c.out.json) return c.out.printJson(r);
-    c.out.line(`${r.message}${r.created ? '' : ' (the same apply was already running)'}`);
+    c.out.line(oneLine(`${r.message}${r.created ? '' : ' (the same apply was already running)'}`));
     c.out.line(`job ${r.applyJobId}: follow it with \`metalctl fabric watch ${r.applyJobId}\`, stop it with \`metalctl fabric cancel ${r.applyJobId}\``);
     return;
   }
   if (c.out.json) c.out.jsonLine(r);
-  else c.out.line(`${r.message}: job ${r.applyJobId}`);
+  else c.out.line(oneLine(`${r.message}: job ${r.applyJobId}`));
   outcome(await watchFabricJob(c, r.applyJobId, opts.transport));
 }
 
@@ -242,7 +243,7 @@ async function cancel(c: Cli, jobId: string | undefined): Promise<void> {
   }
   const r = (await c.client().request(CancelFabricApplyDocument, { jobId: id })).cancelFabricApply;
   if (c.out.json) return c.out.printJson(r);
-  c.out.line(`${r.message} (${r.state})`);
+  c.out.line(oneLine(`${r.message} (${r.state})`));
 }
 
 async function show(c: Cli, jobId: string | undefined): Promise<void> {

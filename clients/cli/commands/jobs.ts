@@ -6,7 +6,7 @@ import {
   type ControlNodeJobViewFragment,
 } from '../../sdk/src';
 import { cli, type Cli } from '../context';
-import { Refusal } from '../errors';
+import { oneLine, Refusal } from '../errors';
 import { when } from '../output';
 import { itemProgress } from './node-bars';
 
@@ -108,7 +108,7 @@ export async function watchJob(c: Cli, id: string, transport: Transport = 'ws'):
     if (interrupted.aborted && !TERMINAL.has(job.jobStatus)) throw new Refusal('INTERRUPTED', `stopped watching; job ${id} goes on (metalctl jobs watch ${id})`);
   }
   view?.stop();
-  if (!c.out.json) c.out.line(`job ${job.id} ${lower(job.jobStatus)}: ${job.status}`);
+  if (!c.out.json) c.out.line(oneLine(`job ${job.id} ${lower(job.jobStatus)}: ${job.status}`));
   return job;
 }
 
@@ -140,6 +140,6 @@ export function register(program: Command): void {
       const c = cli(cmd);
       const job = (await c.client().request(ControlNodeJobCancelDocument, { id })).cancelControlNodeJob;
       if (c.out.json) return c.out.printJson(job);
-      c.out.line(`job ${job.id} ${lower(job.jobStatus)}: ${job.status}`);
+      c.out.line(oneLine(`job ${job.id} ${lower(job.jobStatus)}: ${job.status}`));
     });
 }

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import { Argument, InvalidArgumentError, type Command } from 'commander';
 import { ControlNodeProvisionDocument, type ControlNodeProvisionMutationVariables, type ProvisionControlNodeInput } from '../../sdk/src';
 import { cli, type Cli } from '../context';
-import { UsageError } from '../errors';
+import { oneLine, UsageError } from '../errors';
 import { jobOutcome, transportOption, watchJob, type Transport } from './jobs';
 
 /**
@@ -77,12 +77,12 @@ async function provision(c: Cli, vendor: string, opts: ProvisionOpts): Promise<v
   const r = (await c.client().request(ControlNodeProvisionDocument, variables)).provisionControlNode;
   if (!opts.watch) {
     if (c.out.json) return c.out.printJson(r);
-    c.out.line(r.message);
+    c.out.line(oneLine(r.message));
     c.out.line(`job ${r.jobId} (node ${r.node.id}, ${r.node.provisionState.toLowerCase()}): follow it with \`metalctl jobs watch ${r.jobId}\``);
     return;
   }
   if (c.out.json) c.out.jsonLine(r);
-  else c.out.line(`${r.message}: job ${r.jobId}`);
+  else c.out.line(oneLine(`${r.message}: job ${r.jobId}`));
   jobOutcome(await watchJob(c, r.jobId, opts.transport));
 }
 
