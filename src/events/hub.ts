@@ -407,7 +407,14 @@ export class EventHub {
   }
 
   async subscribe(options: SubscribeOptions): Promise<Subscription> {
-    if (this.stopped) throw new AppError('INVALID_STATE', 'the service is shutting down; reconnect to another process or retry');
+    // A stream asked for while the service stops ends as the open ones did (ABORTED
+    // server-stopping), so a client resubscribing after that error (the SDK) reconnects again
+    // rather than giving up on what looked like a refusal; it resumes where it asked to start.
+    // (From the oldest retained: from the retention horizon, which is what "after" it means.)
+    if (this.stopped) {
+      const from = options.after != null ? parseCursor(options.after, 'after') : options.fromOldest ? (await this.bounds()).pruned : this.head;
+      throw serverStopping(from);
+    }
     let start = this.head;
     let replayUntil: bigint | null = null;
     if (options.after != null || options.fromOldest) {
@@ -421,7 +428,14 @@ export class EventHub {
         });
       }
       if (after > known) throw invalidInput('after', `the cursor is ahead of the stream (its head is ${known})`);
-      if (this.stopped) throw new AppError('INVALID_STATE', 'the service is shutting down; reconnect to another process or retry');
+      // A stream asked for while the service stops ends as the open ones did (ABORTED
+    // server-stopping), so a client resubscribing after that error (the SDK) reconnects again
+    // rather than giving up on what looked like a refusal; it resumes where it asked to start.
+    // (From the oldest retained: from the retention horizon, which is what "after" it means.)
+    if (this.stopped) {
+      const from = options.after != null ? parseCursor(options.after, 'after') : options.fromOldest ? (await this.bounds()).pruned : this.head;
+      throw serverStopping(from);
+    }
       // Registered below, synchronously with reading the head: events after it are dispatched to
       // this subscriber, events up to it are in the table. A cursor past this process's head (it
       // came from a process that is ahead) replays nothing and skips what it already has.

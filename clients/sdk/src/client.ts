@@ -1,0 +1,451 @@
+import { print, type DocumentNode, type OperationDefinitionNode } from 'graphql';
+import type { TypedDocumentNode } from '@graphql-typed-document-node/core';
+import { createClient as createWsClient, type Client as WsClient } from 'graphql-ws';
+import { createClient as createSseClient, NetworkError as SseNetworkError } from 'graphql-sse';
+import { MetalError, type GraphQLErrorLike } from './errors';
+
+export interface MetalClientOptions {
+  /** The service's base URL, e.g. http://127.0.0.1:8080 (no trailing /graphql). */
+  url: string;
+  /** A bearer token: sent as `Authorization: Bearer ...` (graphql-ws: in connectionParams), never in a query string. */
+  token?: string;
+  /** Default: the global fetch. */
+  fetch?: typeof fetch;
+  /** Per request (request, rest), default 30000. */
+  timeoutMs?: number;
+  /**
+   * The WebSocket class graphql-ws uses. Default: globalThis.WebSocket, else the `ws` package
+   * (Node 20 has no global WebSocket).
+   */
+  webSocketImpl?: unknown;
+}
+
+export type Transport = 'ws' | 'sse';
+
+export interface SubscribeOptions<R> {
+  /** 'ws' (default) = graphql-ws on ws(s)://host/graphql; 'sse' = GraphQL over SSE on /graphql. */
+  transport?: Transport;
+  /** Aborting it ends the iteration (without an error) and closes the stream. */
+  signal?: AbortSignal;
+  /**
+   * The cursor of a result, used as `after` when the subscription is opened again. Default: the
+   * `cursor` of the operation's one root field (every event of the service has one).
+   */
+  cursor?: (result: R) => string | null | undefined;
+  /**
+   * How many times in a row to try again after the connection dropped or the server closed the
+   * stream (server-stopping, slow-consumer) before the iteration fails with that error; the count
+   * starts again after each result received. Default 10; 0 = never reconnect.
+   */
+  retries?: number;
+  /** Delay before the n-th reconnect in a row (n from 1). Default: 250 ms doubling up to 10 s, with jitter. */
+  retryDelayMs?: (attempt: number) => number;
+  /** Called before each reconnect, with the error that ended the previous stream. */
+  onReconnect?: (info: { attempt: number; error: MetalError; after: string | null | undefined }) => void;
+}
+
+/** A Relay connection as `pick` returns it from a page's data. */
+export interface ConnectionPage<N> {
+  edges: readonly { node: N }[];
+  pageInfo: { hasNextPage: boolean; endCursor?: string | null };
+}
+
+export const CSRF_HEADER = 'x-graphql-csrf';
+
+/** Reasons the service closes a subscription with ABORTED after which subscribing again (from details.lastCursor) is right. */
+const RESUMABLE_REASONS = new Set(['server-stopping', 'slow-consumer']);
+/** Codes that say the service cannot serve for now (its database): a subscription tries again. */
+const RETRYABLE_CODES = new Set(['UPSTREAM_UNAVAILABLE', 'STORAGE_UNAVAILABLE']);
+/** graphql-ws close codes that say the request itself is wrong: trying again would not help. */
+const FATAL_CLOSE_CODES = new Set([4400, 4401, 4403, 4406, 4409, 4429]);
+
+const printed = new WeakMap<DocumentNode, { query: string; operationName?: string; takesAfter: boolean }>();
+
+function source(doc: DocumentNode): { query: string; operationName?: string; takesAfter: boolean } {
+  let entry = printed.get(doc);
+  if (!entry) {
+    const op = doc.definitions.find((d): d is OperationDefinitionNode => d.kind === 'OperationDefinition');
+    entry = {
+      query: print(doc),
+      operationName: op?.name?.value,
+      takesAfter: !!op?.variableDefinitions?.some((v) => v.variable.name.value === 'after'),
+    };
+    printed.set(doc, entry);
+  }
+  return entry;
+}
+
+function defaultCursor(result: unknown): string | null | undefined {
+  if (!result || typeof result !== 'object') return undefined;
+  const values = Object.values(result as Record<string, unknown>);
+  const root = values.length === 1 ? values[0] : undefined;
+  const cursor = root && typeof root === 'object' ? (root as { cursor?: unknown }).cursor : undefined;
+  return typeof cursor === 'string' ? cursor : undefined;
+}
+
+/** Whether cursor `a` is past `b` (the service's cursors are decimal sequence numbers). */
+function isAhead(a: string, b: string | null | undefined): boolean {
+  if (b == null) return true;
+  if (!/^\d+$/.test(a) || !/^\d+$/.test(b)) return false;
+  return BigInt(a) > BigInt(b);
+}
+
+const defaultDelay = (attempt: number) => {
+  const base = Math.min(10000, 250 * 2 ** Math.min(attempt - 1, 10));
+  return base / 2 + Math.random() * (base / 2);
+};
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+/** What one attempt of a subscription hands its reader. */
+type Item<R> =
+  | { kind: 'next'; data: R }
+  | { kind: 'end'; error?: MetalError; retry: boolean; lastCursor?: string }
+  | { kind: 'aborted' };
+
+/** A one-reader queue between a transport's callbacks and the async iterator. */
+class Channel<R> {
+  private readonly items: Item<R>[] = [];
+  private waiter: ((item: Item<R>) => void) | null = null;
+  private ended = false;
+
+  push(item: Item<R>): void {
+    if (this.ended) return;
+    if (item.kind !== 'next') this.ended = true;
+    const waiter = this.waiter;
+    if (waiter) {
+      this.waiter = null;
+      waiter(item);
+    } else {
+      this.items.push(item);
+    }
+  }
+
+  take(): Promise<Item<R>> {
+    const item = this.items.shift();
+    if (item) return Promise.resolve(item);
+    return new Promise((resolve) => (this.waiter = resolve));
+  }
+}
+
+/** The end of a stream from the GraphQL errors it delivered: ABORTED server-stopping / slow-consumer is resumable. */
+function endFromErrors(errors: readonly GraphQLErrorLike[]): Item<never> {
+  const error = MetalError.fromGraphQL(errors);
+  const details = (error.details ?? {}) as { reason?: unknown; lastCursor?: unknown };
+  const retry =
+    (error.code === 'ABORTED' && typeof details.reason === 'string' && RESUMABLE_REASONS.has(details.reason)) || RETRYABLE_CODES.has(error.code);
+  return { kind: 'end', error, retry, lastCursor: typeof details.lastCursor === 'string' ? details.lastCursor : undefined };
+}
+
+/** The end of a graphql-ws stream from what its client reported as the error. */
+function endFromWsError(err: unknown): Item<never> {
+  if (Array.isArray(err)) return endFromErrors(err as GraphQLErrorLike[]);
+  const close = err as { code?: unknown; reason?: unknown };
+  if (err && typeof err === 'object' && typeof close.code === 'number' && !(err instanceof Error)) {
+    const code = close.code;
+    if (code === 4403) return { kind: 'end', retry: false, error: new MetalError('UNAUTHENTICATED', 'the service refused the token (WebSocket closed with 4403)') };
+    if (FATAL_CLOSE_CODES.has(code)) {
+      return { kind: 'end', retry: false, error: new MetalError(`WS_${code}`, `the service closed the WebSocket with ${code}${typeof close.reason === 'string' && close.reason ? `: ${close.reason}` : ''}`) };
+    }
+    return { kind: 'end', retry: true, error: new MetalError('NETWORK', `the WebSocket closed (${code})`) };
+  }
+  return { kind: 'end', retry: true, error: new MetalError('NETWORK', `the WebSocket failed: ${err instanceof Error ? err.message : 'no answer'}`, { cause: err }) };
+}
+
+/** The end of a GraphQL-over-SSE stream from what graphql-sse reported. */
+function endFromSseError(err: unknown): Item<never> {
+  if (Array.isArray(err)) return endFromErrors(err as GraphQLErrorLike[]);
+  if (err instanceof SseNetworkError) {
+    const status = err.response?.status;
+    if (status === undefined || status >= 500 || status === 408 || status === 429) {
+      return { kind: 'end', retry: true, error: new MetalError('NETWORK', status === undefined ? 'the event stream broke off' : `the event stream answered HTTP ${status}`, { status, cause: err }) };
+    }
+    const code = status === 401 ? 'UNAUTHENTICATED' : status === 403 ? 'PERMISSION_DENIED' : status === 404 ? 'NOT_FOUND' : `HTTP_${status}`;
+    return { kind: 'end', retry: false, error: new MetalError(code, `the event stream answered HTTP ${status}`, { status }) };
+  }
+  return { kind: 'end', retry: false, error: new MetalError('INTERNAL', `the event stream failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err }) };
+}
+
+/**
+ * The service's API: GraphQL (typed documents from ./generated), its Relay connections as async
+ * iterators, its subscriptions with reconnect and cursor replay, and its REST routes.
+ */
+export class MetalClient {
+  readonly url: string;
+  private readonly token?: string;
+  private readonly fetchImpl: typeof fetch;
+  private readonly timeoutMs: number;
+  private readonly webSocketImpl?: unknown;
+  private ws: WsClient | null = null;
+  /** The graphql-ws streams open now: a closed socket ends each of them (see wsClient). */
+  private readonly wsChannels = new Set<Channel<unknown>>();
+  private readonly closers = new Set<() => void>();
+
+  constructor(opts: MetalClientOptions) {
+    if (!opts || typeof opts.url !== 'string' || !/^https?:\/\//i.test(opts.url)) throw new MetalError('INVALID_INPUT', 'url: must be an http:// or https:// URL', { field: 'url' });
+    this.url = opts.url.replace(/\/+$/, '');
+    this.token = opts.token;
+    const f = opts.fetch ?? globalThis.fetch;
+    if (typeof f !== 'function') throw new MetalError('INVALID_INPUT', 'fetch: no fetch implementation (pass options.fetch)', { field: 'fetch' });
+    this.fetchImpl = f;
+    this.timeoutMs = opts.timeoutMs ?? 30000;
+    this.webSocketImpl = opts.webSocketImpl;
+  }
+
+  private headers(extra: Record<string, string> = {}): Record<string, string> {
+    return { [CSRF_HEADER]: '1', ...(this.token ? { authorization: `Bearer ${this.token}` } : {}), ...extra };
+  }
+
+  /** fetch with the per-request timeout; a failure to get an answer is MetalError NETWORK. */
+  private async send(url: string, init: RequestInit): Promise<Response> {
+    const signal = AbortSignal.timeout(this.timeoutMs);
+    try {
+      return await this.fetchImpl(url, { ...init, signal });
+    } catch (error) {
+      const timedOut = signal.aborted;
+      throw new MetalError('NETWORK', timedOut ? `no answer from the service within ${this.timeoutMs} ms` : `could not reach the service: ${error instanceof Error ? error.message : 'failed'}`, { cause: error });
+    }
+  }
+
+  /** Reads a JSON body; undefined when there is none or it is not JSON. */
+  private async json(response: Response): Promise<{ ok: boolean; body: unknown }> {
+    let text: string;
+    try {
+      text = await response.text();
+    } catch (error) {
+      throw new MetalError('NETWORK', `the answer broke off: ${error instanceof Error ? error.message : 'failed'}`, { status: response.status, cause: error });
+    }
+    if (text === '') return { ok: true, body: undefined };
+    try {
+      return { ok: true, body: JSON.parse(text) };
+    } catch {
+      return { ok: false, body: undefined };
+    }
+  }
+
+  /** POST /graphql; returns `data`; throws MetalError on any GraphQL error, HTTP error or network failure. */
+  async request<R, V>(doc: TypedDocumentNode<R, V>, variables?: V): Promise<R> {
+    const { query, operationName } = source(doc);
+    const response = await this.send(`${this.url}/graphql`, {
+      method: 'POST',
+      headers: this.headers({ 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json' }),
+      body: JSON.stringify({ query, variables: variables ?? {}, ...(operationName ? { operationName } : {}) }),
+    });
+    const requestId = response.headers.get('x-request-id') ?? undefined;
+    const { ok, body } = await this.json(response);
+    if (!ok || !body || typeof body !== 'object') {
+      throw new MetalError(`HTTP_${response.status}`, `the service answered HTTP ${response.status} without a GraphQL body`, { status: response.status, requestId });
+    }
+    const result = body as { data?: R | null; errors?: GraphQLErrorLike[] };
+    if (Array.isArray(result.errors) && result.errors.length) throw MetalError.fromGraphQL(result.errors, response.status, requestId);
+    if (result.data == null) {
+      throw new MetalError(response.ok ? 'INTERNAL' : `HTTP_${response.status}`, `the service answered HTTP ${response.status} with neither data nor errors`, { status: response.status, requestId });
+    }
+    return result.data;
+  }
+
+  /**
+   * Follows a Relay connection forward (`first`/`after`) page by page, yielding its nodes. The
+   * document must take `$first` and `$after`; `pageSize` (default: variables.first, else 100) is
+   * each page's `first`.
+   */
+  paginate<R, V, N>(
+    doc: TypedDocumentNode<R, V>,
+    variables: V,
+    pick: (data: R) => ConnectionPage<N>,
+    opts: { pageSize?: number } = {},
+  ): AsyncIterable<N> {
+    const client = this;
+    const given = (variables ?? {}) as Record<string, unknown>;
+    const pageSize = opts.pageSize ?? (typeof given.first === 'number' ? given.first : 100);
+    return {
+      async *[Symbol.asyncIterator]() {
+        let after = (given.after as string | null | undefined) ?? null;
+        const seen = new Set<string>();
+        for (;;) {
+          const data = await client.request(doc, { ...given, first: pageSize, after } as V);
+          const page = pick(data);
+          for (const edge of page.edges) yield edge.node;
+          const next = page.pageInfo.endCursor;
+          if (!page.pageInfo.hasNextPage || !next) return;
+          // A service that hands the same cursor back would loop forever: refuse instead.
+          if (seen.has(next)) throw new MetalError('INTERNAL', 'the connection returned a cursor it had returned before');
+          seen.add(next);
+          after = next;
+        }
+      },
+    };
+  }
+
+  /**
+   * A REST route (`path` like `/api/compute/pools/ID/nodes`, query string included); JSON in and
+   * out. Throws MetalError from the `{ error: { code, message, details } }` body on a non-2xx.
+   */
+  async rest<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
+    if (typeof path !== 'string' || !path.startsWith('/') || path.startsWith('//')) throw new MetalError('INVALID_INPUT', 'path: must start with a single /', { field: 'path' });
+    const response = await this.send(`${this.url}${path}`, {
+      method: method.toUpperCase(),
+      headers: this.headers({ accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) }),
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const requestId = response.headers.get('x-request-id') ?? undefined;
+    const { ok, body: parsed } = await this.json(response);
+    if (!response.ok) {
+      if (!ok) throw new MetalError(`HTTP_${response.status}`, `the service answered HTTP ${response.status} without a JSON body`, { status: response.status, requestId });
+      throw MetalError.fromRest(parsed, response.status, requestId);
+    }
+    if (!ok) throw new MetalError(`HTTP_${response.status}`, `the service answered HTTP ${response.status} with a body that is not JSON`, { status: response.status, requestId });
+    return parsed as T;
+  }
+
+  /** The graphql-ws client of this MetalClient: one socket for all its subscriptions, opened on demand. */
+  private wsClient(): WsClient {
+    if (this.ws) return this.ws;
+    const impl = this.webSocketImpl ?? (globalThis as { WebSocket?: unknown }).WebSocket ?? require('ws');
+    const token = this.token;
+    this.ws = createWsClient({
+      url: this.url.replace(/^http/i, 'ws') + '/graphql',
+      webSocketImpl: impl,
+      connectionParams: token ? { authorization: `Bearer ${token}` } : {},
+      lazy: true,
+      // Reconnecting is subscribe()'s: it knows each stream's cursor; graphql-ws would resend the old `after`.
+      retryAttempts: 0,
+      shouldRetry: () => false,
+      on: {
+        // graphql-ws resubscribes on its own, with the same variables, after a socket closed with
+        // 1000: end each stream here instead, so subscribe() resumes it from its own cursor.
+        closed: (event) => {
+          for (const channel of [...this.wsChannels]) channel.push(endFromWsError(event));
+        },
+      },
+    });
+    return this.ws;
+  }
+
+  /** One attempt over graphql-ws: results and the end go into `channel`; returns how to stop it. */
+  private openWs<R>(query: string, operationName: string | undefined, variables: unknown, channel: Channel<R>): () => void {
+    const channels = this.wsChannels as Set<Channel<R>>;
+    channels.add(channel);
+    const unsubscribe = this.wsClient().subscribe<R>(
+      { query, operationName, variables: variables as Record<string, unknown> },
+      {
+        next: (result) => {
+          if (result.errors?.length) channel.push(endFromErrors(result.errors as readonly GraphQLErrorLike[]));
+          else if (result.data != null) channel.push({ kind: 'next', data: result.data as R });
+        },
+        error: (err) => channel.push(endFromWsError(err)),
+        complete: () => channel.push({ kind: 'end', retry: false }),
+      },
+    );
+    return () => {
+      channels.delete(channel);
+      unsubscribe();
+    };
+  }
+
+  /** One attempt over GraphQL over SSE (distinct connections, as the service's Yoga serves it). */
+  private openSse<R>(query: string, operationName: string | undefined, variables: unknown, channel: Channel<R>): () => void {
+    const client = createSseClient({
+      url: `${this.url}/graphql`,
+      headers: this.headers(),
+      fetchFn: this.fetchImpl,
+      retryAttempts: 0,
+    });
+    const unsubscribe = client.subscribe<R>(
+      { query, operationName, variables: variables as Record<string, unknown> },
+      {
+        next: (result) => {
+          if (result.errors?.length) channel.push(endFromErrors(result.errors as readonly GraphQLErrorLike[]));
+          else if (result.data != null) channel.push({ kind: 'next', data: result.data as R });
+        },
+        error: (err) => channel.push(endFromSseError(err)),
+        complete: () => channel.push({ kind: 'end', retry: false }),
+      },
+    );
+    return () => {
+      unsubscribe();
+      client.dispose();
+    };
+  }
+
+  /**
+   * A subscription as an async iterator. After a dropped connection or the service closing the
+   * stream with ABORTED (details.reason server-stopping or slow-consumer) it subscribes again with
+   * `after` = the cursor of the last result received (or the service's details.lastCursor), so
+   * nothing is lost or repeated. Breaking out of the loop, or aborting `signal`, closes it.
+   * Errors that are not about the connection (NOT_FOUND, PERMISSION_DENIED, INVALID_INPUT ...) end
+   * the iteration with a MetalError.
+   */
+  subscribe<R, V>(doc: TypedDocumentNode<R, V>, variables: V, opts: SubscribeOptions<R> = {}): AsyncIterable<R> {
+    const client = this;
+    const { query, operationName, takesAfter } = source(doc);
+    const transport = opts.transport ?? 'ws';
+    if (transport !== 'ws' && transport !== 'sse') throw new MetalError('INVALID_INPUT', "transport: must be 'ws' or 'sse'", { field: 'transport' });
+    const cursorOf = opts.cursor ?? (defaultCursor as (r: R) => string | null | undefined);
+    const retries = opts.retries ?? 10;
+    const delay = opts.retryDelayMs ?? defaultDelay;
+    const signal = opts.signal;
+    return {
+      async *[Symbol.asyncIterator]() {
+        const given = (variables ?? {}) as Record<string, unknown>;
+        let after = given.after as string | null | undefined;
+        let failures = 0;
+        while (!signal?.aborted) {
+          const channel = new Channel<R>();
+          const onAbort = () => channel.push({ kind: 'aborted' });
+          signal?.addEventListener('abort', onAbort, { once: true });
+          const vars = takesAfter && after != null ? { ...given, after } : given;
+          const stop = transport === 'sse' ? client.openSse(query, operationName, vars, channel) : client.openWs(query, operationName, vars, channel);
+          client.closers.add(onAbort);
+          let end: Extract<Item<R>, { kind: 'end' }> | null = null;
+          try {
+            for (;;) {
+              const item = await channel.take();
+              if (item.kind === 'aborted') return;
+              if (item.kind === 'end') {
+                end = item;
+                break;
+              }
+              failures = 0;
+              const cursor = cursorOf(item.data);
+              if (cursor) after = cursor;
+              yield item.data;
+            }
+          } finally {
+            signal?.removeEventListener('abort', onAbort);
+            client.closers.delete(onAbort);
+            stop();
+          }
+          if (!end.error) return; // completed by the service
+          if (!end.retry) throw end.error;
+          // The service's lastCursor is where this subscriber's stream stood: resume from it when it is
+          // ahead of what arrived (events the filter skipped), never from before it.
+          if (end.lastCursor && isAhead(end.lastCursor, after)) after = end.lastCursor;
+          failures += 1;
+          if (failures > retries) throw end.error;
+          opts.onReconnect?.({ attempt: failures, error: end.error, after });
+          await sleep(delay(failures), signal);
+        }
+      },
+    };
+  }
+
+  /** Ends every open subscription (their loops finish) and closes the WebSocket. */
+  async close(): Promise<void> {
+    for (const close of [...this.closers]) close();
+    const ws = this.ws;
+    this.ws = null;
+    if (ws) await ws.dispose();
+  }
+}
