@@ -204,5 +204,28 @@ describe('metalctl fabric', () => {
     } finally {
       await slowAptGet(host, 0);
     }
+
+    // The latest job, as JSON and as a table of its nodes and steps.
+    const latest = await metalctl(['fabric', 'job', '--json'], env);
+    expect(latest.code).toBe(0);
+    expect(JSON.parse(latest.stdout)).toMatchObject({ jobStatus: 'failed', state: 'apply_cancelled', nodes: [{ nodeIp: host.lanAddress, rolledBack: true }] });
+    const byId = await metalctl(['fabric', 'job', JSON.parse(latest.stdout).jobId], env);
+    expect(byId.code).toBe(0);
+    expect(byId.stdout).toMatch(/host1\.cli\.example .* rolled back .*connect:ok install_frr:failed -connect:ok -stop_frr:ok/);
+    expect((await metalctl(['fabric', 'job', 'not-a-job'], env)).stderr).toMatch(/^error: NOT_FOUND: /);
+  });
+
+  it('teardown --watch: one node back to its baseline, a bar of 6 teardown steps to done', async () => {
+    const run = await metalctl(['fabric', 'teardown', gw.lanAddress!, '--watch'], env);
+    expect([run.code, run.stderr]).toEqual([0, '']);
+    const mine = run.stdout.split('\n').filter((l) => l.startsWith(`${fqdnOf(gw)}  `));
+    expect([...new Set(mine.map((l) => Number(/ (\d)\/6 /.exec(l)![1])))]).toEqual([0, 1, 2, 3, 4, 5, 6]);
+    expect(mine.at(-1)).toBe(`${fqdnOf(gw)}  6/6  done`);
+    expect(run.stdout).toMatch(/fabric_teardown completed \(teardown_completed\): 1 ok, 0 failed of 1/);
+    expect((await lab.frrDaemons(gw)).map((d) => d.daemon)).not.toContain('bgpd');
+    const usage = await metalctl(['fabric', 'teardown'], env);
+    expect(usage.code).toBe(2);
+    const refused = await metalctl(['fabric', 'teardown', '10.0.0.300'], env);
+    expect([refused.code, /^error: INVALID_INPUT: /.test(refused.stderr)]).toEqual([1, true]);
   });
 });

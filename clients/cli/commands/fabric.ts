@@ -5,6 +5,7 @@ import {
   ApplyFabricDocument,
   ApplyFabricNodeDocument,
   CancelFabricApplyDocument,
+  TeardownFabricNodeDocument,
   FabricJobDocument,
   FabricLatestJobDocument,
   FabricPlanDocument,
@@ -20,9 +21,9 @@ import { when } from '../output';
 import { itemProgress } from './node-bars';
 
 /**
- * metalctl fabric plan | preflight | apply [--watch] | watch | cancel: the EVPN fabric's dry run,
- * its read-only check of every compute node, and its rollout, followed live from the
- * fabricRollout subscription (a bar per node on a terminal, plain lines otherwise).
+ * metalctl fabric plan | preflight | apply [--watch] | teardown [--watch] | watch | job | cancel:
+ * the EVPN fabric's dry run, its read-only check of every compute node, and its rollout, followed
+ * live from the fabricRollout subscription (a bar per node on a terminal, plain lines otherwise).
  */
 
 const APPLY_STEPS = 8;
@@ -234,6 +235,19 @@ async function apply(c: Cli, opts: { node?: string; strict?: boolean; watch?: bo
   outcome(await watchFabricJob(c, r.applyJobId, opts.transport));
 }
 
+async function teardown(c: Cli, nodeIp: string, opts: { watch?: boolean; transport: Transport }): Promise<void> {
+  const r = (await c.client().request(TeardownFabricNodeDocument, { nodeIp })).teardownFabricNode;
+  if (!opts.watch) {
+    if (c.out.json) return c.out.printJson(r);
+    c.out.line(oneLine(r.message));
+    c.out.line(`job ${r.jobId}: follow it with \`metalctl fabric watch ${r.jobId}\``);
+    return;
+  }
+  if (c.out.json) c.out.jsonLine(r);
+  else c.out.line(oneLine(`${r.message}: job ${r.jobId}`));
+  outcome(await watchFabricJob(c, r.jobId, opts.transport));
+}
+
 async function cancel(c: Cli, jobId: string | undefined): Promise<void> {
   let id = jobId;
   if (!id) {
@@ -296,6 +310,13 @@ export function register(program: Command): void {
     .option('-w, --watch', 'follow the job to its end (exit 1 unless it completed)')
     .addOption(transportOption())
     .action((opts: { node?: string; strict?: boolean; watch?: boolean; transport: Transport }, cmd: Command) => apply(cli(cmd), opts));
+
+  fabric.command('teardown')
+    .description('tears EVPN/FRR down on one compute node, back to its baseline; --watch follows it')
+    .argument('<node-ip>', 'the compute node\'s OS address')
+    .option('-w, --watch', 'follow the job to its end (exit 1 unless it completed)')
+    .addOption(transportOption())
+    .action((nodeIp: string, opts: { watch?: boolean; transport: Transport }, cmd: Command) => teardown(cli(cmd), nodeIp, opts));
 
   fabric.command('watch')
     .description('follows a fabric job to its end: a bar per node (exit 1 unless it completed)')
