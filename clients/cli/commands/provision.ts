@@ -30,6 +30,11 @@ interface ProvisionOpts {
 function readSecretFile(file: string, flag: string): string {
   let text: string;
   try {
+    if (file !== '-') {
+      const mode = fs.statSync(file).mode;
+      // Used, but said, as config.ts does for a token file (and ssh for a key).
+      if ((mode & 0o077) !== 0) process.stderr.write(`warning: ${flag}: the file can be read by other users (mode ${(mode & 0o777).toString(8)}); chmod 600 it\n`);
+    }
     text = file === '-' ? fs.readFileSync(0, 'utf8') : fs.readFileSync(file, 'utf8');
   } catch (err) {
     throw new UsageError(`${flag}: cannot read it (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
