@@ -25,6 +25,9 @@ export interface Live {
   done(): void;
 }
 
+/** No rule between rows: a row per line. */
+const COMPACT = { mid: '', 'left-mid': '', 'mid-mid': '', 'right-mid': '' };
+
 export class Output {
   readonly json: boolean;
   /** stdout is a terminal and JSON is off: bars and redraws. */
@@ -57,11 +60,7 @@ export class Output {
 
   /** A table of the rows, as text. Cells are made one line: a value from elsewhere cannot draw on the terminal. */
   renderTable(head: string[], rows: unknown[][]): string {
-    const table = new Table({
-      head,
-      style: this.out.isTTY ? { head: ['cyan'], border: ['grey'] } : { head: [], border: [] },
-      wordWrap: false,
-    });
+    const table = new Table({ head, chars: COMPACT, style: this.out.isTTY ? { head: ['cyan'], border: ['grey'] } : { head: [], border: [] }, wordWrap: false });
     for (const row of rows) table.push(row.map(cell));
     return table.toString();
   }
@@ -72,7 +71,7 @@ export class Output {
 
   /** Key/value pairs of one object, as a two-column table. */
   record(pairs: [string, unknown][]): void {
-    const table = new Table({ style: this.out.isTTY ? { head: [], border: ['grey'] } : { head: [], border: [] } });
+    const table = new Table({ chars: COMPACT, style: this.out.isTTY ? { head: [], border: ['grey'] } : { head: [], border: [] } });
     for (const [k, v] of pairs) table.push({ [k]: cell(v) });
     this.line(table.toString());
   }
@@ -91,7 +90,11 @@ export class Output {
           bar.increment();
         },
         note: (line) => multi.log(`${oneLine(line)}\n`),
-        stop: () => multi.stop(),
+        // cli-progress prints logged lines at its next redraw, and stop() does not redraw: one last update first.
+        stop: () => {
+          multi.update();
+          multi.stop();
+        },
       };
     }
     let done = 0;

@@ -359,7 +359,8 @@ async function checkAll(c: Cli, rows: Row[], o: { pool?: string; skipExisting?: 
     if (resolved && !checked.existing) {
       macs.forEach((mac, i) => {
         const owner = takenMacs.get(resolved.siteId)?.get(mac);
-        if (owner) errors.push({ field: `macs[${i}]`, message: `is already the MAC of node ${owner} in this site` });
+        // The node whose BMC this already is: said once, on bmc.address.
+        if (owner && owner !== knownBmcs.get(`${resolved.id} ${address?.normalized}`)) errors.push({ field: `macs[${i}]`, message: `is already the MAC of node ${owner} in this site` });
         const key = `${resolved.siteId} ${mac}`;
         const twin = seenMac.get(key);
         if (twin !== undefined && twin !== r.row) errors.push({ field: `macs[${i}]`, message: `is also a MAC of row ${twin}` });

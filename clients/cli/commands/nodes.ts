@@ -50,10 +50,13 @@ async function listNodes(c: Cli, filter: NodeFilter, limit?: number): Promise<No
   return nodes;
 }
 
+/** A long text cut to fit a table cell (nodes get and --json keep it whole). */
+const clip = (text: string, max: number) => (text.length > max ? `${text.slice(0, max - 1)}…` : text);
+
 const HEAD = ['ID', 'NAME', 'STATE', 'POOL', 'MAINT', 'BMC', 'ERROR', 'UPDATED'];
 function row(n: Node): unknown[] {
   const state = n.failedFrom ? `${n.provisionState} (from ${n.failedFrom})` : n.provisionState;
-  return [n.id, n.name, state, n.poolId, n.maintenance ? 'yes' : '', `${n.bmc.driver} ${n.bmc.address}`, n.lastError ? `${n.lastError.code}: ${n.lastError.message}` : '', when(n.updatedAt)];
+  return [n.id, n.name, state, n.poolId, n.maintenance ? 'yes' : '', `${n.bmc.driver} ${n.bmc.address}`, n.lastError ? clip(`${n.lastError.code}: ${n.lastError.message}`, 60) : '', when(n.updatedAt)];
 }
 
 export async function getNode(c: Cli, id: string): Promise<Node> {
@@ -116,6 +119,7 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
   draw('waiting for events');
   if (reached()) {
     live.done();
+    if (!c.out.json && !c.out.interactive) c.out.line(`every node is ${o.until}`);
     return;
   }
 

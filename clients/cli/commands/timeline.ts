@@ -9,6 +9,13 @@ import { Refusal } from '../errors';
 import { took, when } from '../output';
 import { nodeId, positiveInt, ref } from '../resolve';
 
+/** CODE: message, without the code twice when the message starts with it. */
+function errorText(code: string | null | undefined, message: string | null | undefined): string {
+  if (!code) return message ?? '';
+  if (!message) return code;
+  return message.startsWith(`${code}:`) ? message : `${code}: ${message}`;
+}
+
 export function register(program: Command): void {
   program.command('timeline').description('a node\'s workflow runs and their steps, with times and errors')
     .argument('<node>', 'node id or name', ref('node'))
@@ -22,15 +29,16 @@ export function register(program: Command): void {
       if (c.out.json) return c.out.printJson(runs);
       if (runs.length === 0) return c.out.line(`${id}: no workflow runs`);
       for (const run of runs) {
-        const error = run.lastError ? `  ${run.lastError.code}: ${run.lastError.message}` : '';
+        const error = run.lastError ? `  ${errorText(run.lastError.code, run.lastError.message)}` : '';
         const waiting = run.waitingFor ? `  waiting for ${run.waitingFor}${run.waitUntil ? ` until ${when(run.waitUntil)}` : ''}` : '';
         c.out.line(`run ${run.id}  ${run.kind}  ${run.status}  started ${when(run.startedAt ?? run.createdAt)}` +
           `${run.finishedAt ? `  took ${took(run.startedAt ?? run.createdAt, run.finishedAt)}` : ''}${run.attempt > 1 ? `  attempt ${run.attempt}` : ''}${waiting}${error}`);
         c.out.table(['#', 'STEP', 'STATUS', 'TRIES', 'STARTED', 'TOOK', 'ERROR'], run.steps.map((s) => [
           s.idx, `${s.title ?? s.name}${s.cleanup ? ' (cleanup)' : ''}${s.destructive ? ' !' : ''}`, s.status, s.attempts || '',
           when(s.startedAt), s.startedAt ? took(s.startedAt, s.finishedAt ?? undefined) : '',
-          s.errorCode ? `${s.errorCode}${s.message ? `: ${s.message}` : ''}` : '',
+          errorText(s.errorCode, s.message),
         ]));
+        if (run.steps.some((s) => s.destructive)) c.out.line('(! = the step sends destructive commands)');
       }
     });
 }
