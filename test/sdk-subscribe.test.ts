@@ -228,6 +228,27 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
     }
   });
 
+  it('a loop that takes results slower than they come keeps a bounded buffer: the stream is reopened from the last one taken, nothing lost or repeated', async () => {
+    const sdk = new MetalClient({ url: t.url, token });
+    const after = await head();
+    const reasons: string[] = [];
+    const got: Event[] = [];
+    await publish(40);
+    for await (const result of sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, {
+      bufferSize: 5,
+      retryDelayMs: () => 20,
+      onReconnect: ({ error }) => reasons.push(`${error.code}:${(error.details as { reason?: string }).reason}`),
+    })) {
+      got.push(result.events);
+      await new Promise((r) => setTimeout(r, 5));
+      if (got.length === 40) break;
+    }
+    expect(asRows(got)).toEqual(await committed(after));
+    expect(reasons.length).toBeGreaterThan(0);
+    expect(new Set(reasons)).toEqual(new Set(['ABORTED:slow-consumer']));
+    await sdk.close();
+  });
+
   it('nodeUpdated (no cursor) over ws: the current view, then one per change', async () => {
     const sdk = new MetalClient({ url: t.url, token });
     const node = tree.nodes[1]!;

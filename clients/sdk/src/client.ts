@@ -40,6 +40,13 @@ export interface SubscribeOptions<R> {
   retries?: number;
   /** Delay before the n-th reconnect in a row (n from 1). Default: 250 ms doubling up to 10 s, with jitter. */
   retryDelayMs?: (attempt: number) => number;
+  /**
+   * How many results may wait for the loop to take them (default 10000). Past that the stream is
+   * closed and opened again from the last result taken (the service replays the rest from its
+   * table), as the service itself does with a subscriber that falls behind: memory stays bounded
+   * and nothing is lost.
+   */
+  bufferSize?: number;
   /** Called before each reconnect, with the error that ended the previous stream. */
   onReconnect?: (info: { attempt: number; error: MetalError; after: string | null | undefined }) => void;
 }
@@ -120,8 +127,15 @@ class Channel<R> {
   private waiter: ((item: Item<R>) => void) | null = null;
   private ended = false;
 
+  /** `limit`: results waiting past it end the stream with `overflow` (after the ones that fit). */
+  constructor(
+    private readonly limit = Infinity,
+    private readonly overflow?: () => Item<R>,
+  ) {}
+
   push(item: Item<R>): void {
     if (this.ended) return;
+    if (item.kind === 'next' && this.overflow && this.items.length >= this.limit) item = this.overflow();
     if (item.kind !== 'next') this.ended = true;
     const waiter = this.waiter;
     if (waiter) {
@@ -396,13 +410,21 @@ export class MetalClient {
     const retries = opts.retries ?? 10;
     const delay = opts.retryDelayMs ?? defaultDelay;
     const signal = opts.signal;
+    const bufferSize = opts.bufferSize ?? 10000;
+    if (!(bufferSize >= 1)) throw new MetalError('INVALID_INPUT', 'bufferSize: must be at least 1', { field: 'bufferSize' });
     return {
       async *[Symbol.asyncIterator]() {
         const given = (variables ?? {}) as Record<string, unknown>;
         let after = given.after as string | null | undefined;
         let failures = 0;
         while (!signal?.aborted) {
-          const channel = new Channel<R>();
+          const channel = new Channel<R>(bufferSize, () => ({
+            kind: 'end',
+            retry: true,
+            error: new MetalError('ABORTED', `more than ${bufferSize} results waited to be taken: the stream is opened again from the last one taken`, {
+              details: { reason: 'slow-consumer', side: 'client' },
+            }),
+          }));
           const onAbort = () => channel.push({ kind: 'aborted' });
           signal?.addEventListener('abort', onAbort, { once: true });
           const vars = takesAfter && after != null ? { ...given, after } : given;
