@@ -192,6 +192,9 @@ describe('metalctl fabric', () => {
       expect(watched.code).toBe(1);
       expect(watched.stdout).toMatch(/APPLY_CANCELLED/);
       expect(watched.stdout).toMatch(/rolled back/);
+      // The job's own lines above the bars, the last one too (logged just before the bars stop).
+      expect(watched.stdout).toMatch(/job apply_cancelling \d+%/);
+      expect(watched.stdout).toMatch(/job apply_cancelled 100%/);
       expect(await jobOf(jobId)).toMatchObject({ jobStatus: 'failed', state: 'apply_cancelled' });
 
       // Nothing to cancel now: refused with the code.

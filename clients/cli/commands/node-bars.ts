@@ -60,6 +60,8 @@ export function itemProgress(interactive: boolean, stream: NodeJS.WriteStream = 
       multi.log(`${oneLine(line)}\n`);
     },
     stop() {
+      // cli-progress prints logged lines at its next redraw, and stop() does not redraw: one last update first.
+      multi.update();
       multi.stop();
     },
   };
