@@ -16,20 +16,16 @@ import * as verbs from './commands/verbs';
 import * as bulk from './commands/bulk';
 import * as power from './commands/power';
 import * as timeline from './commands/timeline';
+import * as fabric from './commands/fabric';
+import * as provision from './commands/provision';
+import * as jobs from './commands/jobs';
 
 interface Family {
   register(program: Command): void;
 }
 
-/**
- * The command families, in the order --help lists them.
- * TO WIRE AT MERGE (branch cli2 writes them; not on this branch yet):
- *   import * as fabric from './commands/fabric';       // fabric plan|preflight|apply --watch|cancel
- *   import * as provision from './commands/provision'; // provision VENDOR --bmc IP ... --watch
- *   import * as jobs from './commands/jobs';           // jobs get|watch|cancel
- * and add fabric, provision, jobs to FAMILIES below.
- */
-const FAMILIES: Family[] = [nodes, enroll, verbs, bulk, power, timeline];
+/** The command families, in the order --help lists them. */
+const FAMILIES: Family[] = [nodes, enroll, verbs, bulk, power, timeline, fabric, provision, jobs];
 
 function version(): string {
   // dist/clients/cli/main.js or clients/cli/main.ts: the repository's package.json is above either.
@@ -45,7 +41,7 @@ function version(): string {
 
 export function buildProgram(): Command {
   const program = new Command('metalctl')
-    .description('Operate the bare-metal control plane: nodes, enrollment, verbs, bulk batches, power, timelines.\n\n' +
+    .description('Operate the bare-metal control plane: nodes, enrollment, verbs, bulk batches, power, timelines, the fabric, control-node provisioning and jobs.\n\n' +
       'Configuration: METAL_URL (default http://127.0.0.1:4000) and METAL_TOKEN or METAL_TOKEN_FILE, then the flags below.\n' +
       'There is no flag that takes the token itself: it would land in the shell history and in ps.\n' +
       'Exit codes: 0 done, 1 refused (stderr: "error: CODE: message"), 2 usage.')
