@@ -296,7 +296,7 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
     for await (const result of sdk.subscribe(EventsDocument, { filter: { types: [TYPE] }, after }, {
       bufferSize: 5,
       retryDelayMs: () => 20,
-      onReconnect: ({ error }) => reasons.push(`${error.code}:${(error.details as { reason?: string }).reason}`),
+      onReconnect: ({ error }) => reasons.push(error.code === 'NETWORK' ? 'NETWORK' : `${error.code}:${(error.details as { reason?: string } | undefined)?.reason}`),
     })) {
       got.push(result.events);
       await new Promise((r) => setTimeout(r, 5));
@@ -304,7 +304,10 @@ describe('the SDK: subscriptions with reconnect and cursor replay', () => {
     }
     expect(asRows(got)).toEqual(await committed(after));
     expect(reasons.length).toBeGreaterThan(0);
-    expect(new Set(reasons)).toEqual(new Set(['ABORTED:slow-consumer']));
+    // The buffer is what closes it; on a busy machine a socket may also drop (a missed keep-alive),
+    // which is resumed the same way.
+    expect(reasons).toContain('ABORTED:slow-consumer');
+    expect(reasons.filter((r) => r !== 'ABORTED:slow-consumer' && r !== 'NETWORK')).toEqual([]);
     await sdk.close();
   });
 
