@@ -12,11 +12,6 @@ const QUEUE_CREATION_LOCK = 7243916082;
  */
 export interface QueueData {
   /**
-   * "Reconcile node X": what the verbs queued before intent lived in workflow runs. Nothing queues
-   * it now; a job left in it from an older version advances the node's active run.
-   */
-  'metal.reconcile': { nodeId: string; reason: string; wipe?: string; batchId?: string };
-  /**
    * "Advance workflow run R": everything else (kind, params, step, attempts, waits) is in the
    * workflow_run and workflow_step rows. Queued by the node store when a run starts, by a command
    * result or a ramdisk callback that a waiting run may be waiting for, and by the engine itself
@@ -46,7 +41,6 @@ export interface QueueData {
 export type QueueName = keyof QueueData;
 
 export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
-  'metal.reconcile': { name: 'metal.reconcile', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 15 * 60 },
   'metal.advance': { name: 'metal.advance', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 15 * 60 },
   'metal.batch': { name: 'metal.batch', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
   // One prune at a time is enough; a missed one is caught up by the next.

@@ -6,7 +6,7 @@ import { releaseBatch } from '../src/modules/metal/bulk';
 import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
 import { buildRunIso, type IsoBuildDeps } from './iso-build';
 import { ISO_SWEEP_MS, sweepIsoDir } from '../src/modules/provision/iso-janitor';
-import { advanceRun, reconcileNode, sweepRuns } from './engine';
+import { advanceRun, sweepRuns } from './engine';
 import { ADVANCE_QUEUED_CHANNEL, queueAdvance } from './registry';
 import { LocalAdvancer, type RunWaker } from './local-wake';
 import type { Notifications } from '../src/db/listen';
@@ -31,8 +31,6 @@ const ADVANCE_WORKERS = 2;
 const LOCAL_ADVANCE_CONCURRENCY = 16;
 /** The ISO-build queue's poll: a build takes about a second, so two more to start it are not felt. */
 const ISO_POLL_SECONDS = 2;
-/** metal.reconcile only holds jobs an older version queued: its loop looks rarely. */
-const RECONCILE_POLL_SECONDS = 30;
 
 /** Runs one job per item side by side; a throw fails the batch (pg-boss retries it: advancing is idempotent). */
 async function eachSettled<T>(items: readonly T[], fn: (item: T) => Promise<unknown>): Promise<void> {
@@ -111,10 +109,6 @@ export async function startWorkers(queues: Queues, log: Logger,
       sweeping ??= sweep(SWEEP_GRACE_MS).catch((error: unknown) => log.warn({ err: error }, 'workflow sweep failed')).finally(() => { sweeping = null; });
     }, SWEEP_EVERY_MS);
     timer.unref();
-    // The verbs' queue before runs existed: a job left in it advances the node's active run.
-    await queues.work('metal.reconcile', async (jobs) => {
-      await eachSettled(jobs, (job) => reconcileNode(engine, job.data.nodeId));
-    }, { batchSize: ADVANCE_BATCH, pollSeconds: RECONCILE_POLL_SECONDS });
   } else {
     log.warn('WORKFLOW_ENGINE=off: this worker advances no workflow run');
   }

@@ -119,7 +119,7 @@ async function readiness(database: Database, queues: Queues, log: Logger): Promi
       checks.writes = 'unknown';
     },
   );
-  await within(queues.boss.getQueueSize('metal.reconcile'), READY_CHECK_MS).then(() => (checks.queue = 'ok'), (error: unknown) => (checks.queue = said(error)));
+  await within(queues.boss.getQueueSize('metal.advance'), READY_CHECK_MS).then(() => (checks.queue = 'ok'), (error: unknown) => (checks.queue = said(error)));
   return { ok: Object.values(checks).every((v) => v === 'ok'), checks };
 }
 

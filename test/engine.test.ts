@@ -8,7 +8,7 @@ import { startTestApp, type TestApp } from './helpers/app';
 import {
   commandsOf, expireCommands, expireTimers, makeNode, makeWorld, nodeOf, playAgent, queuedCommands, reportCommand, runOf, startRun, stepsOf, type World,
 } from './helpers/engine';
-import { advanceRun, reconcileNode, sweepRuns, TIMER_JOB_MAX_MS, type EngineDeps } from '../jobs/engine';
+import { advanceRun, sweepRuns, TIMER_JOB_MAX_MS, type EngineDeps } from '../jobs/engine';
 import { recordResult } from '../src/modules/sites/claims';
 import type { StepDef, WorkflowDef } from '../jobs/engine-types';
 import { complete, continueAfter, failed } from '../jobs/steps';
@@ -383,16 +383,7 @@ describe('advanceRun', () => {
   });
 });
 
-describe('reconcileNode and sweepRuns', () => {
-  it('a metal.reconcile job advances the node\'s active run, and does nothing for a node without one', async () => {
-    const d = deps([powerStateStep]);
-    const { nodeId, runId } = await enrollingRun();
-    expect(await reconcileNode(d, nodeId)).toMatchObject({ kind: 'waiting' });
-    expect(await commandsOf(sql(), runId)).toHaveLength(1);
-    const idle = await makeNode(t.app.services.prisma, world, { state: 'ready' });
-    expect(await reconcileNode(d, idle.id)).toBeNull();
-  });
-
+describe('sweepRuns', () => {
   it('wakes a quiet run with something to do (a result arrived after its last change), and leaves a waiting one alone', async () => {
     const d = deps([powerStateStep]);
     const { runId } = await enrollingRun();

@@ -58,7 +58,7 @@ describe('operations endpoints', () => {
     const text = await (await fetch(`${t.url}/metrics`)).text();
     expect(text).toMatch(/http_request_duration_seconds_bucket\{.*route="\/graphql"/);
     expect(text).toMatch(/graphql_operation_duration_seconds_count\{operation="Probe",type="query",outcome="ok"\} 1/);
-    expect(text).toMatch(/queue_depth\{queue="metal.reconcile"\} 0/);
+    expect(text).toMatch(/queue_depth\{queue="metal.advance"\} 0/);
     expect(text).toMatch(/^event_subscribers 0$/m);
   });
 });

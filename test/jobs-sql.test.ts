@@ -3,13 +3,13 @@ import pino from 'pino';
 import { insertJobsSql, Queues } from '../jobs/registry';
 
 /**
- * The verbs queue their reconciler jobs with insertJobsSql inside their own statement instead of
+ * The verbs queue their workflow runs' jobs with insertJobsSql inside their own statement instead of
  * boss.insert. Those jobs must be the ones pg-boss itself would have written, and pg-boss must run them.
  */
 describe('jobs queued with insertJobsSql', () => {
   let t: TestApp;
   beforeAll(async () => {
-    // No workers: the metal.reconcile worker would take the jobs these tests fetch themselves.
+    // No workers: the metal.advance loops would take the jobs these tests fetch themselves.
     t = await startTestApp({ role: 'api' });
   });
   afterAll(() => t.stop());
@@ -19,13 +19,13 @@ describe('jobs queued with insertJobsSql', () => {
 
   it('are column for column what boss.insert writes for the same queue', async () => {
     const { sql, queues } = t.app.services;
-    await queues!.boss.insert([{ name: 'metal.reconcile', data: { nodeId: 'node_via_boss', reason: 'test' } }]);
+    await queues!.boss.insert([{ name: 'metal.advance', data: { runId: 'run_via_boss' } }]);
     const inserted = await sql.query<{ n: number }>(
-      `WITH j AS (${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', v.id, 'reason', 'test')`, `(VALUES ('node_via_sql')) AS v(id)`)} RETURNING 1)
+      `WITH j AS (${insertJobsSql('metal.advance', `jsonb_build_object('runId', v.id)`, `(VALUES ('run_via_sql')) AS v(id)`)} RETURNING 1)
        SELECT count(*)::int AS n FROM j`,
     );
     expect(inserted.rows[0]!.n).toBe(1);
-    const rows = (await sql.query(`SELECT ${COLUMNS} FROM pgboss.job WHERE data->>'nodeId' IN ('node_via_boss', 'node_via_sql') ORDER BY data->>'nodeId'`)).rows;
+    const rows = (await sql.query(`SELECT ${COLUMNS} FROM pgboss.job WHERE data->>'runId' IN ('run_via_boss', 'run_via_sql') ORDER BY data->>'runId'`)).rows;
     expect(rows).toHaveLength(2);
     const [viaBoss, viaSql] = rows as Record<string, unknown>[];
     expect({ ...viaSql, data: null }).toEqual({ ...viaBoss, data: null });
@@ -35,27 +35,27 @@ describe('jobs queued with insertJobsSql', () => {
 
   it('are fetched and completed by pg-boss', async () => {
     const { sql, queues } = t.app.services;
-    await sql.query(`${insertJobsSql('metal.reconcile', `jsonb_build_object('nodeId', v.id)`, `(VALUES ('node_fetched')) AS v(id)`)}`);
+    await sql.query(`${insertJobsSql('metal.advance', `jsonb_build_object('runId', v.id)`, `(VALUES ('run_fetched')) AS v(id)`)}`);
     const boss = queues!.boss;
     let found: { id: string; data: unknown } | undefined;
     for (let i = 0; i < 10 && !found; i += 1) {
-      const jobs = await boss.fetch<{ nodeId: string }>('metal.reconcile', { batchSize: 50 });
-      found = jobs.find((j) => j.data.nodeId === 'node_fetched');
+      const jobs = await boss.fetch<{ runId: string }>('metal.advance', { batchSize: 50 });
+      found = jobs.find((j) => j.data.runId === 'run_fetched');
     }
     expect(found).toBeDefined();
-    await boss.complete('metal.reconcile', found!.id);
-    const job = await boss.getJobById('metal.reconcile', found!.id);
+    await boss.complete('metal.advance', found!.id);
+    const job = await boss.getJobById('metal.advance', found!.id);
     expect(job?.state).toBe('completed');
   });
 
   it('a standard queue\'s jobs are plain inserts (no speculative insertion); a queue with another policy keeps pg-boss\'s ON CONFLICT DO NOTHING', async () => {
     const { sql } = t.app.services;
-    const conflictOf = async (queue: 'metal.reconcile' | 'events.prune') => {
+    const conflictOf = async (queue: 'metal.advance' | 'events.prune') => {
       const sqlText = insertJobsSql(queue, `'{}'::jsonb`, `(VALUES (1)) AS v(i)`);
       const plan = (await sql.query(`EXPLAIN (FORMAT JSON) ${sqlText}`)).rows[0]!['QUERY PLAN'][0].Plan;
       return plan['Conflict Resolution'] ?? null;
     };
-    expect(await conflictOf('metal.reconcile')).toBeNull();
+    expect(await conflictOf('metal.advance')).toBeNull();
     expect(await conflictOf('events.prune')).toBe('NOTHING');
   });
 
@@ -66,12 +66,12 @@ describe('jobs queued with insertJobsSql', () => {
     const running = new Promise<void>((resolve) => { release = resolve; });
     let started = false;
     let finished = false;
-    await queues.work('metal.reconcile', async () => {
+    await queues.work('metal.advance', async () => {
       started = true;
       await running;
       finished = true;
     });
-    await queues.boss.send('metal.reconcile', { nodeId: 'node_slow', reason: 'test' });
+    await queues.boss.send('metal.advance', { runId: 'run_slow' });
     for (let i = 0; i < 100 && !started; i += 1) await new Promise((r) => setTimeout(r, 50));
     expect(started).toBe(true);
     const rejections: unknown[] = [];

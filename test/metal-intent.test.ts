@@ -67,8 +67,6 @@ describe('every verb persists its intent as a workflow run; the job names only t
   const jobsOf = async (nodeId: string) =>
     (await sql.query(`SELECT j.data FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId'
                        WHERE j.name = 'metal.advance' AND r.node_id = $1 ORDER BY j.created_on, j.id`, [nodeId])).rows.map((r) => r.data);
-  const reconcileJobs = async (nodeId: string) =>
-    Number((await sql.query(`SELECT count(*) FROM pgboss.job WHERE name = 'metal.reconcile' AND data->>'nodeId' = $1`, [nodeId])).rows[0].count);
   const eventsOf = async (nodeId: string) => (await sql.query('SELECT type, payload FROM event WHERE node_id = $1 ORDER BY id', [nodeId])).rows;
   const call = (verb: string, body: Record<string, unknown>, requestId?: string) =>
     rest(t.url, token, 'POST', `/api/compute/metal/${verb}`, body, requestId ? { 'x-request-id': requestId } : {});
@@ -128,7 +126,6 @@ describe('every verb persists its intent as a workflow run; the job names only t
     expect(response.body.node.workflowId).toBe(run.id);
     expect((await t.app.database.prisma.node.findUniqueOrThrow({ where: { id: nodeId } })).workflowId).toBe(run.id);
     expect(await jobsOf(nodeId)).toEqual([{ runId: run.id }]);
-    expect(await reconcileJobs(nodeId)).toBe(0);
     const events = await eventsOf(nodeId);
     expect(events).toHaveLength(1);
     expect(events[0].payload.workflowId).toBe(run.id);

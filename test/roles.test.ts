@@ -22,18 +22,18 @@ describe('ROLE splits the API and the workers over one database', () => {
 
       const prisma = api.app.database.prisma;
       const queues = api.app.queues;
-      const before = await queues.boss.getQueueSize('metal.reconcile');
+      const before = await queues.boss.getQueueSize('metal.advance');
       await expect(
         prisma.$transaction(async (tx) => {
-          await queues.send('metal.reconcile', { nodeId: 'node_x', reason: 'test' }, { db: prismaExecutor(tx) });
+          await queues.send('metal.advance', { runId: 'run_x' }, { db: prismaExecutor(tx) });
           throw new Error('roll back');
         }),
       ).rejects.toThrow('roll back');
-      expect(await queues.boss.getQueueSize('metal.reconcile')).toBe(before);
-      const id = await prisma.$transaction((tx) => queues.send('metal.reconcile', { nodeId: 'node_y', reason: 'test' }, { db: prismaExecutor(tx) }));
+      expect(await queues.boss.getQueueSize('metal.advance')).toBe(before);
+      const id = await prisma.$transaction((tx) => queues.send('metal.advance', { runId: 'run_y' }, { db: prismaExecutor(tx) }));
       // Visible to the other process through the shared database.
-      const job = await worker.app.queues.boss.getJobById('metal.reconcile', id);
-      expect(job?.data).toEqual({ nodeId: 'node_y', reason: 'test' });
+      const job = await worker.app.queues.boss.getJobById('metal.advance', id);
+      expect(job?.data).toEqual({ runId: 'run_y' });
     } finally {
       await Promise.all([api.stop(), worker.stop(), ...more.map((m) => m.stop())]);
     }

@@ -1,4 +1,5 @@
 import { getMaxListeners, setMaxListeners } from 'node:events';
+import { forEachLimited } from '../concurrency';
 import { SshError, type SshErrorCode } from './errors';
 import { connect, DEFAULT_CONNECT_TIMEOUT_MS, type SshSession, type SshTarget } from './client';
 
@@ -79,7 +80,6 @@ export async function fanOut<T, R>(
     throw new SshError('INVALID_INPUT', 'perNodeTimeoutMs must be a positive integer');
   }
   const results: FanOutResult<T, R>[] = new Array(items.length);
-  let next = 0;
   // Each running item listens on the caller's signal (removed when it settles): with the default
   // 32 at a time that passes Node's leak warning threshold of 10 without any leak.
   if (options.signal && getMaxListeners(options.signal) < concurrency + 10) setMaxListeners(concurrency + 10, options.signal);
@@ -118,17 +118,13 @@ export async function fanOut<T, R>(
     });
   };
 
-  const worker = async () => {
-    while (next < items.length) {
-      const index = next++;
-      if (options.signal?.aborted) {
-        results[index] = { index, item: items[index], status: 'failed', code: 'ABORTED', reason: 'the fan-out was cancelled before this item started', durationMs: 0 };
-        continue;
-      }
-      results[index] = await runOne(index);
+  await forEachLimited(items, concurrency, async (item, index) => {
+    if (options.signal?.aborted) {
+      results[index] = { index, item, status: 'failed', code: 'ABORTED', reason: 'the fan-out was cancelled before this item started', durationMs: 0 };
+      return;
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
+    results[index] = await runOne(index);
+  });
   return results;
 }
 

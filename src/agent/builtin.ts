@@ -1,4 +1,5 @@
 import os from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { DriverRegistry } from '../../clients/bmc/registry';
@@ -44,7 +45,6 @@ export interface BuiltinAgentOptions {
 /** How long a credentials read the database fails is tried again before the command fails as retryable. */
 export const CREDENTIALS_RETRY_MS = 10_000;
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** 250 ms, doubling to 4 s. */
 const backoff = (attempt: number) => Math.min(250 * 2 ** attempt, 4000);
 

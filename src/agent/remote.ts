@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { DriverRegistry } from '../../clients/bmc/registry';
 import type { CommandResult } from '../modules/sites/commands';
@@ -117,7 +118,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         if (error instanceof AgentApiError && error.code !== 'INTERNAL') throw error;
         if (attempt >= 4) throw error;
         log.warn({ commandId, attempt, err: error }, 'reporting a command result failed; retrying');
-        await new Promise((r) => setTimeout(r, 250 * 2 ** attempt));
+        await sleep(250 * 2 ** attempt);
       }
     }
   };

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import pg from 'pg';
 
@@ -137,7 +138,7 @@ export class Notifications {
     this.reconnecting = true;
     try {
       for (let delay = 100; !this.stopped && !this.client; delay = Math.min(delay * 2, 5000)) {
-        await new Promise((resolve) => setTimeout(resolve, delay).unref());
+        await sleep(delay, undefined, { ref: false });
         if (this.stopped) return;
         await this.ensure().catch((error: unknown) => this.log.warn({ err: error }, 'could not LISTEN again; retrying'));
       }

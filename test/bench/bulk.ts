@@ -8,7 +8,7 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import pg from 'pg';
-import { cpuSample, gql, intOption, machineInfo, option, seed, sleep, startService, type CpuSample, type Service } from './read';
+import { cpuSample, gql, intOption, machineInfo, option, parseBenchArgs, seed, sleep, startService, type CpuSample, type Service } from './read';
 
 // Issue 8: the median of three bulk calls within 1.0 s, at least 50x faster than single calls.
 const TARGET_BULK_S = 1.0;
@@ -93,7 +93,8 @@ async function batchRuns(service: Service, ids: string[]): Promise<Map<string, {
   }
 }
 
-async function run(args: string[]): Promise<number> {
+async function run(argv: string[]): Promise<number> {
+  const args = parseBenchArgs(argv, ['nodes', 'runs', 'singles', 'cpu-prof']);
   const nodes = intOption(args, 'nodes', 10000, 1);
   const runs = intOption(args, 'runs', 3, 1);
   const singles = intOption(args, 'singles', 10000, 1);

@@ -20,7 +20,7 @@ import pg from 'pg';
 import WebSocket from 'ws';
 import { createClient, type Client } from 'graphql-ws';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { gql, intOption, machineInfo, option, seed, startService, usageError, type Service } from './read';
+import { gql, intOption, machineInfo, option, parseBenchArgs, seed, startService, usageError, type Service } from './read';
 
 const TARGET_P99_MS = 100;
 
@@ -45,7 +45,8 @@ interface Received {
   errors: string[];
 }
 
-async function run(args: string[]): Promise<number> {
+async function run(argv: string[]): Promise<number> {
+  const args = parseBenchArgs(argv, ['subscribers', 'rate', 'seconds', 'rounds', 'warmup', 'batch-ms', 'wide', 'cpu-prof']);
   const subscribers = intOption(args, 'subscribers', 1000, 1);
   const rate = intOption(args, 'rate', 5000, 1);
   const seconds = intOption(args, 'seconds', 10, 1);

@@ -33,7 +33,7 @@ import { renderAllHostFrr } from '../../src/modules/fabric/render/host-frr';
 import { renderListenRangeSnippet, renderSwitchConfig } from '../../src/modules/fabric/render/switch';
 import { DEFAULT_SETTINGS, type FabricSettings } from '../../src/modules/fabric/validate';
 import { startSshNodes, type SshNodes } from '../helpers/ssh-nodes';
-import { intOption, machineInfo, option, seed, startService, usageError, type Service } from './read';
+import { intOption, machineInfo, option, parseBenchArgs, seed, startService, usageError, type Service } from './read';
 
 const TARGET_PLAN_MS = 50;
 const TARGET_RENDER_MS = 100;
@@ -322,7 +322,8 @@ async function benchApply(service: Service, count: number, delayMs: number): Pro
 
 // ---------------------------------------------------------------------------------------------
 
-async function run(args: string[]): Promise<number> {
+async function run(argv: string[]): Promise<number> {
+  const args = parseBenchArgs(argv, ['nodes', 'delay-ms', 'rounds', 'render-nodes', 'render-rounds', 'plan-requests', 'skip']);
   const nodes = intOption(args, 'nodes', 100, 1);
   if (nodes > 500) throw usageError('--nodes is at most 500 (a /22 of /31s)');
   const delayMs = intOption(args, 'delay-ms', 50, 1);

@@ -10,12 +10,13 @@
  * Options: --settle 15 (s before the window), --duration 30 (s), --pg-stats.
  */
 import pg from 'pg';
-import { cpuSample, intOption, machineInfo, sleep, startService } from './read';
+import { cpuSample, flag, intOption, machineInfo, parseBenchArgs, sleep, startService } from './read';
 
-async function run(args: string[]): Promise<number> {
+async function run(argv: string[]): Promise<number> {
+  const args = parseBenchArgs(argv, ['settle', 'duration'], ['pg-stats']);
   const settleS = intOption(args, 'settle', 15, 0);
   const durationS = intOption(args, 'duration', 30, 1);
-  const pgStats = args.includes('--pg-stats');
+  const pgStats = flag(args, 'pg-stats');
   const machine = machineInfo();
   const knobs = ['WORKFLOW_ENGINE', 'BUILTIN_AGENT', 'QUEUE_POLL_SECONDS', 'AGENT_POLL_MS'].filter((k) => process.env[k]).map((k) => `${k}=${process.env[k]}`);
   console.log(`idle benchmark: the service with nothing to do, ${settleS} s to settle, then ${durationS} s measured${knobs.length ? `; ${knobs.join(' ')}` : ''}`);

@@ -49,7 +49,7 @@ import { makeTenantTree, makeToken } from '../helpers/fixtures';
 import { bmcCertificates } from '../helpers/tls';
 import { startRedfishSim, type RedfishSim } from '../sim/redfish/server';
 import type { FlavourName } from '../sim/redfish/flavours';
-import { freePorts, intOption, machineInfo, option, sleep } from './read';
+import { freePorts, intOption, machineInfo, option, parseBenchArgs, sleep } from './read';
 
 const TARGET_BUILD_S = 1;
 /** The seed's vendor routes and the simulator flavour each drives (as test/controlnode-provision.test.ts). */
@@ -135,7 +135,8 @@ async function singleBuilds(builds: number): Promise<{ median: number; min: numb
   }
 }
 
-async function run(args: string[]): Promise<number> {
+async function run(argv: string[]): Promise<number> {
+  const args = parseBenchArgs(argv, ['builds', 'jobs', 'concurrency', 'timeout']);
   const builds = intOption(args, 'builds', 10, 1);
   const jobs = intOption(args, 'jobs', 20, 1);
   const override = option(args, 'concurrency') === undefined ? undefined : intOption(args, 'concurrency', 2, 1);

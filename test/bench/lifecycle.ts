@@ -37,7 +37,7 @@ import { StatementCounter } from '../../src/db/client';
 import { newId } from '../../src/ids';
 import { updateNode } from '../../src/modules/metal/node-store';
 import { CreatePoolDocument, CreateSiteDocument, CreateTenantDocument } from '../../src/generated/operations';
-import { cpuSample, freePorts, gql, intOption, machineInfo, option, sleep, startService, type CpuSample, type Service } from './read';
+import { cpuSample, flag, freePorts, gql, intOption, machineInfo, option, parseBenchArgs, sleep, startService, type CpuSample, type Service } from './read';
 
 const TARGET_WALL_S = 60;
 const hex = (n: number) => (n & 0xff).toString(16).padStart(2, '0');
@@ -181,15 +181,16 @@ async function backlog(sql: Sql): Promise<string> {
 
 const fmt = (counts: Record<string, number>) => Object.entries(counts).map(([s, n]) => `${s} ${n}`).join(', ');
 
-async function run(args: string[]): Promise<number> {
+async function run(argv: string[]): Promise<number> {
+  const args = parseBenchArgs(argv, ['machines', 'batch', 'timeout', 'mockup', 'cpu-prof'], ['quiet', 'split', 'pg-stats']);
   const machines = intOption(args, 'machines', 1000, 1);
   const batch = intOption(args, 'batch', 50, 1);
   const timeoutS = intOption(args, 'timeout', 600, 1);
-  const quiet = args.includes('--quiet');
-  const split = args.includes('--split');
+  const quiet = flag(args, 'quiet');
+  const split = flag(args, 'split');
   const mockup = (option(args, 'mockup') ?? 'public-rackmount1') as MockupName;
   const profDir = option(args, 'cpu-prof');
-  const pgStats = args.includes('--pg-stats');
+  const pgStats = flag(args, 'pg-stats');
   const machine = machineInfo();
   const knobs = ['AGENT_CONCURRENCY', 'AGENT_POLL_MS', 'QUEUE_POLL_SECONDS', 'WORKFLOW_LEASE_MS', 'AGENT_LEASE_MS'].filter((k) => process.env[k]).map((k) => `${k}=${process.env[k]}`);
   console.log(`lifecycle benchmark: ${machines} simulated Redfish machines (${mockup}, zero added latency), enroll -> inspect -> commission -> ready`);

@@ -27,6 +27,7 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { parseArgs } from 'node:util';
 import type { EventEmitter } from 'node:events';
 import { print } from 'graphql';
 import pg from 'pg';
@@ -396,19 +397,39 @@ export function usageError(message: string): Error {
   return error;
 }
 
-/** `--name value` or `--name=value`; undefined when absent. */
-export function option(args: string[], name: string): string | undefined {
-  const i = args.indexOf(`--${name}`);
-  if (i === -1) {
-    const inline = args.find((a) => a.startsWith(`--${name}=`));
-    return inline?.slice(name.length + 3);
-  }
-  const value = args[i + 1];
-  if (value === undefined || value.startsWith('--')) throw usageError(`--${name} needs a value`);
-  return value;
+/** A bench's command line as node:util's parseArgs read it. */
+export interface BenchArgs {
+  readonly values: Readonly<Record<string, string | boolean | undefined>>;
 }
 
-export function intOption(args: string[], name: string, fallback: number, min: number): number {
+/**
+ * Every bench's argument parsing: parseArgs, strict, with the bench's value options (`--name value`
+ * or `--name=value`) and its flags (`--name`). An unknown option, a positional, a value option
+ * without its value or a flag given one is a usage error.
+ */
+export function parseBenchArgs(args: string[], valueOptions: readonly string[], flags: readonly string[] = []): BenchArgs {
+  const options: Record<string, { type: 'string' | 'boolean' }> = {};
+  for (const name of valueOptions) options[name] = { type: 'string' };
+  for (const name of flags) options[name] = { type: 'boolean' };
+  try {
+    return { values: parseArgs({ args, options, strict: true, allowPositionals: false }).values };
+  } catch (error) {
+    throw usageError(error instanceof Error ? error.message : String(error));
+  }
+}
+
+/** A value option's value; undefined when absent. */
+export function option(args: BenchArgs, name: string): string | undefined {
+  const value = args.values[name];
+  return typeof value === 'string' ? value : undefined;
+}
+
+/** Whether a flag was given. */
+export function flag(args: BenchArgs, name: string): boolean {
+  return args.values[name] === true;
+}
+
+export function intOption(args: BenchArgs, name: string, fallback: number, min: number): number {
   const raw = option(args, name);
   if (raw === undefined) return fallback;
   const value = Number(raw);
@@ -609,11 +630,8 @@ const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? n.toFixed(digits) :
 
 const READ_OPTIONS = ['connections', 'duration', 'warmup', 'nodes', 'query', 'cpu-prof', 'json'];
 
-async function runRead(args: string[]): Promise<number> {
-  for (const arg of args) {
-    const name = /^--([^=]+)/.exec(arg)?.[1];
-    if (name !== undefined && !READ_OPTIONS.includes(name)) throw usageError(`unknown option --${name} (known: ${READ_OPTIONS.map((o) => `--${o}`).join(', ')})`);
-  }
+async function runRead(argv: string[]): Promise<number> {
+  const args = parseBenchArgs(argv, READ_OPTIONS);
   const connectionsList = (option(args, 'connections') ?? '16,8,32').split(',').map((c) => {
     const n = Number(c);
     if (!Number.isInteger(n) || n < 1) throw usageError(`--connections: "${c}" is not a positive integer`);

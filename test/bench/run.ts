@@ -1,7 +1,8 @@
 /**
  * Benchmarks: `npm run bench -- <name> [options]` (after `npm run build`).
  * Each benchmark starts the real service as a child process, loads it, prints a summary and
- * cleans up after itself. Results are recorded in BENCHMARKS.md.
+ * cleans up after itself. Results are recorded in BENCHMARKS.md (current figures) and
+ * docs/benchmarks/history.md (every run).
  */
 import { readBench } from './read';
 

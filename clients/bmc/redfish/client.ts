@@ -17,6 +17,7 @@
  * boolean true. Both at once is refused, as is any other type: verification is never silently off.
  */
 import { createHash, randomBytes, X509Certificate } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { Pool, type Dispatcher } from 'undici';
 import { BmcError, type BmcEndpoint, type BmcErrorCode } from '../driver';
 
@@ -181,13 +182,14 @@ function errCode(e: unknown): string {
   return String(o?.code ?? o?.cause?.code ?? '');
 }
 
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(aborted());
-    const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve(); }, ms);
-    const onAbort = () => { clearTimeout(t); reject(aborted()); };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
+/** Waits `ms`; rejects with the BMC_ERROR of an aborted call when `signal` aborts (or already has). */
+export async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  try {
+    await delay(ms, undefined, { signal });
+  } catch (error) {
+    if (signal?.aborted) throw aborted();
+    throw error;
+  }
 }
 
 function aborted(): BmcError {

@@ -29,6 +29,7 @@ import { Option, type Command } from 'commander';
 import { parse as parseCsv } from 'csv-parse/sync';
 import { isMap, isSeq, LineCounter, parseDocument, type Node as YamlNode } from 'yaml';
 import { EnrollDocument, HardwareProfilesDocument, MetalNodesDocument, PoolsDocument, SitesDocument, type MetalEnrollInput } from '../../sdk/src';
+import { forEachLimited } from '../../concurrency';
 import { cli, type Cli } from '../context';
 import { oneLine, Refusal, UsageError } from '../errors';
 import { isId, positiveInt, ref } from '../resolve';
@@ -447,28 +448,23 @@ async function enroll(c: Cli, o: EnrollOptions): Promise<void> {
   for (const r of results.filter((x) => x.status === 'skipped')) bar.note(describe(r));
   const interrupted = c.interrupted();
   let stopped = false;
-  let next = 0;
-  const worker = async () => {
-    while (!stopped && !interrupted.aborted && next < toSend.length) {
-      const row = toSend[next]!;
-      next += 1;
-      const result = results[row.row - 1]!;
-      try {
-        const { enrollNode } = await client.request(EnrollDocument, { input: row.input! });
-        Object.assign(result, { status: 'enrolled', nodeId: enrollNode.node.id });
-      } catch (e) {
-        const err = e as { code?: string; message?: string; field?: string; details?: { field?: string } };
-        const code = typeof err.code === 'string' ? err.code : 'INTERNAL';
-        // No answer (or a 5xx gateway answer): the call may have reached the service and committed.
-        const unknown = code === 'NETWORK' || code === 'TIMEOUT' || /^HTTP_5/.test(code);
-        Object.assign(result, { status: unknown ? 'unknown' : 'refused', code, field: err.field ?? err.details?.field, message: err.message ?? '' });
-        if (!o.keepGoing) stopped = true;
-      }
-      bar.tick(describe(result));
+  const send = async (row: (typeof toSend)[number]) => {
+    const result = results[row.row - 1]!;
+    try {
+      const { enrollNode } = await client.request(EnrollDocument, { input: row.input! });
+      Object.assign(result, { status: 'enrolled', nodeId: enrollNode.node.id });
+    } catch (e) {
+      const err = e as { code?: string; message?: string; field?: string; details?: { field?: string } };
+      const code = typeof err.code === 'string' ? err.code : 'INTERNAL';
+      // No answer (or a 5xx gateway answer): the call may have reached the service and committed.
+      const unknown = code === 'NETWORK' || code === 'TIMEOUT' || /^HTTP_5/.test(code);
+      Object.assign(result, { status: unknown ? 'unknown' : 'refused', code, field: err.field ?? err.details?.field, message: err.message ?? '' });
+      if (!o.keepGoing) stopped = true;
     }
+    bar.tick(describe(result));
   };
   try {
-    await Promise.all(Array.from({ length: Math.min(o.parallel, toSend.length) }, worker));
+    await forEachLimited(toSend, o.parallel, send, { until: () => stopped || interrupted.aborted });
   } finally {
     bar.stop();
   }

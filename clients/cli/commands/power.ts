@@ -2,6 +2,7 @@
  * power NODE ACTION: queues a bmc.power command for the node's site agent (the provision state does
  * not change) and prints its command id; --wait follows the command until the agent reports it.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Argument, Option, type Command } from 'commander';
 import { PowerDocument } from '../../sdk/src';
 import { cli } from '../context';
@@ -35,7 +36,7 @@ export function register(program: Command): void {
           if (command?.status && ENDED.has(command.status)) break;
           if (interrupted.aborted) throw new Refusal('INTERRUPTED', `stopped waiting; command ${answer.commandId} is ${command?.status ?? 'unknown'}`);
           if (Date.now() > deadline) throw new Refusal('TIMEOUT', `command ${answer.commandId} still ${command?.status ?? 'unknown'} after ${o.timeout}s`);
-          await new Promise((r) => setTimeout(r, 500));
+          await sleep(500);
         }
         if (!c.out.json) c.out.line(`command ${answer.commandId}: ${command.status}`);
       }
