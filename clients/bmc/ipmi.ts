@@ -57,7 +57,8 @@ function isRepeatable(command: readonly string[]): boolean {
   return REPEATABLE.has(command.slice(0, 2).join(' '));
 }
 
-interface Prepared {
+/** One call's BMC, checked: where to send, the node's options, the credentials. */
+interface IpmiCall {
   host: string;
   port: number;
   address: string;
@@ -89,7 +90,7 @@ class IpmiDriver implements BmcDriver {
   }
 
   /** Everything that can be refused is refused here, before any process is started. */
-  private prepare(bmc: BmcEndpoint): Prepared {
+  private prepare(bmc: BmcEndpoint): IpmiCall {
     const node = checkIpmiDriverOptions(bmc.options);
     const { host, port } = parseIpmiAddress(bmc.address);
     if (Buffer.byteLength(bmc.password, 'utf8') > MAX_PASSWORD_BYTES) {
@@ -100,11 +101,11 @@ class IpmiDriver implements BmcDriver {
   }
 
   /** One ipmitool run; resolves with its outcome, rejects only for a timeout, an abort or a missing binary. */
-  private exec(p: Prepared, command: string[], opts: BmcCallOptions | undefined): Promise<Outcome> {
+  private exec(call: IpmiCall, command: string[], opts: BmcCallOptions | undefined): Promise<Outcome> {
     const argv = [
-      '-I', 'lanplus', '-H', p.host, '-p', String(p.port),
-      ...(p.bmc.username ? ['-U', p.bmc.username] : []),
-      '-E', '-C', String(p.node.cipherSuite), '-L', p.node.privilegeLevel,
+      '-I', 'lanplus', '-H', call.host, '-p', String(call.port),
+      ...(call.bmc.username ? ['-U', call.bmc.username] : []),
+      '-E', '-C', String(call.node.cipherSuite), '-L', call.node.privilegeLevel,
       '-N', String(this.retransmitSeconds), '-R', String(isRepeatable(command) ? this.retries : 1), '-v',
       ...command,
     ];
@@ -115,7 +116,7 @@ class IpmiDriver implements BmcDriver {
         return;
       }
       const child = spawn(this.ipmitool, argv, {
-        env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C', LC_ALL: 'C', IPMI_PASSWORD: p.bmc.password },
+        env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C', LC_ALL: 'C', IPMI_PASSWORD: call.bmc.password },
         stdio: ['ignore', 'pipe', 'pipe'],
         detached: true,
       });
@@ -164,7 +165,7 @@ class IpmiDriver implements BmcDriver {
         finish(() => {
           if (ended === 'timeout') {
             const repeatable = isRepeatable(command);
-            reject(new BmcError('BMC_TIMEOUT', `${what}: no answer from ${p.address} within ${this.timeoutMs} ms (ipmitool killed)${repeatable ? '' : '; whether the BMC acted on it is unknown'}`, repeatable));
+            reject(new BmcError('BMC_TIMEOUT', `${what}: no answer from ${call.address} within ${this.timeoutMs} ms (ipmitool killed)${repeatable ? '' : '; whether the BMC acted on it is unknown'}`, repeatable));
           } else if (ended === 'abort') {
             reject(new BmcError('BMC_ERROR', `${what}: aborted while running; whether the BMC acted on it is unknown`));
           } else {
@@ -176,9 +177,9 @@ class IpmiDriver implements BmcDriver {
   }
 
   /** Runs a command and throws the classified BmcError when ipmitool exits non-zero. */
-  private async run(p: Prepared, command: string[], opts: BmcCallOptions | undefined): Promise<string> {
-    const r = await this.exec(p, command, opts);
-    if (r.code !== 0) throw classify(`ipmitool ${command.join(' ')}`, p.address, p.node.cipherSuite, r.stderr, p.bmc.password, isRepeatable(command));
+  private async run(call: IpmiCall, command: string[], opts: BmcCallOptions | undefined): Promise<string> {
+    const r = await this.exec(call, command, opts);
+    if (r.code !== 0) throw classify(`ipmitool ${command.join(' ')}`, call.address, call.node.cipherSuite, r.stderr, call.bmc.password, isRepeatable(command));
     return r.stdout;
   }
 
@@ -187,16 +188,16 @@ class IpmiDriver implements BmcDriver {
    * command itself with "invalid command" or "parameter not supported" (completion codes C1h, 80h);
    * every other failure (credentials, reachability, a BMC without IPMI 2.0) throws as run() does.
    */
-  private async runOptional(p: Prepared, command: string[], opts: BmcCallOptions | undefined): Promise<string | null> {
-    const r = await this.exec(p, command, opts);
+  private async runOptional(call: IpmiCall, command: string[], opts: BmcCallOptions | undefined): Promise<string | null> {
+    const r = await this.exec(call, command, opts);
     if (r.code === 0) return r.stdout;
     const answered = !/Unable to establish|Error issuing|Get Auth Capabilities/i.test(r.stderr);
     if (answered && /rsp=0x(c1|80)\b|: (Invalid command|Parameter not supported)\s*$/im.test(r.stderr)) return null;
-    throw classify(`ipmitool ${command.join(' ')}`, p.address, p.node.cipherSuite, r.stderr, p.bmc.password, isRepeatable(command));
+    throw classify(`ipmitool ${command.join(' ')}`, call.address, call.node.cipherSuite, r.stderr, call.bmc.password, isRepeatable(command));
   }
 
-  private async readPower(p: Prepared, opts: BmcCallOptions | undefined): Promise<PowerState> {
-    return parsePowerStatus(await this.run(p, ['power', 'status'], opts));
+  private async readPower(call: IpmiCall, opts: BmcCallOptions | undefined): Promise<PowerState> {
+    return parsePowerStatus(await this.run(call, ['power', 'status'], opts));
   }
 
   async powerState(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<PowerState> {
@@ -208,28 +209,28 @@ class IpmiDriver implements BmcDriver {
    * waits for an off before the on, but takes an on at the deadline: IPMI has no cycle counter, so
    * an off phase shorter than the poll interval is never seen, and the caller notes it.
    */
-  private async waitFor(p: Prepared, target: 'on' | 'off', action: string, windowMs: number, opts: BmcCallOptions | undefined, needOffFirst = false): Promise<{ sawOff: boolean; state: PowerState }> {
+  private async waitFor(call: IpmiCall, target: 'on' | 'off', action: string, windowMs: number, opts: BmcCallOptions | undefined, needOffFirst = false): Promise<{ sawOff: boolean; state: PowerState }> {
     const deadline = Date.now() + windowMs;
     let sawOff = false;
     for (;;) {
-      const state = await this.readPower(p, opts);
+      const state = await this.readPower(call, opts);
       if (state === 'off') sawOff = true;
       if (state === target && (!needOffFirst || sawOff)) return { sawOff, state };
       const left = deadline - Date.now();
       if (left <= 0) {
         if (state === target) return { sawOff, state };
-        throw new BmcError('BMC_NOT_APPLIED', `power ${action}: the BMC at ${p.address} accepted it, and power status still reads ${state} after ${windowMs} ms`);
+        throw new BmcError('BMC_NOT_APPLIED', `power ${action}: the BMC at ${call.address} accepted it, and power status still reads ${state} after ${windowMs} ms`);
       }
       await sleep(Math.min(this.pollIntervalMs, left), opts?.signal);
     }
   }
 
   async power(bmc: BmcEndpoint, action: PowerAction, opts?: BmcCallOptions): Promise<DriverResult<PowerState>> {
-    const p = this.prepare(bmc);
+    const call = this.prepare(bmc);
     const notes: string[] = [];
     const verifyMs = opts?.verifyDeadlineMs ?? this.verifyDeadlineMs;
     const send = async (verb: string) => {
-      await this.run(p, ['power', verb], opts);
+      await this.run(call, ['power', verb], opts);
     };
     switch (action) {
       case 'on':
@@ -237,7 +238,7 @@ class IpmiDriver implements BmcDriver {
       case 'graceful-off': {
         const target = action === 'on' ? 'on' : 'off';
         await send(action === 'graceful-off' ? 'soft' : action);
-        const { state } = await this.waitFor(p, target, action, verifyMs, opts);
+        const { state } = await this.waitFor(call, target, action, verifyMs, opts);
         return { value: state, notes };
       }
       case 'reset':
@@ -245,10 +246,10 @@ class IpmiDriver implements BmcDriver {
         // A reset or a cycle of a machine that is off does nothing on a BMC that follows the spec
         // (chassis control on S4/S5), so the machine would stay off: power it on instead, as a
         // Redfish ForceRestart of an off system does.
-        if ((await this.readPower(p, opts)) === 'off') {
+        if ((await this.readPower(call, opts)) === 'off') {
           await send('on');
           notes.push(`the machine was off: sent power on instead of ${action}`);
-          const { state } = await this.waitFor(p, 'on', action, verifyMs, opts);
+          const { state } = await this.waitFor(call, 'on', action, verifyMs, opts);
           return { value: state, notes };
         }
         await send(action);
@@ -256,7 +257,7 @@ class IpmiDriver implements BmcDriver {
         // (issue 20). A reset is watched for one as long as a Redfish restart without
         // LastResetTime (10 s); without it the result is unverified, never success.
         const window = action === 'reset' ? Math.min(verifyMs, 10_000) : verifyMs;
-        const { sawOff, state } = await this.waitFor(p, 'on', action, window, opts, true);
+        const { sawOff, state } = await this.waitFor(call, 'on', action, window, opts, true);
         if (!sawOff) {
           notes.push(`sent power ${action}; not verifiable on this BMC (IPMI has no reset counter, and no off phase was seen): the machine's next boot is the proof`);
           return { value: state, notes, unverified: `IPMI reports no reset counter and power status showed no off phase within ${window} ms` };
@@ -265,45 +266,45 @@ class IpmiDriver implements BmcDriver {
       }
       case 'graceful-restart': {
         // IPMI has no graceful restart: ACPI soft-off, wait for off, then on (as Ironic's ipmitool driver does).
-        if ((await this.readPower(p, opts)) === 'off') {
+        if ((await this.readPower(call, opts)) === 'off') {
           notes.push('the machine was off: sent power on instead of a graceful restart');
         } else {
           await send('soft');
-          await this.waitFor(p, 'off', 'soft (graceful restart)', verifyMs, opts);
+          await this.waitFor(call, 'off', 'soft (graceful restart)', verifyMs, opts);
           notes.push('IPMI has no graceful restart: sent a soft power off, saw the machine off, then power on');
         }
         await send('on');
-        const { state } = await this.waitFor(p, 'on', action, verifyMs, opts);
+        const { state } = await this.waitFor(call, 'on', action, verifyMs, opts);
         return { value: state, notes };
       }
       case 'nmi': {
-        if ((await this.readPower(p, opts)) === 'off') {
-          throw new BmcError('BMC_NOT_APPLIED', `power nmi: the machine behind ${p.address} is off: an NMI has nothing to interrupt, none sent`);
+        if ((await this.readPower(call, opts)) === 'off') {
+          throw new BmcError('BMC_NOT_APPLIED', `power nmi: the machine behind ${call.address} is off: an NMI has nothing to interrupt, none sent`);
         }
         await send('diag');
-        const state = await this.readPower(p, opts);
+        const state = await this.readPower(call, opts);
         return { value: state, notes };
       }
     }
   }
 
   async setBootDevice(bmc: BmcEndpoint, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, opts?: BmcCallOptions): Promise<DriverResult> {
-    const p = this.prepare(bmc);
+    const call = this.prepare(bmc);
     const dev = BOOTDEV[device];
     if (!dev) throw new BmcError('BMC_UNSUPPORTED', `boot device ${String(device)}: the ipmi driver sets pxe, disk, cd or bios`);
     // Without efiboot the flags say legacy BIOS (IPMI has no "keep the current mode"): the workflow
     // passes uefi for UEFI machines, as the node's boot mode says.
     const flags = [...(mode.persistent ? ['persistent'] : []), ...(mode.uefi ? ['efiboot'] : [])];
-    await this.run(p, ['chassis', 'bootdev', dev.arg, ...(flags.length ? [`options=${flags.join(',')}`] : [])], opts);
+    await this.run(call, ['chassis', 'bootdev', dev.arg, ...(flags.length ? [`options=${flags.join(',')}`] : [])], opts);
     const notes: string[] = [];
-    const flagsOut = await this.runOptional(p, ['chassis', 'bootparam', 'get', '5'], opts);
+    const flagsOut = await this.runOptional(call, ['chassis', 'bootparam', 'get', '5'], opts);
     if (flagsOut === null) {
       notes.push('the BMC does not read boot flags back: the boot device is set but not verified (the boot it was for is the proof)');
       return { value: undefined, notes, unverified: 'the BMC does not read its boot flags back' };
     }
     const read = parseBootFlags(flagsOut);
     if (read.selector !== dev.selector) {
-      throw new BmcError('BMC_NOT_APPLIED', `chassis bootdev ${dev.arg}: the BMC at ${p.address} accepted it, and its boot flags read back device selector 0x${read.selector.toString(16)}, not 0x${dev.selector.toString(16)}`);
+      throw new BmcError('BMC_NOT_APPLIED', `chassis bootdev ${dev.arg}: the BMC at ${call.address} accepted it, and its boot flags read back device selector 0x${read.selector.toString(16)}, not 0x${dev.selector.toString(16)}`);
     }
     // Many BMCs (ipmi_sim among them) keep only the device selector and read the other bits back as
     // zero; the override still applies, so this is a note, not a failure.
@@ -326,13 +327,13 @@ class IpmiDriver implements BmcDriver {
 
   /** IPMI knows the machine only by its System GUID: no MACs, CPUs, memory or disks out of band. */
   async inventory(bmc: BmcEndpoint, opts?: BmcCallOptions): Promise<DriverResult<OutOfBandInventory>> {
-    const p = this.prepare(bmc);
+    const call = this.prepare(bmc);
     const empty: OutOfBandInventory = { uuid: null, macs: [], cpus: null, memoryMiB: null, storage: null, manufacturer: null, model: null, serial: null };
     // The session this opens is what verifies the credentials, GUID or not.
-    const stdout = await this.runOptional(p, ['raw', '0x06', '0x37'], opts);
+    const stdout = await this.runOptional(call, ['raw', '0x06', '0x37'], opts);
     if (stdout === null) return { value: empty, notes: ['the BMC answers Get System GUID with "invalid command": no UUID'] };
     const wire = parseRawBytes(stdout);
-    const decoded = ipmiGuidToUuid(wire, p.node.guidEncoding);
+    const decoded = ipmiGuidToUuid(wire, call.node.guidEncoding);
     return { value: { ...empty, uuid: decoded.uuid }, notes: decoded.note ? [decoded.note] : [] };
   }
 }
