@@ -3,7 +3,7 @@ import { startApp, type App } from './app';
 import { loadConfig } from './config';
 import { createLogger } from './ops/log';
 import { fatalLine } from './ops/fatal';
-import { stopEmbeddedPostgresNow } from './db/embedded';
+import { stopEmbeddedPostgresNow } from './db/embedded/process';
 import { runAgentProcess } from './agent/process';
 import { defaultDriverRegistry } from '../clients/bmc/defaults';
 import { databaseFailure } from './db/failure';

@@ -9,7 +9,9 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { BmcError, type BmcDriver, type BmcEndpoint } from '../clients/bmc/driver';
 import { DriverRegistry } from '../clients/bmc/registry';
-import { checkIpmiDriverOptions, ipmiDriver, ipmiGuidToUuid, parseIpmiAddress } from '../clients/bmc/ipmi';
+import { ipmiDriver } from '../clients/bmc/ipmi';
+import { checkIpmiDriverOptions, parseIpmiAddress } from '../clients/bmc/ipmi/options';
+import { ipmiGuidToUuid } from '../clients/bmc/ipmi/parsing';
 import { IPMITOOL, recordingIpmitool, requireIpmiTools, startIpmiSim, type IpmiBootEvent, type IpmiSim, type IpmiSimMachine, type RecordedIpmitoolCall } from './helpers/ipmi-sim';
 import { failure } from './helpers/bmc';
 

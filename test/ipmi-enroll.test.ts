@@ -1,6 +1,6 @@
 /**
  * enroll refuses what the IPMI driver could never use, as INVALID_INPUT naming the field, before
- * the broker or the node is written: the same check (clients/bmc/ipmi.ts checkIpmiNode) the driver
+ * the broker or the node is written: the same check (clients/bmc/ipmi/options.ts checkIpmiNode) the driver
  * runs again before any packet, so an operator learns at enroll, not from a failed workflow.
  */
 import pg from 'pg';

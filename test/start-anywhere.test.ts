@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fromRoot } from '../src/paths';
-import { socketDir } from '../src/db/embedded';
+import { socketDir } from '../src/db/embedded/cluster';
 import { gql } from './helpers/client';
 import { processesMentioning, randomPort, spawnService, waitReady, type Service } from './helpers/service';
 

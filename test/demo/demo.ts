@@ -14,7 +14,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { startApp, type App } from '../../src/app';
 import { createLogger } from '../../src/ops/log';
-import { stopEmbeddedPostgresNow } from '../../src/db/embedded';
+import { stopEmbeddedPostgresNow } from '../../src/db/embedded/process';
 import { startMachineSim, type MachineSim } from '../sim/machine';
 import { freePort } from '../helpers/ports';
 import { FLAVOURS, type FlavourName } from '../sim/redfish/flavours';

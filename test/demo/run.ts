@@ -17,7 +17,7 @@ async function entry(): Promise<void> {
     throw error;
   }
   const { main, Interrupted } = await import('./demo.js');
-  const { stopEmbeddedPostgresNow } = await import('../../src/db/embedded.js');
+  const { stopEmbeddedPostgresNow } = await import('../../src/db/embedded/process.js');
   const controller = new AbortController();
   let stopping: (() => Promise<void>) | null = null;
   let firstSignalAt: number | null = null;

@@ -47,6 +47,8 @@ export interface RedfishFlavour {
    * boots the physical drive); HPE's BootOnNextServerReset on the inserted slot (`hpe-next-reset`).
    */
   virtualCdBoot: 'override' | 'dell-vcd' | 'hpe-next-reset';
+  /** How the flavour sets a `dell-vcd` or `hpe-next-reset` boot (idrac.ts, ilo.ts); null for `override`. */
+  setVirtualCdBoot: ((driver: RedfishDriver, x: CallContext, sys: System, persistent: boolean) => Promise<void>) | null;
   /**
    * A slot with no InsertMedia/EjectMedia actions is mounted and unmounted by a PATCH of the slot
    * itself (Lenovo XCC's EXT slots); slots whose Id starts with this prefix are preferred. Null:
@@ -79,6 +81,7 @@ export const redfishGeneric: RedfishFlavour = {
   continuousAllowed: () => true,
   ejectOfEmptyError: () => false,
   virtualCdBoot: 'override',
+  setVirtualCdBoot: null,
   patchMountSlots: null,
 };
 
@@ -195,7 +198,8 @@ function powerOf(v: unknown): PowerState {
   }
 }
 
-interface Ctx {
+/** One driver call: its client, deadline, idempotency key, node options, and what it noted so far. */
+export interface CallContext {
   c: RedfishClient;
   deadlineMs: number;
   key: string | undefined;
@@ -205,7 +209,7 @@ interface Ctx {
   unverified: string | null;
 }
 
-interface System { path: string; doc: Doc }
+export interface System { path: string; doc: Doc }
 
 class Unsupported501 extends Error {}
 
@@ -233,7 +237,7 @@ export class RedfishDriver implements BmcDriver {
     this.tuning = { ...TUNING, ...tuning };
   }
 
-  private ctx(bmc: BmcEndpoint, opts: BmcCallOptions | undefined): Ctx {
+  private ctx(bmc: BmcEndpoint, opts: BmcCallOptions | undefined): CallContext {
     const options = bmc.options ?? {};
     const systemId = options.systemId;
     if (systemId !== undefined && typeof systemId !== 'string') throw new BmcError('BMC_UNSUPPORTED', 'driverOptions.systemId must be a string (the Id of one member of the BMC\'s Systems)');
@@ -247,18 +251,18 @@ export class RedfishDriver implements BmcDriver {
     };
   }
 
-  private result<T>(x: Ctx, value: T): DriverResult<T> {
+  private result<T>(x: CallContext, value: T): DriverResult<T> {
     return { value, notes: [...x.c.notes, ...x.notes], ...(x.unverified ? { unverified: x.unverified } : {}) };
   }
 
   /** Idempotency-Key of one destructive request: the step's key and what this request does. */
-  private keyed(x: Ctx, part: string): Record<string, string> {
+  private keyed(x: CallContext, part: string): Record<string, string> {
     return x.key ? { 'Idempotency-Key': `${x.key}:${part}` } : {};
   }
 
   // ---- discovery ----
 
-  private async systemPath(x: Ctx): Promise<string> {
+  private async systemPath(x: CallContext): Promise<string> {
     const info = await x.c.root();
     const want = x.options.systemId as string | undefined;
     const known = info.systems.get(want ?? '');
@@ -279,7 +283,7 @@ export class RedfishDriver implements BmcDriver {
     return path!;
   }
 
-  private async system(x: Ctx): Promise<System> {
+  private async system(x: CallContext): Promise<System> {
     const cached = (await x.c.root()).systems.has((x.options.systemId as string | undefined) ?? '');
     const path = await this.systemPath(x);
     const res = await x.c.request('GET', path, { repeatable: true, what: 'the system' });
@@ -294,7 +298,7 @@ export class RedfishDriver implements BmcDriver {
   }
 
   /** The Reset target and its AllowableValues (inline, or from its ActionInfo); null when the BMC does not say. */
-  private async resetInfo(x: Ctx, sys: System): Promise<{ target: string; allowed: string[] | null }> {
+  private async resetInfo(x: CallContext, sys: System): Promise<{ target: string; allowed: string[] | null }> {
     const reset = ((sys.doc.Actions ?? {}) as Doc)['#ComputerSystem.Reset'] as Doc | undefined;
     const target = reset?.target;
     if (typeof target !== 'string') throw x.c.error('BMC_UNSUPPORTED', `the system at ${x.c.origin} offers no #ComputerSystem.Reset action`);
@@ -344,7 +348,7 @@ export class RedfishDriver implements BmcDriver {
     return this.result(x, await this.runPlans(x, sys, reset, plans));
   }
 
-  private async runPlans(x: Ctx, sys: System, reset: { target: string; allowed: string[] | null }, plans: Step[][]): Promise<PowerState> {
+  private async runPlans(x: CallContext, sys: System, reset: { target: string; allowed: string[] | null }, plans: Step[][]): Promise<PowerState> {
     const refused: string[] = [];
     const listed = (t: string) => reset.allowed === null || reset.allowed.includes(t);
     for (const [i, plan] of plans.entries()) {
@@ -383,7 +387,7 @@ export class RedfishDriver implements BmcDriver {
   }
 
   /** POSTs one ResetType, follows its task, and reads the state back. Unsupported501 when the BMC refuses the type itself. */
-  private async sendReset(x: Ctx, sys: System, target: string, type: string, expect: Expect): Promise<PowerState> {
+  private async sendReset(x: CallContext, sys: System, target: string, type: string, expect: Expect): Promise<PowerState> {
     const before = sys.doc.LastResetTime;
     const res = await x.c.request('POST', target, { repeatable: false, what: `Reset (${type})`, body: { ResetType: type }, headers: this.keyed(x, type) });
     if (res.status === 501) throw new Unsupported501(`ResetType ${type} answered 501`);
@@ -420,7 +424,7 @@ export class RedfishDriver implements BmcDriver {
     }
   }
 
-  private async waitPower(x: Ctx, path: string, want: 'on' | 'off', sent: string): Promise<PowerState> {
+  private async waitPower(x: CallContext, path: string, want: 'on' | 'off', sent: string): Promise<PowerState> {
     const until = Date.now() + x.deadlineMs;
     for (;;) {
       const state = powerOf((await x.c.get(path, 'the system')).PowerState);
@@ -442,7 +446,7 @@ export class RedfishDriver implements BmcDriver {
    * ramdisk's call, the machine's boot) is the proof. With a usable LastResetTime, no sign of a
    * restart within the deadline is BMC_NOT_APPLIED.
    */
-  private async waitRestart(x: Ctx, path: string, lastResetBefore: unknown, sent: string): Promise<PowerState> {
+  private async waitRestart(x: CallContext, path: string, lastResetBefore: unknown, sent: string): Promise<PowerState> {
     const start = Date.now();
     const until = start + x.deadlineMs;
     const before = resetTimeOf(lastResetBefore);
@@ -467,7 +471,7 @@ export class RedfishDriver implements BmcDriver {
   }
 
   /** A 202's task monitor (its Location), polled until the task ends or the deadline passes. */
-  private async awaitTask(x: Ctx, accepted: Response, what: string): Promise<void> {
+  private async awaitTask(x: CallContext, accepted: Response, what: string): Promise<void> {
     const monitor = accepted.headers.location ?? (typeof accepted.body?.TaskMonitor === 'string' ? accepted.body.TaskMonitor : null);
     if (!monitor) {
       x.notes.push(`${what} answered 202 without a task monitor; verified by reading back`);
@@ -505,11 +509,11 @@ export class RedfishDriver implements BmcDriver {
     const sys = await this.system(x);
     // The virtual CD the vendor's own way (a persistent boot from it on iLO is DMTF's override).
     if (device === 'cd' && this.flavour.virtualCdBoot === 'dell-vcd') {
-      await this.dellVirtualCdBoot(x, sys, mode.persistent);
+      await this.vendorVirtualCdBoot(x, sys, mode.persistent);
       return this.result(x, undefined);
     }
     if (device === 'cd' && this.flavour.virtualCdBoot === 'hpe-next-reset' && !mode.persistent) {
-      await this.hpeVirtualCdBoot(x, sys);
+      await this.vendorVirtualCdBoot(x, sys, false);
       return this.result(x, undefined);
     }
     let plan = await this.planBoot(x, sys, device, mode);
@@ -563,7 +567,7 @@ export class RedfishDriver implements BmcDriver {
    *   by the flavour, else Once;
    * - Mode: UEFI where offered (Legacy only when asked), left out where the BMC shows none.
    */
-  private async planBoot(x: Ctx, sys: System, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, forceSettings?: string): Promise<BootOverridePlan & { pendingBoot: Doc }> {
+  private async planBoot(x: CallContext, sys: System, device: BootDevice, mode: { persistent: boolean; uefi?: boolean }, forceSettings?: string): Promise<BootOverridePlan & { pendingBoot: Doc }> {
     const target = BOOT_TARGET[device];
     const sysBoot = (sys.doc.Boot ?? null) as Doc | null;
     const settingsPath = forceSettings ?? settingsPathOf(sys.doc);
@@ -633,7 +637,7 @@ export class RedfishDriver implements BmcDriver {
    * pending settings) its settings object holds it until the next reset applies it. Enabled may
    * read Continuous where Once was sent (sushy-tools, older Supermicro: QUIRKS.md "Boot override").
    */
-  private async bootReadBack(x: Ctx, sys: System, plan: BootOverridePlan): Promise<BootOverrideHeld | string> {
+  private async bootReadBack(x: CallContext, sys: System, plan: BootOverridePlan): Promise<BootOverrideHeld | string> {
     const want = plan.body.Boot as Doc;
     const held = (b: Doc): BootOverrideHeld => ({ enabled: b.BootSourceOverrideEnabled === 'Continuous' ? 'Continuous' : plan.enabled });
     const now = ((await x.c.get(sys.path, 'the system')).Boot ?? {}) as Doc;
@@ -653,7 +657,7 @@ export class RedfishDriver implements BmcDriver {
   }
 
   /** A resource as GET gives it, its ETag header folded into @odata.etag when the body has none. */
-  private async read(x: Ctx, path: string, what: string): Promise<Doc> {
+  async read(x: CallContext, path: string, what: string): Promise<Doc> {
     const res = await x.c.request('GET', path, { repeatable: true, what });
     if (res.status !== 200 || !res.body) throw x.c.statusError(res, `GET ${what}`, true);
     if (res.headers.etag && !res.body['@odata.etag']) res.body['@odata.etag'] = res.headers.etag;
@@ -665,14 +669,14 @@ export class RedfishDriver implements BmcDriver {
    * without one); a 428 (If-Match required) or 412 (our ETag was stale) reads the resource's
    * current @odata.etag and sends once more. A 202 is followed to its task's end.
    */
-  private async patch(x: Ctx, path: string, body: Doc, what: string, current: Doc | null, keyPart: string): Promise<void> {
+  async patch(x: CallContext, path: string, body: Doc, what: string, current: Doc | null, keyPart: string): Promise<void> {
     const res = await this.patchResponse(x, path, body, what, current, keyPart);
     this.patchOutcome(x, res, what);
     if (res.status === 202) await this.awaitTask(x, res, what);
   }
 
   /** The PATCH's answer, after at most one resend with the current ETag (428, 412). */
-  private async patchResponse(x: Ctx, path: string, body: Doc, what: string, current: Doc | null, keyPart: string): Promise<Response> {
+  private async patchResponse(x: CallContext, path: string, body: Doc, what: string, current: Doc | null, keyPart: string): Promise<Response> {
     const etagOf = (d: Doc | null) => (d && typeof d['@odata.etag'] === 'string' ? d['@odata.etag'] : null);
     const send = (etag: string | null) => x.c.request('PATCH', path, {
       repeatable: true, what, body, headers: { ...(etag ? { 'If-Match': etag } : {}), ...this.keyed(x, keyPart) },
@@ -688,58 +692,19 @@ export class RedfishDriver implements BmcDriver {
     return res;
   }
 
-  private patchOutcome(x: Ctx, res: Response, what: string): void {
+  private patchOutcome(x: CallContext, res: Response, what: string): void {
     if (res.status === 412 || res.status === 428) throw x.c.error('BMC_BUSY', `${what} was refused twice for a changed ETag (HTTP ${res.status}): something else is changing it`, true);
     if (res.status >= 300) throw x.c.statusError(res, `PATCH ${what}`, true);
   }
 
-
-  /**
-   * iDRAC: a Cd boot override boots the machine's physical drive, so a boot from the virtual CD is
-   * Dell's first-boot device VCD-DVD, set in the manager's DellAttributes (Links.Oem.Dell), once
-   * (VirtualMedia.1.BootOnce) or for every boot.
-   */
-  private async dellVirtualCdBoot(x: Ctx, sys: System, persistent: boolean): Promise<void> {
-    let attrsPath: string | null = null;
-    for (const m of await this.managers(x, sys)) {
-      const oem = ((((await x.c.get(m, 'the manager')).Links ?? {}) as Doc).Oem ?? {}) as Doc;
-      const dell = (oem.Dell ?? {}) as Doc;
-      const listed = Array.isArray(dell.DellAttributes) ? (dell.DellAttributes as unknown[]).map(link) : [link(dell.DellAttributes)];
-      attrsPath = listed.find((p): p is string => p !== null) ?? null;
-      if (attrsPath) break;
-    }
-    if (!attrsPath) throw x.c.error('BMC_UNSUPPORTED', `the iDRAC at ${x.c.origin} links no DellAttributes from its manager: the virtual CD (VCD-DVD) cannot be set as the boot device`);
-    const want = { 'ServerBoot.1.FirstBootDevice': 'VCD-DVD', 'VirtualMedia.1.BootOnce': persistent ? 'Disabled' : 'Enabled' };
-    const current = await this.read(x, attrsPath, 'the iDRAC attributes');
-    const has = (d: Doc) => Object.entries(want).every(([k, v]) => ((d.Attributes ?? {}) as Doc)[k] === v);
-    if (has(current)) {
-      x.notes.push(`the iDRAC's first boot device was already VCD-DVD${persistent ? '' : ' once'}: nothing sent`);
-      return;
-    }
-    await this.patch(x, attrsPath, { Attributes: want }, 'the iDRAC first boot device (VCD-DVD)', current, 'boot');
-    await this.until(x, async () => (has(await this.read(x, attrsPath!, 'the iDRAC attributes')) ? true : 'the attributes do not show FirstBootDevice VCD-DVD'), 'the iDRAC accepted FirstBootDevice VCD-DVD');
-    x.notes.push(`idrac: set Dell's first boot device VCD-DVD${persistent ? '' : ' once'} (a Cd override would boot the physical drive)`);
-  }
-
-  /** HPE iLO: a boot from the virtual CD is BootOnNextServerReset on the slot that holds the image (Oem.Hpe, Oem.Hp on iLO 4). */
-  private async hpeVirtualCdBoot(x: Ctx, sys: System): Promise<void> {
-    const slot = (await this.cdSlots(x, sys)).find((s) => s.doc.Inserted === true && s.doc.Image);
-    if (!slot) throw x.c.error('BMC_ERROR', 'no virtual media is inserted: insert the image before setting the boot from it');
-    const oem = (slot.doc.Oem ?? {}) as Doc;
-    const vendor = 'Hpe' in oem || !('Hp' in oem) ? 'Hpe' : 'Hp';
-    const name = lastSegment(slot.path);
-    const flag = (d: Doc) => (((d.Oem ?? {}) as Doc)[vendor] as Doc | undefined)?.BootOnNextServerReset === true;
-    if (flag(slot.doc)) {
-      x.notes.push(`${name} was already set to boot on the next server reset: nothing sent`);
-      return;
-    }
-    await this.patch(x, slot.path, { Oem: { [vendor]: { BootOnNextServerReset: true } } }, `BootOnNextServerReset on ${name}`, slot.doc, `boot:${name}`);
-    await this.until(x, async () => (flag(await this.read(x, slot.path, `virtual media ${name}`)) ? true : `${name} does not show BootOnNextServerReset`), `the BMC accepted BootOnNextServerReset on ${name}`);
-    x.notes.push(`ilo: set ${name} to boot on the next server reset (Oem.${vendor}.BootOnNextServerReset)`);
+  /** The flavour's own boot from the virtual CD (virtualCdBoot dell-vcd: idrac.ts, hpe-next-reset: ilo.ts). */
+  private async vendorVirtualCdBoot(x: CallContext, sys: System, persistent: boolean): Promise<void> {
+    if (!this.flavour.setVirtualCdBoot) throw new Error(`the ${this.name} flavour says virtualCdBoot ${this.flavour.virtualCdBoot} but has no setVirtualCdBoot`);
+    await this.flavour.setVirtualCdBoot(this, x, sys, persistent);
   }
 
   /** Polls check() until it is true; its last string says what was seen when the deadline passes. */
-  private async until(x: Ctx, check: () => Promise<true | string>, accepted: string): Promise<void> {
+  async until(x: CallContext, check: () => Promise<true | string>, accepted: string): Promise<void> {
     const end = Date.now() + x.deadlineMs;
     for (;;) {
       const r = await check();
@@ -752,19 +717,13 @@ export class RedfishDriver implements BmcDriver {
   // ---- virtual media ----
 
   /** The managers of the system (Links.ManagedBy), else every manager the service root lists. */
-  private async managers(x: Ctx, sys: System): Promise<string[]> {
+  async managers(x: CallContext, sys: System): Promise<string[]> {
     const managers = (((sys.doc.Links ?? {}) as Doc).ManagedBy as unknown[] | undefined ?? []).map(link).filter((m): m is string => m !== null);
     if (managers.length) return managers;
     const all = link((await x.c.root()).root.Managers);
     return all ? memberLinks(await x.c.get(all, 'the Managers collection')) : [];
   }
 
-  /**
-   * The CD/DVD slots, found by following links: the system's own VirtualMedia when it links one
-   * that answers (iDRAC 6.00.02+, rackmount, sushy-tools), else its managers' (a manager's link
-   * that answers 404 is passed over: sushy-tools links Managers/<id>/VirtualMedia and serves 404
-   * there). A slot that lists no MediaTypes counts (Gigabyte's AMI CD1).
-   */
   /**
    * Whether a slot with no InsertMedia action is mounted by a PATCH of the slot: only the
    * flavour's patch-mount slots (Lenovo XCC's EXT1-4; its Remote and RDOC slots are not, as
@@ -775,7 +734,13 @@ export class RedfishDriver implements BmcDriver {
     return prefix !== null && lastSegment(path).startsWith(prefix);
   }
 
-  private async cdSlots(x: Ctx, sys: System, noneIsAnswer = false): Promise<{ path: string; doc: Doc }[]> {
+  /**
+   * The CD/DVD slots, found by following links: the system's own VirtualMedia when it links one
+   * that answers (iDRAC 6.00.02+, rackmount, sushy-tools), else its managers' (a manager's link
+   * that answers 404 is passed over: sushy-tools links Managers/<id>/VirtualMedia and serves 404
+   * there). A slot that lists no MediaTypes counts (Gigabyte's AMI CD1).
+   */
+  async cdSlots(x: CallContext, sys: System, noneIsAnswer = false): Promise<{ path: string; doc: Doc }[]> {
     const collections: Doc[] = [];
     const tryGet = async (p: string, what: string): Promise<Doc | null> => {
       const res = await x.c.request('GET', p, { repeatable: true, what });
@@ -823,7 +788,7 @@ export class RedfishDriver implements BmcDriver {
     });
   }
 
-  private action(x: Ctx, slot: { path: string; doc: Doc }, name: 'InsertMedia' | 'EjectMedia'): string {
+  private action(x: CallContext, slot: { path: string; doc: Doc }, name: 'InsertMedia' | 'EjectMedia'): string {
     const t = actionTarget((slot.doc.Actions ?? {}) as Doc, name);
     if (!t) throw x.c.error('BMC_UNSUPPORTED', `virtual media ${lastSegment(slot.path)} offers no #VirtualMedia.${name} action`);
     return t;
@@ -871,7 +836,7 @@ export class RedfishDriver implements BmcDriver {
    * Sends the image to one slot: its InsertMedia action, or (patchMountSlots, a slot with no such
    * action) a PATCH of the slot. False when the action answered 405.
    */
-  private async mountSlot(x: Ctx, slot: { path: string; doc: Doc }, imageUrl: string): Promise<boolean> {
+  private async mountSlot(x: CallContext, slot: { path: string; doc: Doc }, imageUrl: string): Promise<boolean> {
     const name = lastSegment(slot.path);
     const actions = (slot.doc.Actions ?? {}) as Doc;
     const target = actionTarget(actions, 'InsertMedia');
@@ -902,7 +867,7 @@ export class RedfishDriver implements BmcDriver {
    * (Image always), and a required TransferProtocolType from the image URL's scheme (Supermicro
    * X13 and newer iDRAC list theirs there: QUIRKS.md "VirtualMedia").
    */
-  private async insertBodyFromInfo(x: Ctx, infoPath: string, body: Doc, imageUrl: string): Promise<Doc> {
+  private async insertBodyFromInfo(x: CallContext, infoPath: string, body: Doc, imageUrl: string): Promise<Doc> {
     const res = await x.c.request('GET', infoPath, { repeatable: true, what: 'the InsertMedia ActionInfo' });
     if (res.status !== 200 || !res.body || isErrorBody(res.body)) return body;
     const params = (Array.isArray(res.body.Parameters) ? res.body.Parameters : []) as Doc[];
@@ -919,7 +884,7 @@ export class RedfishDriver implements BmcDriver {
     return out;
   }
 
-  private async ejectSlot(x: Ctx, slot: { path: string; doc: Doc }): Promise<void> {
+  private async ejectSlot(x: CallContext, slot: { path: string; doc: Doc }): Promise<void> {
     const name = lastSegment(slot.path);
     const target = actionTarget((slot.doc.Actions ?? {}) as Doc, 'EjectMedia');
     if (!target && this.flavour.patchMountSlots !== null) {

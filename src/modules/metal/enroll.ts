@@ -7,7 +7,7 @@ import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
 import { createNode, type Runner } from './node-store';
 import { isSecretRef } from '../../../clients/secrets/broker';
-import { checkIpmiNode, IpmiConfigError } from '../../../clients/bmc/ipmi';
+import { checkIpmiNode, IpmiConfigError } from '../../../clients/bmc/ipmi/options';
 import { checkRedfishNode, isRedfishDriver, RedfishNodeError } from '../../../clients/bmc/redfish/check';
 import { poolResource } from '../tenancy/resources';
 import { readPolicy } from '../tenancy/pool';
