@@ -877,15 +877,6 @@ async function flush(l: Loaded): Promise<void> {
   l.events = [];
 }
 
-/** metal.reconcile (the queue verbs used before runs): advances the node's active run, if it has one. */
-export async function reconcileNode(deps: EngineDeps, nodeId: string): Promise<AdvanceOutcome | null> {
-  const { rows } = await deps.sql.query(
-    `SELECT w.id FROM node n JOIN workflow_run w ON w.id = n.workflow_id WHERE n.id = $1 AND w.status = ANY($2::text[])`,
-    [nodeId, ACTIVE],
-  );
-  return rows[0] ? advanceRun(deps, rows[0].id as string) : null;
-}
-
 /**
  * Wakes the active runs whose wake-up may have been lost: a metal.advance job fetched by a worker
  * that died before taking the run's lease stays "active" in pg-boss until its expiry (15 min), and
