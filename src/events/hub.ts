@@ -371,7 +371,7 @@ export class EventHub {
     // is looked up started at the old head, so then the events are read as usual.
     if (this.subs.size === 0) {
       const subscribed = this.subscriptions;
-      const { rows } = await this.sql.query<{ max: string | null }>('SELECT max(seq)::text AS max FROM event WHERE seq > $1', [String(this.head)]);
+      const { rows } = await this.sql.query<{ max: string | null }>('SELECT max(seq)::text AS max FROM event WHERE seq > $1', [String(this.head)], { planEachTime: true });
       if (this.subs.size === 0 && this.subscriptions === subscribed) {
         if (rows[0]?.max != null) this.head = BigInt(rows[0].max);
         this.skipped += 1;
@@ -379,7 +379,9 @@ export class EventHub {
       }
     }
     for (;;) {
-      const { rows } = await this.sql.query<Row>(`SELECT ${COLUMNS} FROM event WHERE seq > $1 ORDER BY event.seq LIMIT 1000`, [String(this.head)]);
+      // Planned at every call (see Sql.query): a generic plan made while the table was small
+      // scanned and sorted all of it at every read once it had grown.
+      const { rows } = await this.sql.query<Row>(`SELECT ${COLUMNS} FROM event WHERE seq > $1 ORDER BY event.seq LIMIT 1000`, [String(this.head)], { planEachTime: true });
       for (const row of rows) {
         const e = toEvent(row);
         this.head = e.seq;
