@@ -256,6 +256,8 @@ export class Subscription implements AsyncIterableIterator<StreamItem> {
       `SELECT ${COLUMNS}, (SELECT pruned_through FROM event_horizon WHERE id = 1)::text AS pruned
          FROM event WHERE seq > $1 AND seq <= $2${filterSql(this.filter, this.principal, values)} ORDER BY event.seq LIMIT ${REPLAY_PAGE}`,
       values,
+      // As the live reads: a plan kept from when the table was small would scan it all.
+      { planEachTime: true },
     );
     if (this.finished || this.failure) return;
     // Retention may have pruned past this replay since it started: say so rather than skip events.
@@ -408,15 +410,17 @@ export class EventHub {
     return { head: max > pruned ? max : pruned, pruned };
   }
 
+  /** ABORTED server-stopping, resuming from where the stream asked to start (from the oldest retained: the retention horizon). */
+  private async stoppingError(options: SubscribeOptions): Promise<AppError> {
+    const from = options.after != null ? parseCursor(options.after, 'after') : options.fromOldest ? (await this.bounds()).pruned : this.head;
+    return serverStopping(from);
+  }
+
   async subscribe(options: SubscribeOptions): Promise<Subscription> {
     // A stream asked for while the service stops ends as the open ones did (ABORTED
     // server-stopping), so a client resubscribing after that error (the SDK) reconnects again
     // rather than giving up on what looked like a refusal; it resumes where it asked to start.
-    // (From the oldest retained: from the retention horizon, which is what "after" it means.)
-    if (this.stopped) {
-      const from = options.after != null ? parseCursor(options.after, 'after') : options.fromOldest ? (await this.bounds()).pruned : this.head;
-      throw serverStopping(from);
-    }
+    if (this.stopped) throw await this.stoppingError(options);
     let start = this.head;
     let replayUntil: bigint | null = null;
     if (options.after != null || options.fromOldest) {
@@ -430,14 +434,8 @@ export class EventHub {
         });
       }
       if (after > known) throw invalidInput('after', `the cursor is ahead of the stream (its head is ${known})`);
-      // A stream asked for while the service stops ends as the open ones did (ABORTED
-    // server-stopping), so a client resubscribing after that error (the SDK) reconnects again
-    // rather than giving up on what looked like a refusal; it resumes where it asked to start.
-    // (From the oldest retained: from the retention horizon, which is what "after" it means.)
-    if (this.stopped) {
-      const from = options.after != null ? parseCursor(options.after, 'after') : options.fromOldest ? (await this.bounds()).pruned : this.head;
-      throw serverStopping(from);
-    }
+      // The service began stopping while the bounds were read.
+      if (this.stopped) throw await this.stoppingError(options);
       // Registered below, synchronously with reading the head: events after it are dispatched to
       // this subscriber, events up to it are in the table. A cursor past this process's head (it
       // came from a process that is ahead) replays nothing and skips what it already has.
