@@ -1,10 +1,11 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page, type Request } from 'playwright-core';
+import { type Browser, type BrowserContext, type Page, type Request } from 'playwright-core';
 import { routes } from '../src/rest/routes';
 import { bootOpenApiPaths } from '../src/modules/boot/openapi';
 import { installerOpenApiPaths } from '../src/modules/provision/callback-openapi';
+import { launchLoopbackBrowser } from './helpers/loopback-browser';
 import { startTestApp, type TestApp } from './helpers/app';
 import { makeTenantTree } from './helpers/fixtures';
 
@@ -14,18 +15,10 @@ import { makeTenantTree } from './helpers/fixtures';
  * [::1] aborted and recorded. The pages must load, render and work from this service alone.
  */
 
-const CHROMIUM = '/usr/bin/chromium-headless-shell';
-const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
 // Set it to keep the screenshots (they are written to a temporary folder and removed otherwise).
 const SHOTS = process.env.BROWSER_SHOTS_DIR;
 
 jest.setTimeout(90_000);
-
-function isLoopback(url: string): boolean {
-  const u = new URL(url);
-  if (u.protocol === 'data:' || u.protocol === 'blob:') return true; // never leave the page
-  return LOOPBACK.has(u.hostname);
-}
 
 /** Monaco draws spaces as no-break spaces. */
 const plain = (text: string | null) => (text ?? '').replace(/\u00a0/g, ' ');
@@ -36,7 +29,7 @@ describe('browser pages with no network but loopback (headless Chromium)', () =>
   let context: BrowserContext;
   let shots: string;
   /** Every request (and WebSocket) for a host other than loopback: the tests fail on any. */
-  const leftTheMachine: string[] = [];
+  let leftTheMachine: string[] = [];
   const pageErrors: string[] = [];
   const cspViolations: string[] = [];
   let tree: Awaited<ReturnType<typeof makeTenantTree>>;
@@ -44,9 +37,6 @@ describe('browser pages with no network but loopback (headless Chromium)', () =>
   let tokenId: string;
 
   beforeAll(async () => {
-    if (!fs.existsSync(CHROMIUM)) {
-      throw new Error(`${CHROMIUM} is missing: install the Debian package chromium-headless-shell (apt-get install chromium-headless-shell; .ci/run does)`);
-    }
     shots = SHOTS ? (fs.mkdirSync(SHOTS, { recursive: true }), SHOTS) : fs.mkdtempSync(path.join(os.tmpdir(), 'metal-browser-'));
     t = await startTestApp();
     tree = await makeTenantTree(t.app.database.prisma, 'browser', { pools: 1, nodesPerPool: 1 });
@@ -61,29 +51,7 @@ describe('browser pages with no network but loopback (headless Chromium)', () =>
     token = body.token;
     tokenId = body.apiToken.id;
 
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
-        // Whatever got past the routes below would meet a dead proxy (loopback bypasses proxies).
-        '--proxy-server=http://127.0.0.1:9',
-      ],
-    });
-    context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
-    await context.route('**/*', (route) => {
-      const url = route.request().url();
-      if (isLoopback(url)) return route.continue();
-      leftTheMachine.push(url);
-      return route.abort('internetdisconnected');
-    });
-    await context.routeWebSocket(/.*/, (ws) => {
-      if (isLoopback(ws.url())) return void ws.connectToServer();
-      leftTheMachine.push(ws.url());
-      return void ws.close();
-    });
-    context.on('request', (request) => {
-      if (!isLoopback(request.url()) && !leftTheMachine.includes(request.url())) leftTheMachine.push(request.url());
-    });
+    ({ browser, context, leftTheMachine } = await launchLoopbackBrowser({ width: 1400, height: 900 }));
     context.on('page', (page) => {
       page.on('pageerror', (error) => pageErrors.push(`${page.url()}: ${error.message}`));
       page.on('console', (message) => {

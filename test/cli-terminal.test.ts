@@ -62,7 +62,8 @@ it('enroll draws one progress bar, with each row\'s result printed above it', as
     ...sim.machines.map((m) => `${m.id},${m.bmc.url},redfish,${m.bmc.username},${m.bmc.password},${m.macs.join(' ')}`)].join('\n'));
   const { code, screen } = await onTerminal(['enroll', '--file', file, '--pool', tree.pools[0]!.id]).done;
   expect(code).toBe(0);
-  expect(screen).toMatch(/enroll \[[█░]+\] 0\/3/);
+  // The bar, ending full. Not its 0/3 frame: cli-progress draws a few frames a second, and on a
+  // busy machine the first row was done before the first frame.
   expect(screen).toMatch(/enroll \[█+\] 3\/3/);
   for (const [i, m] of sim.machines.entries()) expect(screen).toMatch(new RegExp(`row ${i + 1} \\(line ${i + 2}\\) ${m.id}: enrolled as node_`));
   expect(screen).toContain('enrolled 3 of 3 rows (rows 1-3)');

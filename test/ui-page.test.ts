@@ -3,7 +3,8 @@ import http from 'node:http';
 import os from 'node:os';
 import zlib from 'node:zlib';
 import path from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { launchLoopbackBrowser } from './helpers/loopback-browser';
 import { startTestApp, type TestApp } from './helpers/app';
 import { gql, rest } from './helpers/client';
 import { makeTenantTree, makeToken } from './helpers/fixtures';
@@ -20,18 +21,10 @@ import { bmcCertificates } from './helpers/tls';
  * its error; nothing is loaded from anywhere else; a screenshot is taken.
  */
 
-const CHROMIUM = '/usr/bin/chromium-headless-shell';
-const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
 // Set it to keep the screenshots (they are written to a temporary folder and removed otherwise).
 const SHOTS = process.env.BROWSER_SHOTS_DIR;
 
 jest.setTimeout(150_000);
-
-function isLoopback(url: string): boolean {
-  const u = new URL(url);
-  if (u.protocol === 'data:' || u.protocol === 'blob:') return true;
-  return LOOPBACK.has(u.hostname);
-}
 
 describe('the status page /ui (headless Chromium, loopback only, machine simulator)', () => {
   let t: TestApp;
@@ -47,13 +40,12 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
   let token: string;
   /** Enrolls: the operator's side of the test. */
   let operator: string;
-  const leftTheMachine: string[] = [];
+  let leftTheMachine: string[] = [];
   const pageErrors: string[] = [];
   const cspViolations: string[] = [];
-  const requestUrls: string[] = [];
+  let requestUrls: string[] = [];
 
   beforeAll(async () => {
-    if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: install the Debian package chromium-headless-shell`);
     shots = SHOTS ? (fs.mkdirSync(SHOTS, { recursive: true }), SHOTS) : fs.mkdtempSync(path.join(os.tmpdir(), 'metal-ui-'));
     t = await startTestApp({ role: 'all', agentPollMs: 200, isoDir: path.join(shots, 'iso') });
     // Where a control-node job's installer ISO is fetched from (the BMC simulator fetches it).
@@ -70,26 +62,7 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
     token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:sites:read', scopeType: 'tenant', scopeId: tree.tenant.id }]);
     operator = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'compute:nodes:provision', scopeType: 'tenant', scopeId: tree.tenant.id }]);
 
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--proxy-server=http://127.0.0.1:9'],
-    });
-    context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
-    await context.route('**/*', (route) => {
-      const url = route.request().url();
-      if (isLoopback(url)) return route.continue();
-      leftTheMachine.push(url);
-      return route.abort('internetdisconnected');
-    });
-    await context.routeWebSocket(/.*/, (ws) => {
-      if (isLoopback(ws.url())) return void ws.connectToServer();
-      leftTheMachine.push(ws.url());
-      return void ws.close();
-    });
-    context.on('request', (request) => {
-      requestUrls.push(request.url());
-      if (!isLoopback(request.url()) && !leftTheMachine.includes(request.url())) leftTheMachine.push(request.url());
-    });
+    ({ browser, context, leftTheMachine, requestUrls } = await launchLoopbackBrowser({ width: 1400, height: 1000 }));
     context.on('page', (p) => {
       p.on('pageerror', (error) => pageErrors.push(`${p.url()}: ${error.message}`));
       p.on('console', (message) => {
