@@ -64,8 +64,12 @@ describe('enroll and confirmMac share the MAC rule', () => {
     await t.stop();
   });
 
+  // Events of nodes with a workflow run are left out: the machines earlier cases enrolled run their
+  // enroll workflow in the background (the service runs its engine and agent) and publish as they
+  // move. A refusal writes no node, secret or event; the machines it is refused for have no run.
   const counts = async () =>
-    (await sql.query('SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM event) AS events, (SELECT count(*) FROM secret) AS secrets')).rows[0] as Record<string, string>;
+    (await sql.query(`SELECT (SELECT count(*) FROM node) AS nodes, (SELECT count(*) FROM secret) AS secrets,
+      (SELECT count(*) FROM event e WHERE e.node_id IS NULL OR NOT EXISTS (SELECT 1 FROM workflow_run w WHERE w.node_id = e.node_id)) AS events`)).rows[0] as Record<string, string>;
 
   /** A machine of the site with the given MACs (none: one waiting for confirmMac). */
   async function machine(macs: string[], opts: { state?: 'enrolling' | 'retired'; pool?: string; site?: string; tenant?: string } = {}) {
