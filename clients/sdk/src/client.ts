@@ -164,6 +164,18 @@ class Channel<R> {
   }
 }
 
+/** What both transports' clients call with a subscription's results and end, put into `channel`. */
+function sinkInto<R>(channel: Channel<R>, endFromError: (err: unknown) => Item<never>) {
+  return {
+    next: (result: { data?: unknown; errors?: readonly unknown[] }) => {
+      if (result.errors?.length) channel.push(endFromErrors(result.errors as readonly GraphQLErrorLike[]));
+      else if (result.data != null) channel.push({ kind: 'next', data: result.data as R });
+    },
+    error: (err: unknown) => channel.push(endFromError(err)),
+    complete: () => channel.push({ kind: 'end', retry: false }),
+  };
+}
+
 /** The end of a stream from the GraphQL errors it delivered: ABORTED server-stopping / slow-consumer is resumable. */
 function endFromErrors(errors: readonly GraphQLErrorLike[]): Item<never> {
   const error = MetalError.fromGraphQL(errors);
@@ -412,14 +424,7 @@ export class MetalClient {
     channels.add(channel);
     const unsubscribe = this.wsClient().subscribe<R>(
       { query, operationName, variables: variables as Record<string, unknown> },
-      {
-        next: (result) => {
-          if (result.errors?.length) channel.push(endFromErrors(result.errors as readonly GraphQLErrorLike[]));
-          else if (result.data != null) channel.push({ kind: 'next', data: result.data as R });
-        },
-        error: (err) => channel.push(endFromWsError(err)),
-        complete: () => channel.push({ kind: 'end', retry: false }),
-      },
+      sinkInto(channel, endFromWsError),
     );
     return () => {
       channels.delete(channel);
@@ -487,14 +492,7 @@ export class MetalClient {
     });
     const unsubscribe = client.subscribe<R>(
       { query, operationName, variables: variables as Record<string, unknown> },
-      {
-        next: (result) => {
-          if (result.errors?.length) channel.push(endFromErrors(result.errors as readonly GraphQLErrorLike[]));
-          else if (result.data != null) channel.push({ kind: 'next', data: result.data as R });
-        },
-        error: (err) => channel.push(endFromSseError(err)),
-        complete: () => channel.push({ kind: 'end', retry: false }),
-      },
+      sinkInto(channel, endFromSseError),
     );
     return () => {
       unsubscribe();
