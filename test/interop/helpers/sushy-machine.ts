@@ -49,9 +49,28 @@ export interface SushyMachine extends PlayedMachine {
 export interface SushyMachines {
   machine(node: SushyNode): SushyMachine;
   pxe: PxeEvent[];
-  /** Poll errors (the BMC down or refusing): a running suite expects none. */
+  /**
+   * Poll errors that lasted (the BMC down or refusing for POLL_FAILURES_TOLERATED polls in a row):
+   * a running suite expects none.
+   */
   errors: string[];
+  /**
+   * Single failed polls that the next poll got past. Firmware polling its BMC polls again; sushy's
+   * fake driver keeps its systems in SQLite and once answered one GET 500 on a loaded CI host
+   * (2026-12-06, node-2 during inspection; nothing else failed). Kept, with sushy's own error
+   * message, and printed when the machines stop.
+   */
+  transient: string[];
   stop(): Promise<void>;
+}
+
+/** Failed polls in a row a machine rides out (as firmware polling its BMC would) before it is an error. */
+export const POLL_FAILURES_TOLERATED = 2;
+
+/** sushy's own error message (`{"error":{"message":...}}`), shortened: what a 500 was about. */
+function upstreamMessage(body: unknown): string {
+  const message = (body as { error?: { message?: unknown } } | null)?.error?.message;
+  return typeof message === 'string' ? `: ${message.slice(0, 200)}` : '';
 }
 
 /** Starts one machine per node, each polling its system every `pollMs` (default 100 ms). */
@@ -60,6 +79,7 @@ export async function startSushyMachines(opts: { sushy: Sushy; serviceUrl: strin
   const plays = new Set<Promise<void>>();
   const pxe: PxeEvent[] = [];
   const errors: string[] = [];
+  const transient: string[] = [];
   const fleet: PlayFleet = {
     serviceUrl: opts.serviceUrl.replace(/\/+$/, ''),
     onPxe: (e) => pxe.push(e),
@@ -83,10 +103,13 @@ export async function startSushyMachines(opts: { sushy: Sushy; serviceUrl: strin
     machine.observations = [];
     machines.set(node, machine);
     loops.push((async () => {
+      let failedInARow: string[] = [];
       while (!stopped) {
         try {
           const r = await opts.sushy.get(`/redfish/v1/Systems/${system.uuid}`);
-          if (r.status !== 200) throw new Error(`GET system answered ${r.status}`);
+          if (r.status !== 200) throw new Error(`GET system answered ${r.status}${upstreamMessage(r.body)}`);
+          if (failedInARow.length) transient.push(...failedInARow);
+          failedInARow = [];
           const power = String(r.body.PowerState);
           if (power !== state.power) {
             const before = state.power;
@@ -106,7 +129,11 @@ export async function startSushyMachines(opts: { sushy: Sushy; serviceUrl: strin
             machine.observations.push({ at: Date.now(), power, booted });
           }
         } catch (error) {
-          if (!stopped) errors.push(`${node}: ${(error as Error).message}`);
+          if (!stopped) {
+            failedInARow.push(`${node}: ${(error as Error).message}`);
+            if (failedInARow.length === POLL_FAILURES_TOLERATED + 1) errors.push(...failedInARow);
+            else if (failedInARow.length > POLL_FAILURES_TOLERATED + 1) errors.push(failedInARow[failedInARow.length - 1]);
+          }
         }
         await new Promise((r) => setTimeout(r, pollMs));
       }
@@ -120,11 +147,13 @@ export async function startSushyMachines(opts: { sushy: Sushy; serviceUrl: strin
     },
     pxe,
     errors,
+    transient,
     async stop() {
       stopped = true;
       for (const m of machines.values()) m.interrupt();
       await Promise.allSettled(loops);
       await Promise.allSettled([...plays]);
+      if (transient.length) console.warn(`sushy machines: ${transient.length} poll(s) failed once and passed on the next poll:\n${transient.join('\n')}`);
     },
   };
 }
