@@ -5,7 +5,9 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Sql } from '../src/db/sql';
 import type { SecretBroker } from '../clients/secrets/broker';
-import { queueAdvance } from './registry';
+import { randomUUID } from 'node:crypto';
+import { wakeRun } from './wake';
+import { sendInTx, type QueryRunner } from './send';
 import { buildInstallerIso, findBaseImage, type BaseImage } from '../src/modules/provision/iso';
 import { publishIso } from '../src/modules/provision/iso-store';
 import { ISO_DIR_FULL_MESSAGE, isoDirHasRoom } from '../src/modules/provision/iso-janitor';
@@ -53,7 +55,28 @@ function baseImage(dir: string | undefined): Promise<BaseImage> {
 
 const clip = (s: string) => (s.length > 500 ? `${s.slice(0, 499)}…` : s);
 
-export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'built' | 'failed' | 'skipped'> {
+/**
+ * Queues the ISO build of metal-install run `runId` in the caller's transaction (its Building ISO
+ * step): the provision.iso job (pg-boss's send) and its iso_build_job row, which is what GET
+ * /controlnode/provision/queue lists (when it was queued, when a worker started it); the worker
+ * ends the row when it records the build's outcome. Resolves to the job's id.
+ */
+export async function queueIsoBuild(db: QueryRunner, runId: string): Promise<string> {
+  const id = randomUUID();
+  await sendInTx(db, 'provision.iso', { runId }, { id });
+  await db.query('INSERT INTO iso_build_job (id, run_id) VALUES ($1::uuid, $2)', [id, runId]);
+  return id;
+}
+
+export async function buildRunIso(deps: IsoBuildDeps, runId: string, jobId?: string): Promise<'built' | 'failed' | 'skipped'> {
+  if (jobId) await deps.sql.query('UPDATE iso_build_job SET started_at = COALESCE(started_at, now()) WHERE id = $1::uuid', [jobId]);
+  const outcome = await buildOnce(deps, runId);
+  // Built or failed: the outcome is recorded (record(), with the row ended in its transaction); skipped: nothing to build.
+  if (outcome === 'skipped') await deps.sql.query('UPDATE iso_build_job SET ended_at = now() WHERE run_id = $1 AND ended_at IS NULL', [runId]);
+  return outcome;
+}
+
+async function buildOnce(deps: IsoBuildDeps, runId: string): Promise<'built' | 'failed' | 'skipped'> {
   const { rows: [run] } = await deps.sql.query(
     `SELECT w.id, w.kind, w.status, w.params, n.id AS node_id, n.tenant_id, n.bmc_address, n.inventory, b.os_credentials_ref,
             EXISTS (SELECT 1 FROM install_report r WHERE r.run_id = w.id AND r.kind = 'iso') AS built
@@ -72,7 +95,8 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
         body = { ...payload, imageUrl: `${publicUrl!.replace(/\/+$/, '')}${published.urlPath}` };
       }
       await tx.query(`INSERT INTO install_report (run_id, iso_id, kind, payload) VALUES ($1, $2, 'iso', $3::jsonb)`, [runId, isoId, JSON.stringify(body)]);
-      await queueAdvance(tx, runId);
+      await tx.query('UPDATE iso_build_job SET ended_at = now() WHERE run_id = $1 AND ended_at IS NULL', [runId]);
+      await wakeRun(tx, runId);
     });
   };
   const started = Date.now();

@@ -14,7 +14,7 @@ import { databaseFailure } from './db/failure';
 import { TokenStore, generateToken } from './auth/tokens';
 import { Queues } from '../jobs/registry';
 import { startWorkers } from '../jobs/workers';
-import type { RunWaker } from '../jobs/local-wake';
+import type { RunWaker } from '../jobs/wake';
 import { createGraphqlServer, type GraphqlServer } from './graphql/yoga';
 import { ResponseCache } from './graphql/response-cache';
 import { RestRouter } from './rest/router';
@@ -119,7 +119,7 @@ async function readiness(database: Database, queues: Queues, log: Logger): Promi
       checks.writes = 'unknown';
     },
   );
-  await within(queues.boss.getQueueSize('metal.advance'), READY_CHECK_MS).then(() => (checks.queue = 'ok'), (error: unknown) => (checks.queue = said(error)));
+  await within(queues.boss.getQueueSize('metal.batch'), READY_CHECK_MS).then(() => (checks.queue = 'ok'), (error: unknown) => (checks.queue = said(error)));
   return { ok: Object.values(checks).every((v) => v === 'ok'), checks };
 }
 

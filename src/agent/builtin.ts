@@ -11,7 +11,7 @@ import { AppError } from '../errors';
 import { databaseFailure } from '../db/failure';
 import { DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from '../modules/sites/commands';
 import { executeCommand } from './execute';
-import type { RunWaker } from '../../jobs/local-wake';
+import type { RunWaker } from '../../jobs/wake';
 import { CommandPump } from './pump';
 import type { DomainCounters } from '../ops/metrics';
 

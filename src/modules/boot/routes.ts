@@ -11,7 +11,7 @@ import { ISO_URL_PREFIX, liveIso } from '../provision/iso-store';
 import { checkString } from '../../limits';
 import { normalizeMac } from '../metal/mac';
 import { bootSession, startBoot, storeReport, type BootSession, type ReportKind } from './entries';
-import type { RunWaker } from '../../../jobs/local-wake';
+import type { RunWaker } from '../../../jobs/wake';
 import { checkReport, reportAllowed, reportWakesRun, REPORTS_BY_PURPOSE } from './reports';
 
 /**

@@ -7,7 +7,7 @@ import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
 import type { FabricJob, FabricJobNode, PrismaClient } from '../../generated/prisma/client';
 import { uuidv7 } from '../../ids';
-import { prismaExecutor } from '../../../jobs/registry';
+import { prismaExecutor } from '../../../jobs/send';
 import { computeNodeByIp, listComputeNodes, type ComputeNode } from './compute-nodes';
 import type { RolloutStatus } from './validate';
 
