@@ -146,3 +146,13 @@ export class DueRunLoop implements RunWaker {
     await Promise.allSettled([...this.advancing]);
   }
 }
+
+/**
+ * How many runs are due and not leased: the engine's backlog, exported as
+ * queue_depth{queue="metal.advance"} (the name the workflow backlog had when it was a pg-boss queue;
+ * docs/operations.md alerts on it).
+ */
+export async function dueRunCount(sql: Sql): Promise<number> {
+  const { rows } = await sql.query(`SELECT count(*)::int AS n FROM workflow_run WHERE due_at <= now() AND (lease_until IS NULL OR lease_until <= now())`);
+  return Number(rows[0]?.n ?? 0);
+}

@@ -31,7 +31,7 @@ export interface BootHttpOptions {
   ramdiskDir?: string;
   /** ISO_DIR: where the installer ISOs published at /boot/iso/<token>/<name>.iso lie. */
   isoDir?: string;
-  /** This process's engine (ROLE all): a report's run is woken here, not through a metal.advance job. */
+  /** This process's engine (ROLE all): told at once of a run a report woke (jobs/wake.ts RunWaker). */
   waker?: RunWaker | null;
 }
 

@@ -129,7 +129,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
       ]
     : [{ type: VERBS[input.verb].event, payload: { ...common, to } }];
   // Each node exactly as its own verb, with its intent in a workflow run. A verb that sends
-  // nothing destructive starts each node's run (and its metal.advance job) here. A destructive
+  // nothing destructive starts each node's run (due at once) here. A destructive
   // one records a batch and starts nothing: seed, "with approver keys they wait for its approval".
   // Its runs are created by the batch's release (releaseBatch, the metal.batch job), queued here
   // when the batch needs no approval and by the approval that reaches the quorum otherwise.
@@ -209,7 +209,7 @@ export async function approveBatch(ctx: Context, batchId: string, keyId: string,
  * The metal.batch job: starts the workflow run of every node of a destructive batch that may run
  * (recorded, or approved), once, through the node store (releaseBatchRuns): the batch row says
  * which nodes and with what (verb, reason, wipe), each run's params and batch_id carry them, and
- * each run gets its metal.advance job. A node no longer in the verb's target state, or whose
+ * each run is due at once. A node no longer in the verb's target state, or whose
  * intent moved on since the batch (another run), is left out. The statement that starts them also
  * sets released_at, so a retried or duplicated release starts nothing more. Returns how many runs
  * (and jobs) it started.
