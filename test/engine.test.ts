@@ -8,7 +8,8 @@ import { startTestApp, type TestApp } from './helpers/app';
 import {
   commandsOf, expireCommands, expireTimers, makeNode, makeWorld, nodeOf, playAgent, queuedCommands, reportCommand, runOf, startRun, stepsOf, type World,
 } from './helpers/engine';
-import { advanceRun, sweepRuns, type EngineDeps } from '../jobs/engine';
+import { advanceLeased, advanceRun, sweepRuns, type EngineDeps } from '../jobs/engine';
+import { fetchDueRuns } from '../jobs/due-runs';
 import { recordResult } from '../src/modules/sites/claims';
 import type { StepDef, WorkflowDef } from '../jobs/engine-types';
 import { complete, continueAfter, failed } from '../jobs/steps';
@@ -378,6 +379,28 @@ describe('advanceRun', () => {
     expect((await runOf(sql(), runId)).status).toBe('superseded');
     expect(await advanceRun(d, runId)).toEqual({ kind: 'idle', status: 'superseded' });
     expect((await nodeOf(sql(), nodeId)).workflow_id).toBe(second);
+  });
+});
+
+describe('the due-run index and the engine (jobs/due-runs.ts)', () => {
+  it('a wake-up that arrives while a fetched run is leased survives the step\'s commit: the run is fetched again once released', async () => {
+    const d = deps([powerStateStep]);
+    const { runId } = await enrollingRun();
+    await sql().query(`UPDATE workflow_run SET due_at = NULL WHERE id <> $1`, [runId]);
+    const [lease] = (await fetchDueRuns(sql(), 10, 60_000)).runs;
+    expect(lease!.runId).toBe(runId);
+    // News for the run (a report, an abort) commits while its worker holds the lease, before its step reads anything.
+    await queueAdvance(sql(), runId);
+    expect(await advanceLeased(d, runId, lease!)).toMatchObject({ kind: 'waiting' });
+    expect((await fetchDueRuns(sql(), 10, 60_000)).runs.map((r) => r.runId)).toEqual([runId]);
+    // Without news, the step's commit leaves the run due at its wait's end only.
+    await sql().query(`UPDATE workflow_run SET lease_until = NULL WHERE id = $1`, [runId]);
+    await queueAdvance(sql(), runId);
+    const [again] = (await fetchDueRuns(sql(), 10, 60_000)).runs;
+    expect(await advanceLeased(d, runId, again!)).toMatchObject({ kind: 'waiting' });
+    expect((await fetchDueRuns(sql(), 10, 60_000)).runs).toEqual([]);
+    const { rows: [run] } = await sql().query(`SELECT due_at, wait_until FROM workflow_run WHERE id = $1`, [runId]);
+    expect((run!.due_at as Date).getTime()).toBe((run!.wait_until as Date).getTime());
   });
 });
 
