@@ -31,28 +31,32 @@ const FETCH_SQL = `WITH cur AS (
      WHERE w.id = cur.id AND NOT (w.status = ANY($3::text[]))
     RETURNING 1
   )
-  SELECT t.id, t.lease_until, t.prev, t.prev_resumes, (SELECT count(*) FROM ended)::int AS ended,
-         (SELECT min(due_at) FROM workflow_run WHERE due_at > now()) AS next_due
+  SELECT t.id, t.lease_until, t.prev, t.prev_resumes, (SELECT count(*) FROM ended)::int AS ended
     FROM (SELECT 1) one LEFT JOIN taken t ON true`;
 
 export interface DueRun extends Lease { runId: string }
 
-/** Takes up to `limit` due runs with their leases; `nextDue`: the earliest due time still to come. */
-export async function fetchDueRuns(sql: Sql, limit: number, leaseMs = LEASE_MS): Promise<{ runs: DueRun[]; nextDue: Date | null }> {
+/**
+ * Takes up to `limit` due runs with their leases. (It does not look for the earliest due time to
+ * come: over an index whose column churns, that scan read every dead entry past now(), ten times
+ * the fetch's own cost; a timer is found by the next poll, QUEUE_POLL_SECONDS, as pg-boss found a
+ * delayed job.)
+ */
+export async function fetchDueRuns(sql: Sql, limit: number, leaseMs = LEASE_MS): Promise<{ runs: DueRun[] }> {
   const { rows } = await sql.query(FETCH_SQL, [limit, leaseMs, ACTIVE_RUN_STATUSES], { planEachTime: true });
   const runs: DueRun[] = [];
   for (const r of rows) {
     if (!r.id) continue;
     runs.push({ runId: r.id as string, leaseUntil: r.lease_until as Date, workerLost: r.prev != null, previousResumes: Number(r.prev_resumes) });
   }
-  return { runs, nextDue: (rows[0]?.next_due as Date | null) ?? null };
+  return { runs };
 }
 
 /**
  * A process's engine loop: keeps up to `concurrency` runs advancing at once, and fetches due runs
  * for its free slots when it is kicked (a notification on RUN_DUE_CHANNEL, this process's own
- * wake-up, a run it advanced ending while more may be due), when the earliest due time it knows of
- * comes, or at its poll at the latest. A fetch that fails (the database away) is logged and
+ * wake-up, a run it advanced ending while more may be due), and at its poll (a wait's end, a
+ * retry's backoff: found within QUEUE_POLL_SECONDS, as pg-boss found a delayed job). A fetch that fails (the database away) is logged and
  * retried at the next poll: it never ends the loop.
  */
 export class DueRunLoop implements RunWaker {
@@ -92,15 +96,14 @@ export class DueRunLoop implements RunWaker {
 
   private async run(): Promise<void> {
     while (!this.stopped) {
-      let waitMs = this.opts.pollMs;
+      const waitMs = this.opts.pollMs;
       const free = this.opts.concurrency - this.active;
       if (this.kicked && free > 0) {
         this.kicked = false;
         try {
-          const { runs, nextDue } = await fetchDueRuns(this.sql, free, this.opts.leaseMs);
+          const { runs } = await fetchDueRuns(this.sql, free, this.opts.leaseMs);
           this.backlog = runs.length === free;
           for (const run of runs) this.begin(run);
-          if (nextDue) waitMs = Math.max(5, Math.min(waitMs, nextDue.getTime() - Date.now() + 5));
           if (this.backlog) continue;
         } catch (error) {
           this.log.warn({ err: error }, 'fetching due workflow runs failed; retrying at the next poll');

@@ -20,8 +20,7 @@ const SWEEP_GRACE_MS = 10_000;
  * Runs this process advances at once (DueRunLoop): each fetch takes due runs for the free slots,
  * with their leases, in one statement. The loop fetches when a commit made a run due (a trigger on
  * workflow_run notifies RUN_DUE_CHANNEL; this process's own commits kick it directly), when a slot
- * frees while more were due, at the earliest due time it knows of, and at QUEUE_POLL_SECONDS at
- * the latest.
+ * frees while more were due, and at QUEUE_POLL_SECONDS (a wait's end, a retry's backoff).
  */
 const ADVANCE_CONCURRENCY = 32;
 /** The ISO-build queue's poll: a build takes about a second, so two more to start it are not felt. */
