@@ -45,9 +45,11 @@ export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
 };
 
 /**
- * The queue the engine's wake-ups used before the engine kept its own due-run index (issue 23):
- * deleted at start (pg-boss's deleteQueue drops its jobs, its partition and what was built on it).
- * Its runs were made due by the migration that added workflow_run.due_at.
+ * The queue the engine's wake-ups used before the engine kept its own due-run index (issue 23).
+ * Its runs were made due by the migration that added workflow_run.due_at; its jobs not yet fetched
+ * are purged at start (pg-boss's purgeQueue). The queue itself stays: pg-boss's deleteQueue
+ * refuses a queue that still holds fetched or finished jobs (a foreign key), and its own
+ * maintenance ends those within their retention.
  */
 const RETIRED_QUEUES = ['metal.advance'];
 
@@ -109,7 +111,7 @@ export class Queues {
         if (!(await this.boss.getQueue(queue.name))) await this.boss.createQueue(queue.name, queue);
       }
       for (const name of RETIRED_QUEUES) {
-        if (await this.boss.getQueue(name)) await this.boss.deleteQueue(name);
+        if (await this.boss.getQueue(name)) await this.boss.purgeQueue(name);
       }
     } finally {
       await lock.query('SELECT pg_advisory_unlock($1)', [QUEUE_CREATION_LOCK]).catch(() => undefined);

@@ -22,7 +22,7 @@ CREATE TRIGGER "workflow_run_due" AFTER INSERT OR UPDATE OF "due_at" ON "workflo
   EXECUTE FUNCTION "workflow_run_due_notify"();
 
 -- What jobs/registry.ts built on pg-boss's metal.advance partition (a lookup index and a notify
--- trigger) goes; the service deletes the queue itself at start (pg-boss's deleteQueue). This
+-- trigger) goes; the service purges the queue's pending jobs at start (pg-boss's purgeQueue). This
 -- migration names pg-boss's table once, to drop our own objects from it; nothing under src/, jobs/
 -- or clients/ names a pgboss table any more. IF EXISTS: a new database has no pgboss schema yet.
 DO $$
