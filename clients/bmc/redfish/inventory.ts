@@ -20,6 +20,7 @@
  *   ("Virtual Cdrom Device", "Virtual HDisk Device") are not disks.
  */
 import { BmcError, type OutOfBandInventory } from '../driver';
+import { readSystem, type CallContext } from './call';
 import type { Doc, RedfishClient } from './client';
 import { isErrorBody, lastSegment, link, memberLinks, str } from './doc';
 
@@ -194,4 +195,11 @@ async function readDisks(r: Reader, sys: Doc): Promise<NonNullable<OutOfBandInve
     }
   }
   return disks;
+}
+
+/** The node's system's inventory within a driver call (its notes name the parts read without). */
+export async function readSystemInventory(call: CallContext): Promise<RedfishInventory> {
+  const inventory = await readInventory(call.client, (await readSystem(call)).doc, call.notes);
+  if (inventory.unreadable.length) call.notes.push(`read without ${inventory.unreadable.map((part) => `${part.part} (${part.reason})`).join(', ')}`);
+  return inventory;
 }
