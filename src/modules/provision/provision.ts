@@ -10,7 +10,7 @@ import { newId } from '../../ids';
 import { updateNode, type Runner } from '../metal/node-store';
 import type { NodeChange } from '../metal/node-rows';
 import { decideMove } from '../metal/states';
-import { runMoveVerb } from '../metal/verbs';
+import { runMoveVerb, type VerbResult } from '../metal/verbs';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
 import { refuseFullIsoDir } from './iso-janitor';
@@ -475,17 +475,15 @@ export async function unprovisionControlNode(ctx: Context, input: UnprovisionInp
     ref = await ctx.secrets.put(node.tenantId, { username: user, password: pass });
     data.bmcCredentialsRef = ref;
   }
-  if (Object.keys(data).length) {
-    try {
-      const row = await ctx.sql.transaction((tx) => updateNode(tx, { id: node.id, version: node.version }, { data, run: null, events: [] }, ctx.requestId));
-      if (!row) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; unprovision again`, { nodeId: node.id });
-    } catch (error) {
-      if (ref) await ctx.secrets!.delete(ref, node.tenantId).catch(() => undefined);
-      throw error;
-    }
-    if (ref && node.bmcCredentialsRef) await ctx.secrets!.delete(node.bmcCredentialsRef, node.tenantId).catch(() => undefined);
+  // The new credentials and driver are written in the undeploy's own commit: all of it or nothing.
+  let result: VerbResult;
+  try {
+    result = await runMoveVerb(ctx, 'undeploy', node.id, { wipe: 'quick', nodeChange: data, expectedVersion: node.version });
+  } catch (error) {
+    if (ref) await ctx.secrets!.delete(ref, node.tenantId).catch(() => undefined);
+    throw error;
   }
-  const result = await runMoveVerb(ctx, 'undeploy', node.id, { wipe: 'quick' });
+  if (ref && node.bmcCredentialsRef) await ctx.secrets!.delete(node.bmcCredentialsRef, node.tenantId).catch(() => undefined);
   const jobId = result.row?.workflowId;
   if (!jobId) throw new Error(`undeploy of node ${node.id} recorded no run`);
   return { jobId, nodeId: node.id, message: `unprovisioning node ${node.id} (job ${jobId}): wiping its disks (quick, attested per disk), then powering off` };
