@@ -7,7 +7,7 @@ import type { Sql } from '../src/db/sql';
 import type { SecretBroker } from '../clients/secrets/broker';
 import { queueAdvance } from './registry';
 import { buildInstallerIso, findBaseImage, type BaseImage } from '../src/modules/provision/iso';
-import { publishIso } from '../src/modules/provision/iso-store';
+import { publishIso, recordIsoReport } from '../src/modules/provision/iso-store';
 import { ISO_DIR_FULL_MESSAGE, isoDirHasRoom } from '../src/modules/provision/iso-janitor';
 import { renderPreseed } from '../src/modules/provision/preseed';
 import { installHostname } from '../src/modules/provision/hostname';
@@ -71,7 +71,7 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
         isoId = published.id;
         body = { ...payload, imageUrl: `${publicUrl!.replace(/\/+$/, '')}${published.urlPath}` };
       }
-      await tx.query(`INSERT INTO install_report (run_id, iso_id, kind, payload) VALUES ($1, $2, 'iso', $3::jsonb)`, [runId, isoId, JSON.stringify(body)]);
+      await recordIsoReport(tx, runId, isoId, body);
       await queueAdvance(tx, runId);
     });
   };

@@ -4,6 +4,7 @@ import { insertJobsSql } from '../registry';
 import { fail } from './common';
 import { installReports } from '../../src/modules/provision/callbacks';
 import { revokeIsos } from '../../src/modules/provision/iso-store';
+import { recordInstalledOs } from '../../src/modules/provision/bmc-info';
 import type { PowerState } from '../../clients/bmc/driver';
 import { installHostname, type HostnameSource } from '../../src/modules/provision/hostname';
 
@@ -148,12 +149,7 @@ export const installWorkflow: WorkflowDef = {
         if (!boot) return ctx.waitFor('the installed system\'s first boot (POST /controlnode/firstboot)');
         const osIp = String(boot.payload.osIp);
         await ctx.updateNode({ addresses: [osIp] });
-        await ctx.db.query(
-          `INSERT INTO bmc_info (node_id, tenant_id, os_ip, os_hostname, os_username) VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (node_id) DO UPDATE SET os_ip = EXCLUDED.os_ip, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
-             version = bmc_info.version + 1, updated_at = now()`,
-          [ctx.node.id, ctx.node.tenantId, osIp, installHostname(paramsOf(ctx), ctx.node.inventory), paramsOf(ctx).osUsername],
-        );
+        await recordInstalledOs(ctx.db, { nodeId: ctx.node.id, tenantId: ctx.node.tenantId, osIp, hostname: installHostname(paramsOf(ctx), ctx.node.inventory), osUsername: paramsOf(ctx).osUsername });
         return complete(`the installed system booted at ${osIp}`);
       },
     },

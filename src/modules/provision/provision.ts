@@ -11,6 +11,7 @@ import { updateNode, type Runner } from '../metal/node-store';
 import type { NodeChange } from '../metal/node-rows';
 import { decideMove } from '../metal/states';
 import { runMoveVerb, type VerbResult } from '../metal/verbs';
+import { recordControlNodeOs } from './bmc-info';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
 import { refuseFullIsoDir } from './iso-janitor';
@@ -242,7 +243,7 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
         events: [{ type: move.event, payload: { verb: 'provision', from: node.provisionState, to: 'deploying', vendor, hostname } }],
       }, ctx.requestId);
       if (!updated) throw new AppError('CONFLICT', `node ${node.id} changed while the job was being recorded; provision again`, { nodeId: node.id });
-      await recordOs(tx, node.id, node.tenantId, vendor, hostname, osUsername, ref);
+      await recordControlNodeOs(tx, node.id, node.tenantId, vendor, hostname, osUsername, ref);
     });
   } catch (error) {
     await secrets.delete(ref, node.tenantId).catch(() => undefined);
@@ -280,16 +281,6 @@ async function keepOsPassword(ctx: Context, tenantId: string, username: string, 
   if (!secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const ref = await secrets.put(tenantId, { username, password: password ?? randomBytes(18).toString('base64url') });
   return { secrets, ref, generated: password === null };
-}
-
-/** The node's control-node record: its vendor and installed system, the OS credentials by broker reference. */
-async function recordOs(tx: Pick<Runner, 'query'>, nodeId: string, tenantId: string, vendor: string, hostname: string | null, osUsername: string, ref: string): Promise<void> {
-  await tx.query(
-    `INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)
-     ON CONFLICT (node_id) DO UPDATE SET vendor = EXCLUDED.vendor, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
-       os_credentials_ref = EXCLUDED.os_credentials_ref, version = bmc_info.version + 1, updated_at = now()`,
-    [nodeId, tenantId, vendor, hostname, osUsername, ref],
-  );
 }
 
 /** The BMC address inside its site's networks (issue 21 item 6), before anything is written. */
@@ -427,7 +418,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
         if ((await nodesWithBmc(tx, n.bmcIp, id)).length) {
           throw new AppError('CONFLICT', 'this BMC address (bmc_IP) was enrolled concurrently; provision again', { field: f('bmcIp') });
         }
-        await recordOs(tx, id, pool.tenantId, n.vendor, named.hostname, n.osUsername, ref);
+        await recordControlNodeOs(tx, id, pool.tenantId, n.vendor, named.hostname, n.osUsername, ref);
       },
     });
   } catch (error) {

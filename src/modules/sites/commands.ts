@@ -104,6 +104,37 @@ export async function queueCommand<K extends CommandKind>(db: Runner, c: QueueCo
   return rowOf(rows[0]);
 }
 
+/** An EXPIRED failure a command is closed with, never retried. */
+const expiredResult = (message: string): string => JSON.stringify({ ok: false, code: 'EXPIRED', message, retryable: false });
+
+/** Expires one command still queued (no agent claimed it in time); false when it was claimed or settled first. */
+export async function expireQueuedCommand(db: Runner, commandId: string, message: string): Promise<boolean> {
+  const { rows } = await db.query(
+    `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now() WHERE id = $1 AND status = 'queued' RETURNING id`,
+    [commandId, expiredResult(message)],
+  );
+  return rows.length === 1;
+}
+
+/** Expires every command still queued for a node, but those of run `exceptRunId` (a retire withdraws the rest); how many. */
+export async function withdrawQueuedCommands(db: Runner, nodeId: string, exceptRunId: string | null, message: string): Promise<number> {
+  const { rows } = await db.query(
+    `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now()
+      WHERE node_id = $1 AND status = 'queued' AND (run_id IS DISTINCT FROM $3) RETURNING id`,
+    [nodeId, expiredResult(message), exceptRunId],
+  );
+  return rows.length;
+}
+
+/** Whether one of the run's boot-device commands set PXE and the BMC reported holding it Continuous. */
+export async function heldPxeContinuous(db: Runner, runId: string): Promise<boolean> {
+  const { rows } = await db.query(
+    `SELECT 1 FROM command WHERE run_id = $1 AND kind = 'bmc.boot-device' AND params->>'device' = 'pxe' AND result->'value'->>'enabled' = 'Continuous' LIMIT 1`,
+    [runId],
+  );
+  return rows.length > 0;
+}
+
 /** The command queued under `idempotencyKey`, or null. */
 export async function commandByKey(db: Runner, idempotencyKey: string): Promise<CommandRow | null> {
   const { rows } = await db.query('SELECT id, kind, status, result, expires_at FROM command WHERE idempotency_key = $1', [idempotencyKey]);
