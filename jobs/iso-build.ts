@@ -11,7 +11,7 @@ import { publishIso, recordIsoReport } from '../src/modules/provision/iso-store'
 import { ISO_DIR_FULL_MESSAGE, isoDirHasRoom } from '../src/modules/provision/iso-janitor';
 import { renderPreseed } from '../src/modules/provision/preseed';
 import { installHostname } from '../src/modules/provision/hostname';
-import type { InstallParams } from './workflows/install';
+import type { InstallParams } from '../src/modules/provision/install-params';
 
 /**
  * The ISO-build queue's worker (provision.iso): builds the installer ISO of one control-node job

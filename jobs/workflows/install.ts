@@ -6,7 +6,8 @@ import { installReports } from '../../src/modules/provision/callbacks';
 import { revokeIsos } from '../../src/modules/provision/iso-store';
 import { recordInstalledOs } from '../../src/modules/provision/bmc-info';
 import type { PowerState } from '../../clients/bmc/driver';
-import { installHostname, type HostnameSource } from '../../src/modules/provision/hostname';
+import { installHostname } from '../../src/modules/provision/hostname';
+import type { InstallParams } from '../../src/modules/provision/install-params';
 
 /**
  * deploying, the control-node API's way (POST /controlnode/provision): a metal deploy whose
@@ -20,31 +21,6 @@ import { installHostname, type HostnameSource } from '../../src/modules/provisio
  * naming the last step), its completion, then the installed system's first boot. The media is
  * ejected and the ISO's URL and callback token end when the job ends, however it ends.
  */
-
-export interface InstallParams {
-  verb: 'provision';
-  vendor: string;
-  /**
-   * The installed system's name: the request's, else the default provision chose (NetBox's device
-   * name, or node-<serial>); null for a new BMC's job, whose name comes from the serial its
-   * enrollment reads (installHostname).
-   */
-  hostname: string | null;
-  hostnameSource?: HostnameSource;
-  osUsername: string;
-  disks: string[];
-  poolType: string;
-  nicMac: string | null;
-  nicName: string | null;
-  gpuPassthrough: unknown;
-  /** Where the installer calls back: the request's controlnode_host/port, else PUBLIC_URL. */
-  callbackBase: string | null;
-  stuckSeconds: number;
-  role: string;
-  /** Static addressing (prefix_id: an address NetBox allocated); absent, DHCP on the chosen NIC. */
-  network?: { mode: 'static'; address: string; prefixLength: number; gateway: string; nameservers: string[] };
-  netboxIpId?: number;
-}
 
 const paramsOf = (ctx: Pick<StepContext, 'run'>) => ctx.run.params as unknown as InstallParams;
 

@@ -22,7 +22,7 @@ import { enroll } from '../metal/enroll';
 import { checkBmcNetwork } from '../metal/bmc-networks';
 import { decideOnControlnodePool } from './controlnode-pool';
 import { siteIsServed } from '../sites/agent';
-import type { InstallParams } from '../../../jobs/workflows/install';
+import type { InstallParams } from './install-params';
 import { hostnameFromDeviceName, hostnameFromSerial, type HostnameSource } from './hostname';
 
 /**
