@@ -77,8 +77,8 @@ export interface QueueCommand<K extends CommandKind = CommandKind> {
   ttlMs: number;
 }
 
-function rowOf(r: Record<string, unknown>): CommandRow {
-  return { id: r.id as string, kind: r.kind as string, status: r.status as CommandStatus, result: (r.result ?? null) as CommandResult | null, expiresAt: r.expires_at as Date };
+function rowOf(row: Record<string, unknown>): CommandRow {
+  return { id: row.id as string, kind: row.kind as string, status: row.status as CommandStatus, result: (row.result ?? null) as CommandResult | null, expiresAt: row.expires_at as Date };
 }
 
 /**
@@ -86,7 +86,7 @@ function rowOf(r: Record<string, unknown>): CommandRow {
  * one already queued under the same idempotency key (whatever its status). The node's tenant and
  * site are read from the node row.
  */
-export async function queueCommand<K extends CommandKind>(db: Runner, c: QueueCommand<K>): Promise<CommandRow> {
+export async function queueCommand<K extends CommandKind>(db: Runner, command: QueueCommand<K>): Promise<CommandRow> {
   const { rows } = await db.query(
     `WITH ins AS (
        INSERT INTO command (id, tenant_id, site_id, node_id, kind, params, status, idempotency_key, expires_at, run_id, step_idx)
@@ -98,9 +98,9 @@ export async function queueCommand<K extends CommandKind>(db: Runner, c: QueueCo
      SELECT * FROM ins
      UNION ALL
      SELECT id, kind, status, result, expires_at FROM command WHERE idempotency_key = $5 AND NOT EXISTS (SELECT 1 FROM ins)`,
-    [newId('Command'), c.nodeId, c.kind, JSON.stringify(c.params), c.idempotencyKey, Math.round(c.ttlMs), c.runId, c.stepIdx],
+    [newId('Command'), command.nodeId, command.kind, JSON.stringify(command.params), command.idempotencyKey, Math.round(command.ttlMs), command.runId, command.stepIdx],
   );
-  if (!rows[0]) throw new Error(`node ${c.nodeId} does not exist: command ${c.kind} not queued`);
+  if (!rows[0]) throw new Error(`node ${command.nodeId} does not exist: command ${command.kind} not queued`);
   return rowOf(rows[0]);
 }
 
