@@ -52,13 +52,13 @@ export interface BuiltContext {
 const failure = (code: string, message: string, retryable = false) => new StepInterrupt(failed(code, message, retryable));
 
 function resultOf(row: CommandRow): Extract<CommandResult, { ok: false }> {
-  const r = row.result as (Partial<Extract<CommandResult, { ok: false }>> & { ok?: boolean }) | null;
+  const reported = row.result as (Partial<Extract<CommandResult, { ok: false }>> & { ok?: boolean }) | null;
   // The agent protocol before issue 9 reported only {ok, message}: no code means the agent's.
   return {
     ok: false,
-    code: r?.code ?? (row.status === 'expired' ? 'EXPIRED' : 'AGENT_ERROR'),
-    message: r?.message ?? `${row.kind} ${row.status}`,
-    retryable: r?.retryable ?? false,
+    code: reported?.code ?? (row.status === 'expired' ? 'EXPIRED' : 'AGENT_ERROR'),
+    message: reported?.message ?? `${row.kind} ${row.status}`,
+    retryable: reported?.retryable ?? false,
   };
 }
 

@@ -114,7 +114,7 @@ export async function latestReport(ctx: StepContext, kind: Parameters<StepContex
   return reports.at(-1) ?? ctx.waitFor(what);
 }
 
-export const isReport = (r: ReportRow | StepResult): r is ReportRow => 'payload' in r;
+export const isReport = (report: ReportRow | StepResult): report is ReportRow => 'payload' in report;
 
 /** Disks by serial (else name), as the wipe attestation matches them. */
 export const diskKey = (d: { serial?: string | null; name?: string }): string | null => d.serial?.trim() || d.name?.trim() || null;
@@ -162,9 +162,9 @@ export async function wipeOver(ctx: StepContext, wipes: readonly ReportRow[]): P
     }
     if (inventoryDisks(ctx.node.inventory).every((d) => seen.has(d))) return true;
   }
-  return (await ctx.reports('step')).some((r) => {
-    const s = r.payload as unknown as StepReport;
-    return s.name === WIPE_STEP && (s.status === 'succeeded' || s.status === 'failed');
+  return (await ctx.reports('step')).some((report) => {
+    const stepReport = report.payload as unknown as StepReport;
+    return stepReport.name === WIPE_STEP && (stepReport.status === 'succeeded' || stepReport.status === 'failed');
   });
 }
 

@@ -28,8 +28,8 @@ export const deployWorkflow: WorkflowDef = {
       title: 'Booting the deploy ramdisk',
       purpose: 'deploy',
       params: async (ctx) => {
-        const p = await profileOf(ctx.db, ctx);
-        return { profileId: p.profileId, profileVersion: p.version, steps: p.steps };
+        const profile = await profileOf(ctx.db, ctx);
+        return { profileId: profile.profileId, profileVersion: profile.version, steps: profile.steps };
       },
     }),
     {
@@ -39,9 +39,9 @@ export const deployWorkflow: WorkflowDef = {
       async run(ctx) {
         const profile = await profileOf(ctx.db, ctx);
         const latest = new Map<string, StepReport>();
-        for (const r of await ctx.reports('step')) {
-          const s = r.payload as unknown as StepReport;
-          latest.set(s.name, s);
+        for (const report of await ctx.reports('step')) {
+          const stepReport = report.payload as unknown as StepReport;
+          latest.set(stepReport.name, stepReport);
         }
         const failedStep = profile.steps.map((s) => latest.get(s.name)).find((s) => s?.status === 'failed');
         if (failedStep) fail('DEPLOY_STEP_FAILED', `profile step "${failedStep.name}" failed${failedStep.message ? `: ${failedStep.message}` : ''}`);

@@ -51,8 +51,8 @@ export const installWorkflow: WorkflowDef = {
         name: 'revoke-iso',
         title: 'Ending the ISO\'s URL and callback token',
         async run(ctx) {
-          const n = await revokeIsos(ctx.db, { runId: ctx.run.id });
-          return complete(n ? 'the ISO\'s URL and the job\'s callback token no longer work' : 'no ISO was published');
+          const revoked = await revokeIsos(ctx.db, { runId: ctx.run.id });
+          return complete(revoked ? 'the ISO\'s URL and the job\'s callback token no longer work' : 'no ISO was published');
         },
       },
     },
@@ -98,7 +98,7 @@ export const installWorkflow: WorkflowDef = {
       title: 'Installing OS',
       destructive: true,
       async run(ctx) {
-        const p = paramsOf(ctx);
+        const params = paramsOf(ctx);
         const steps = await installReports(ctx.db, ctx.run.id, 'step');
         const failed = steps.find((s) => s.payload.state === 'failed');
         if (failed) fail('INSTALL_FAILED', `the installer's step "${String(failed.payload.step)}" failed`);
@@ -106,12 +106,12 @@ export const installWorkflow: WorkflowDef = {
         if (done) return complete(`installed${done.payload.osIp ? `; the OS address is ${String(done.payload.osIp)}` : ''}`);
         const last = steps.at(-1);
         const since = last?.createdAt ?? ctx.step.startedAt;
-        const stuckAt = new Date(since.getTime() + p.stuckSeconds * 1000);
+        const stuckAt = new Date(since.getTime() + params.stuckSeconds * 1000);
         const at = last ? `the last step was "${String(last.payload.step)}"${last.payload.percent != null ? ` (${String(last.payload.percent)}%)` : ''}, at ${since.toISOString()}` : '';
         if (ctx.now >= stuckAt) {
           fail('INSTALL_STUCK', last
-            ? `the installer reported no step for ${p.stuckSeconds} s: ${at}`
-            : `the installer reported no step within ${p.stuckSeconds} s of booting`);
+            ? `the installer reported no step for ${params.stuckSeconds} s: ${at}`
+            : `the installer reported no step within ${params.stuckSeconds} s of booting`);
         }
         const until = stuckAt < ctx.step.deadline ? stuckAt : ctx.step.deadline;
         return waitUntil(until, last ? `the installer (${at})` : 'the installer\'s first step report', ctx.now);

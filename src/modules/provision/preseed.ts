@@ -139,16 +139,16 @@ function checkHostname(request: PreseedRequest): { host: string; domain: string 
 
 function checkNetwork(request: PreseedRequest): PreseedRequest['network'] {
   const name = field(request, 'network');
-  const n = request.network;
-  if (n.mode === 'dhcp') return n;
-  if (!ipaddr.IPv4.isValidFourPartDecimal(n.address)) throw invalidInput(`${name}.address`, 'must be an IPv4 address');
-  if (!Number.isInteger(n.prefixLength) || n.prefixLength < 1 || n.prefixLength > 32) throw invalidInput(`${name}.prefixLength`, 'must be 1..32');
-  if (!ipaddr.IPv4.isValidFourPartDecimal(n.gateway)) throw invalidInput(`${name}.gateway`, 'must be an IPv4 address');
-  const net = ipaddr.IPv4.parse(n.address);
-  if (!ipaddr.IPv4.parse(n.gateway).match(net, n.prefixLength)) throw invalidInput(`${name}.gateway`, 'must lie in the subnet of address/prefix_length');
-  if (!Array.isArray(n.nameservers) || n.nameservers.length > 3) throw invalidInput(`${name}.nameservers`, 'must list at most 3 addresses');
-  for (const [i, ns] of n.nameservers.entries()) if (!ipaddr.isValid(ns)) throw invalidInput(`${name}.nameservers[${i}]`, 'must be an IP address');
-  return n;
+  const network = request.network;
+  if (network.mode === 'dhcp') return network;
+  if (!ipaddr.IPv4.isValidFourPartDecimal(network.address)) throw invalidInput(`${name}.address`, 'must be an IPv4 address');
+  if (!Number.isInteger(network.prefixLength) || network.prefixLength < 1 || network.prefixLength > 32) throw invalidInput(`${name}.prefixLength`, 'must be 1..32');
+  if (!ipaddr.IPv4.isValidFourPartDecimal(network.gateway)) throw invalidInput(`${name}.gateway`, 'must be an IPv4 address');
+  const net = ipaddr.IPv4.parse(network.address);
+  if (!ipaddr.IPv4.parse(network.gateway).match(net, network.prefixLength)) throw invalidInput(`${name}.gateway`, 'must lie in the subnet of address/prefix_length');
+  if (!Array.isArray(network.nameservers) || network.nameservers.length > 3) throw invalidInput(`${name}.nameservers`, 'must list at most 3 addresses');
+  for (const [i, ns] of network.nameservers.entries()) if (!ipaddr.isValid(ns)) throw invalidInput(`${name}.nameservers[${i}]`, 'must be an IP address');
+  return network;
 }
 
 const macOf = (mac: string) => mac.toLowerCase().replace(/-/g, ':');
