@@ -98,3 +98,8 @@ export async function liveIso(db: Runner, isoDir: string, pathname: string): Pro
   if (!row) return null;
   return { id: row.id as string, file: path.join(path.resolve(isoDir), row.file_name as string) };
 }
+
+/** Records an ISO build's outcome for its run (the install workflow's build-iso step reads it): the ISO it published, if any. */
+export async function recordIsoReport(tx: Pick<Runner, 'query'>, runId: string, isoId: string | null, report: Record<string, unknown>): Promise<void> {
+  await tx.query(`INSERT INTO install_report (run_id, iso_id, kind, payload) VALUES ($1, $2, 'iso', $3::jsonb)`, [runId, isoId, JSON.stringify(report)]);
+}
