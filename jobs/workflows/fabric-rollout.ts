@@ -145,6 +145,13 @@ function reachable(n: NodeState, phase: StepRecord['phase']): boolean {
   return dial.message === CANCELLED || dial.message === STOPPED;
 }
 
+/** A phase of a node (re)starting: the records of an attempt a dead worker left of that phase are dropped. */
+function restartPhase(n: NodeState, phase: StepRecord['phase']): void {
+  if (!n.steps.some((s) => s.phase === phase)) return;
+  n.steps = n.steps.filter((s) => s.phase !== phase);
+  if (n.row.finished === false) n.done = 0;
+}
+
 /** The node's step of the run: its typed result, recorded with the node's outcome. */
 function nodeResult(ok: boolean, reachableNow: boolean, aborted: boolean, error: string): StepResult {
   if (ok) return complete('the node is done');
@@ -269,8 +276,10 @@ async function syncMtu(r: RolloutRun, ssh: SshSession, plan: NodePlan): Promise<
 
 async function applyNode(r: RolloutRun, plan: NodePlan, signal: AbortSignal, deadline: number): Promise<void> {
   const n = r.nodes.get(plan.node.nodeId)!;
+  // A node taken up again after its worker died starts over: the interrupted attempt's records go.
+  restartPhase(n, 'apply');
   await write(r, async (tx) => {
-    await tx.fabricJobNode.update({ where: nodeKey(r, n), data: { vtepIp: plan.vtepIp, updatedAt: now() } });
+    await tx.fabricJobNode.update({ where: nodeKey(r, n), data: { vtepIp: plan.vtepIp, steps: n.steps as unknown as object, updatedAt: now() } });
     await r.lease.stepStarted(tx, n.row.position);
   });
   n.row.vtepIp = plan.vtepIp;
@@ -334,7 +343,11 @@ async function teardownAll(r: RolloutRun, list: NodeState[], rollback: boolean):
   let failures = list.length - present.length;
   const results = await fanOut(present, async (n, ctx) => {
     const node = byId.get(n.row.nodeId)!;
-    await write(r, (tx) => r.lease.stepStarted(tx, rollback ? cleanupIdx(n) : n.row.position));
+    restartPhase(n, 'teardown');
+    await write(r, async (tx) => {
+      await tx.fabricJobNode.update({ where: nodeKey(r, n), data: { steps: n.steps as unknown as object, updatedAt: now() } });
+      await r.lease.stepStarted(tx, rollback ? cleanupIdx(n) : n.row.position);
+    });
     await teardownNode(r, n, node, targets.get(node.nodeId)!, AbortSignal.any([ctx.signal, r.lease.lost]), ctx.deadline);
   }, { perNodeTimeoutMs: r.deps.nodeTimeoutMs, concurrency: r.deps.concurrency ?? DEFAULT_CONCURRENCY });
   for (const result of results) {
