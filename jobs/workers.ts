@@ -5,6 +5,7 @@ import { pruneEvents } from '../src/events/retention';
 import { releaseBatch } from '../src/modules/metal/bulk';
 import { fabricRolloutWorkflows, type RolloutDeps } from './workflows/fabric-rollout';
 import { DetachedRuns } from './engine-detached';
+import { fabricPreflightWorkflow } from './workflows/fabric-preflight';
 import { buildRunIso, type IsoBuildDeps } from './iso-build';
 import { ISO_SWEEP_MS, sweepIsoDir } from '../src/modules/provision/iso-janitor';
 import { advanceRun, LEASE_MS, sweepRuns } from './engine';
@@ -73,11 +74,11 @@ export async function startWorkers(queues: Queues, log: Logger,
   // The engine's statements are background work (engineSql: the pool's uncounted face), not a request's.
   const engineSql = deps.engineSql ?? deps.sql;
   const fabric = deps.fabric;
-  // Runs not tied to a node (the fabric rollout's): their bodies run in the background under their lease.
+  // Runs not tied to a node (the fabric's rollout and preflight): their bodies run in the background under their lease.
   const detached = fabric ? new DetachedRuns({
     sql: engineSql, db: fabric.prisma, log, leaseMs: deps.workflow?.leaseMs ?? LEASE_MS,
     wake: (runId, afterMs) => queueAdvance(engineSql, runId, afterMs),
-    defs: fabricRolloutWorkflows({ ...fabric, log }),
+    defs: [...fabricRolloutWorkflows({ ...fabric, log }), fabricPreflightWorkflow({ ...fabric, log })],
   }) : null;
   const engine = { sql: engineSql, log, leaseMs: deps.workflow?.leaseMs, metrics: deps.metrics, detached };
   // WORKFLOW_ENGINE=off: this worker advances no workflow run (the runs wait in their rows for a
