@@ -68,6 +68,8 @@ export class LeaseLost extends Error {
 }
 
 const MAX_MESSAGE = 1000;
+/** How long a stopping worker waits for its bodies before it hands their runs back regardless. */
+const STOP_WAIT_MS = 10_000;
 const clip = (text: string) => (text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text);
 
 /** A StepResult as a step row's status. */
@@ -316,10 +318,11 @@ export class DetachedRuns {
 
   /** Hands the run back (lease released) and wakes it, so another worker takes it at once. */
   private async release(lease: DetachedLease): Promise<void> {
-    await this.deps.db.$transaction(async (tx) => {
+    // After any renewal in flight (it would change the token this compares with).
+    await lease.serial(() => this.deps.db.$transaction(async (tx) => {
       const n = await tx.$executeRawUnsafe('UPDATE workflow_run SET lease_until = NULL, updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz', lease.run.id, lease.tokenIso);
       if (n === 1) await this.deps.wake(lease.run.id, 0);
-    }).catch((error: unknown) => this.deps.log?.warn({ err: error, runId: lease.run.id }, 'could not hand a detached run back'));
+    })).catch((error: unknown) => this.deps.log?.warn({ err: error, runId: lease.run.id }, 'could not hand a detached run back'));
   }
 
   /** Waits for a run's body in this process to be over (tests; the preflight's answer). */
@@ -327,11 +330,21 @@ export class DetachedRuns {
     await this.active.get(runId)?.done;
   }
 
+  /**
+   * Stops every body (their SSH sessions follow the lease's signal) and hands their runs back. A
+   * body still busy after STOP_WAIT_MS is not waited for: its run is handed back all the same, and
+   * its fenced writes fail from then on.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     const all = [...this.active.values()];
     for (const a of all) a.lease.stop('this process is stopping');
-    await Promise.allSettled(all.map((a) => a.done));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled(all.map((a) => a.done)),
+      new Promise((resolve) => { timer = setTimeout(resolve, STOP_WAIT_MS); }),
+    ]);
+    clearTimeout(timer);
     for (const a of all) if (!a.lease.hasEnded) await this.release(a.lease);
   }
 }

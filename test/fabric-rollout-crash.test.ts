@@ -154,4 +154,52 @@ describe('a fabric apply whose worker is SIGKILLed', () => {
     const config = await rest(t.url, t.adminToken, 'GET', PATH);
     expect(config.body.rollout_status).toBe('ready');
   });
+
+  it('a worker stopped with SIGTERM hands its run back at once: another worker carries on, no resume counted, finished nodes untouched', async () => {
+    const prisma = t.app.services.prisma;
+    for (const node of lab.nodes.slice(FAST)) await slowAptGet(node, 120);
+    const started = await rest(t.url, t.adminToken, 'POST', `${PATH}/apply`);
+    expect(started.status).toBe(202);
+    const jobId = started.body.apply_job_id as string;
+    const runId = fabricRunId(jobId);
+    const fastIps = lab.nodes.slice(0, FAST).map((n) => n.lanAddress!);
+    const first = startWorker();
+    try {
+      for (let i = 0; ; i += 1) {
+        if (i > 1200) throw new Error(`the fast nodes never finished: ${first.stderr()}`);
+        const rows = await prisma.fabricJobNode.findMany({ where: { jobId } });
+        const fastDone = rows.filter((r) => fastIps.includes(r.nodeIp) && r.finished && r.ok).length;
+        const slowInstalling = rows.filter((r) => !fastIps.includes(r.nodeIp)
+          && ((r.steps ?? []) as { step: string; status: string }[]).some((s) => s.step === 'install_frr' && s.status === 'running')).length;
+        if (fastDone === FAST && slowInstalling === NODES - FAST) break;
+        await sleep(100);
+      }
+      const exited = new Promise<number | null>((resolve) => first.child.once('exit', (code) => resolve(code)));
+      const stoppedAt = Date.now();
+      first.child.kill('SIGTERM');
+      await exited;
+      // Its SSH sessions were cut and the run handed back: well before the 120 s install would have ended.
+      expect(Date.now() - stoppedAt).toBeLessThan(30_000);
+    } finally {
+      await kill(first.child);
+    }
+    const handedBack = await prisma.workflowRun.findUniqueOrThrow({ where: { id: runId } });
+    expect(handedBack).toMatchObject({ status: 'running', leaseUntil: null, resumes: 0 });
+    const callsAtStop = new Map<number, number>();
+    for (const node of lab.nodes.slice(0, FAST)) callsAtStop.set(node.index, (await lab.calls(node)).length);
+
+    for (const node of lab.nodes.slice(FAST)) await slowAptGet(node, 0);
+    const second = startWorker();
+    let job;
+    for (let i = 0; ; i += 1) {
+      job = await prisma.fabricJob.findUniqueOrThrow({ where: { id: jobId } });
+      if (job.jobStatus !== 'running') break;
+      if (i > 1500) throw new Error(`the job never finished after the restart: ${second.stderr()}`);
+      await sleep(100);
+    }
+    await kill(second.child);
+    expect(job).toMatchObject({ jobStatus: 'completed', completedNodes: NODES, failedNodes: 0 });
+    for (const node of lab.nodes.slice(0, FAST)) expect((await lab.calls(node)).length).toBe(callsAtStop.get(node.index));
+    expect(await prisma.workflowRun.findUniqueOrThrow({ where: { id: runId } })).toMatchObject({ status: 'succeeded', resumes: 0 });
+  });
 });
