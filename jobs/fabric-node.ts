@@ -2,12 +2,11 @@ import type { SecretBroker } from '../clients/secrets/broker';
 import { SshError, type SshTarget } from '../clients/ssh';
 import type { PrismaClient } from '../src/generated/prisma/client';
 import { listComputeNodes, serviceSshIdentity, sshTargetOf, type ComputeNode } from '../src/modules/fabric/compute-nodes';
-import { settingsOf } from '../src/modules/fabric/config';
+import { fabricConfigRow, settingsOf } from '../src/modules/fabric/config';
 import { findGateway, renderHostFrr } from '../src/modules/fabric/render/host-frr';
 import { nodeIntentsOf, renderIntentOf } from '../src/modules/fabric/render-intent';
 import { allocateVteps } from '../src/modules/fabric/vtep';
 import type { FabricIntent, FabricNodeIntent, FabricSecrets } from '../src/modules/fabric/intent';
-import { FABRIC_ID } from '../src/modules/fabric/rollout';
 import { StepFailure } from './fabric-steps';
 
 /**
@@ -80,7 +79,7 @@ export async function targetsOf(deps: PlanDeps, nodes: ComputeNode[]): Promise<M
  * with them even when it is not applied, so the clients' neighbour is known.
  */
 export async function planApply(deps: PlanDeps, wanted: string[]): Promise<{ plans: Map<string, NodePlan>; gone: string[]; scrub: (text: string) => string }> {
-  const config = await deps.prisma.fabricConfig.findUnique({ where: { id: FABRIC_ID } });
+  const config = await fabricConfigRow(deps.prisma);
   if (!config) throw new Error('the fabric config was deleted before the rollout ran');
   const settings = settingsOf(config);
   const { secrets, scrub } = await fabricSecrets(deps, config);

@@ -6,9 +6,10 @@ import type { Tx } from '../../src/db/client';
 import { listComputeNodes, pinHostKey, type ComputeNode } from '../../src/modules/fabric/compute-nodes';
 import { releaseVtep, vtepsOf } from '../../src/modules/fabric/vtep';
 import {
-  APPLY_STEPS, FABRIC_ID, TEARDOWN_STEPS, publishJobEvent, setRolloutStatus,
+  APPLY_STEPS, TEARDOWN_STEPS, publishJobEvent,
   type FabricJobStatus, type FabricJobType, type StepName, type StepRecord,
 } from '../../src/modules/fabric/rollout';
+import * as jobStore from '../../src/modules/fabric/job-store';
 import type { RolloutStatus } from '../../src/modules/fabric/validate';
 import { complete, failed, type StepResult } from '../steps';
 import type { DetachedDef, DetachedLease, DetachedRunInfo, RawDb, RunEnd } from '../engine-detached';
@@ -27,6 +28,10 @@ import * as steps from '../fabric-steps';
  * a finished node is not contacted again; the rest run from their first SSH step (each is
  * idempotent). A rollback (strict mode's, or a cancel's) is the run's cleanup: one cleanup step
  * per touched node (idx = node count + position), a teardown back to baseline.
+ *
+ * The fabric's tables (fabric_job, fabric_job_node, fabric_node_baseline, the rollout status) are
+ * read and written only through the fabric's store (src/modules/fabric/job-store.ts), in the
+ * transactions this file opens; the run's own rows through its lease.
  */
 
 export interface RolloutDeps {
@@ -85,16 +90,14 @@ function event(r: RolloutRun, tx: Tx, state: string, extra: Record<string, unkno
   return publishJobEvent(tx, { jobId: r.job.id, jobType: r.jobType, state, progress: progressOf(r), ...extra });
 }
 
-const nodeKey = (r: RolloutRun, n: NodeState) => ({ jobId_nodeId: { jobId: r.job.id, nodeId: n.row.nodeId } });
+const nodeKey = (r: RolloutRun, n: NodeState): jobStore.JobNodeKey => ({ jobId: r.job.id, nodeId: n.row.nodeId });
 
 async function stepStart(r: RolloutRun, n: NodeState, step: StepName, phase: StepRecord['phase']): Promise<StepRecord> {
   const record: StepRecord = { step, phase, status: 'running', message: '', startedAt: now().toISOString(), finishedAt: null };
   n.steps.push(record);
   const touched = phase === 'apply' && step !== 'connect' && step !== 'verify_bgp' ? true : undefined;
   if (touched) n.row.touched = true;
-  await write(r, (tx) => tx.fabricJobNode.update({
-    where: nodeKey(r, n), data: { steps: n.steps as unknown as object, ...(touched ? { touched } : {}), updatedAt: now() },
-  }));
+  await write(r, (tx) => jobStore.saveNodeSteps(tx, nodeKey(r, n), n.steps, touched ? { touched } : {}));
   return record;
 }
 
@@ -105,8 +108,7 @@ async function stepEnd(r: RolloutRun, n: NodeState, record: StepRecord, status: 
   if (record.phase === r.mainPhase && status !== 'failed') n.done += 1;
   const progress = progressOf(r);
   await write(r, async (tx) => {
-    await tx.fabricJobNode.update({ where: nodeKey(r, n), data: { steps: n.steps as unknown as object, updatedAt: now() } });
-    await tx.fabricJob.update({ where: { id: r.job.id }, data: { progress, state: 'node_step', updatedAt: now() } });
+    await jobStore.recordNodeStep(tx, nodeKey(r, n), n.steps, progress);
     await event(r, tx, 'node_step', { nodeIp: n.row.nodeIp, fqdn: n.row.fqdn, step: record.step, phase: record.phase, status, message: record.message });
   });
 }
@@ -171,14 +173,9 @@ async function nodeDone(r: RolloutRun, n: NodeState, ok: boolean, error: string,
   const state = ok ? 'node_ok' : 'node_failed';
   const firstFail = !ok && !aborted;
   await write(r, async (tx) => {
-    await tx.fabricJobNode.update({ where: nodeKey(r, n), data: { finished: true, ok, reachable: reachableNow, error: n.row.error, updatedAt: now() } });
-    await tx.$executeRawUnsafe(
-      `UPDATE fabric_job SET completed_nodes = completed_nodes + $2, failed_nodes = failed_nodes + $3,
-              first_fail_node = CASE WHEN $4 AND first_fail_node = '' THEN $5 ELSE first_fail_node END,
-              first_fail_error = CASE WHEN $4 AND first_fail_node = '' THEN $6 ELSE first_fail_error END,
-              progress = $7, state = $8, updated_at = now()
-        WHERE id = $1::uuid`,
-      r.job.id, ok ? 1 : 0, ok ? 0 : 1, firstFail, n.row.fqdn || n.row.nodeIp, n.row.error, progressOf(r), state);
+    await jobStore.recordNodeOutcome(tx, nodeKey(r, n), {
+      ok, reachable: reachableNow, error: n.row.error, firstFail, failNode: n.row.fqdn || n.row.nodeIp, progress: progressOf(r), state,
+    });
     await r.lease.stepEnded(tx, n.row.position, nodeResult(ok, reachableNow, aborted, n.row.error));
     await event(r, tx, state, { nodeIp: n.row.nodeIp, fqdn: n.row.fqdn, reachable: reachableNow, ...(ok ? {} : { error: n.row.error }) });
   });
@@ -186,29 +183,6 @@ async function nodeDone(r: RolloutRun, n: NodeState, ok: boolean, error: string,
     r.stopReason = 'strict';
     r.stop.abort();
   }
-}
-
-/**
- * The rollout status the nodes' latest results add up to: ready when every compute node's latest
- * fabric result is an applied node, degraded when some latest result is a failure, else pending
- * (some node was never rolled out, or was torn down).
- */
-export async function coverageStatus(tx: Tx): Promise<RolloutStatus> {
-  const nodes = await listComputeNodes(tx);
-  if (nodes.length === 0) return 'ready';
-  const rows = await tx.$queryRawUnsafe<{ node_id: string; job_type: string; ok: boolean; rolled_back: boolean; finished: boolean }[]>(
-    `SELECT DISTINCT ON (n.node_id) n.node_id, j.job_type, n.ok, n.rolled_back, n.finished
-       FROM fabric_job_node n JOIN fabric_job j ON j.id = n.job_id
-      WHERE n.node_id = ANY($1::text[]) AND n.finished
-      ORDER BY n.node_id, n.created_at DESC, j.created_at DESC`, nodes.map((n) => n.nodeId));
-  const latest = new Map(rows.map((row) => [row.node_id, row]));
-  let pending = false;
-  for (const node of nodes) {
-    const row = latest.get(node.nodeId);
-    if (!row || row.rolled_back || row.job_type !== 'fabric_apply') pending = true;
-    else if (!row.ok) return 'degraded';
-  }
-  return pending ? 'pending' : 'ready';
 }
 
 /** The job's end, the rollout status, the last event and the run's end, in one transaction. */
@@ -219,18 +193,9 @@ async function finish(r: RolloutRun, status: Exclude<FabricJobStatus, 'running'>
       ? { status: 'aborted', code: 'ABORTED', message: error }
       : { status: 'failed', code: r.jobType === 'fabric_apply' ? 'FABRIC_APPLY_FAILED' : 'FABRIC_TEARDOWN_FAILED', message: error };
   await write(r, async (tx) => {
-    const updated = await tx.fabricJob.updateMany({
-      where: { id: r.job.id, jobStatus: 'running' },
-      data: { jobStatus: status, state, progress: 100, error, finishedAt: now(), updatedAt: now() },
-    });
-    if (updated.count > 0) {
-      const config = await tx.fabricConfig.findUnique({ where: { id: FABRIC_ID }, select: { version: true } });
-      if (config) {
-        let next: RolloutStatus = rollout === 'coverage' ? await coverageStatus(tx) : rollout;
-        // A config saved while this job ran is not what the nodes received.
-        if (next === 'ready' && config.version !== r.job.configVersion) next = 'pending';
-        await setRolloutStatus(tx, next);
-      }
+    if (await jobStore.endJob(tx, r.job.id, { jobStatus: status, state, error })) {
+      // A config saved while this job ran is not what the nodes received: not ready then.
+      await jobStore.settleRolloutStatus(tx, r.job.configVersion, rollout);
       await publishJobEvent(tx, {
         jobId: r.job.id, jobType: r.jobType, state, progress: 100, job_status: status, error,
         completed_nodes: [...r.nodes.values()].filter((n) => n.row.finished && n.row.ok).length,
@@ -264,11 +229,7 @@ async function session(r: RolloutRun, n: NodeState, target: SshTarget, node: Com
 /** The underlay's MTU becomes vxlan_mtu; the first value ever seen is kept as the baseline. */
 async function syncMtu(r: RolloutRun, ssh: SshSession, plan: NodePlan): Promise<string> {
   const underlay = await steps.underlayOf(ssh, plan.underlayIface, plan.node.nodeIp);
-  await r.deps.prisma.fabricNodeBaseline.upsert({
-    where: { nodeId: plan.node.nodeId },
-    create: { nodeId: plan.node.nodeId, underlayIface: underlay.iface, underlayMtu: underlay.mtu },
-    update: {},
-  });
+  await jobStore.keepBaseline(r.deps.prisma, plan.node.nodeId, underlay.iface, underlay.mtu);
   if (underlay.mtu === plan.vxlanMtu) return `${underlay.iface} already has MTU ${plan.vxlanMtu}`;
   await steps.setMtu(ssh, underlay.iface, plan.vxlanMtu);
   return `${underlay.iface} MTU ${underlay.mtu} -> ${plan.vxlanMtu}`;
@@ -279,7 +240,7 @@ async function applyNode(r: RolloutRun, plan: NodePlan, signal: AbortSignal, dea
   // A node taken up again after its worker died starts over: the interrupted attempt's records go.
   restartPhase(n, 'apply');
   await write(r, async (tx) => {
-    await tx.fabricJobNode.update({ where: nodeKey(r, n), data: { vtepIp: plan.vtepIp, steps: n.steps as unknown as object, updatedAt: now() } });
+    await jobStore.saveNodeSteps(tx, nodeKey(r, n), n.steps, { vtepIp: plan.vtepIp });
     await r.lease.stepStarted(tx, n.row.position);
   });
   n.row.vtepIp = plan.vtepIp;
@@ -309,7 +270,7 @@ async function teardownNode(r: RolloutRun, n: NodeState, node: ComputeNode, targ
     await step(r, n, 'restore_config', 'teardown', () => steps.restoreConfig(ssh));
     await step(r, n, 'remove_vtep', 'teardown', () => steps.removeVtepInterface(ssh));
     await step(r, n, 'restore_mtu', 'teardown', async () => {
-      const baseline = await r.deps.prisma.fabricNodeBaseline.findUnique({ where: { nodeId: node.nodeId } });
+      const baseline = await jobStore.baselineOf(r.deps.prisma, node.nodeId);
       if (!baseline) return 'skipped: no baseline recorded (the MTU was never changed)';
       const current = await steps.underlayOf(ssh, baseline.underlayIface, node.nodeIp).catch(() => null);
       if (!current) return `skipped: ${baseline.underlayIface} is gone`;
@@ -319,7 +280,7 @@ async function teardownNode(r: RolloutRun, n: NodeState, node: ComputeNode, targ
     await step(r, n, 'release_vtep', 'teardown', async () => {
       const held = (await vtepsOf(r.deps.prisma, [node.nodeId])).get(node.nodeId);
       const released = await write(r, async (tx) => {
-        await tx.fabricNodeBaseline.deleteMany({ where: { nodeId: node.nodeId } });
+        await jobStore.dropBaseline(tx, node.nodeId);
         return releaseVtep(tx, node.nodeId);
       });
       return released ? `VTEP ${held ?? ''} released`.replace('  ', ' ') : 'skipped: no VTEP was allocated';
@@ -345,7 +306,7 @@ async function teardownAll(r: RolloutRun, list: NodeState[], rollback: boolean):
     const node = byId.get(n.row.nodeId)!;
     restartPhase(n, 'teardown');
     await write(r, async (tx) => {
-      await tx.fabricJobNode.update({ where: nodeKey(r, n), data: { steps: n.steps as unknown as object, updatedAt: now() } });
+      await jobStore.saveNodeSteps(tx, nodeKey(r, n), n.steps);
       await r.lease.stepStarted(tx, rollback ? cleanupIdx(n) : n.row.position);
     });
     await teardownNode(r, n, node, targets.get(node.nodeId)!, AbortSignal.any([ctx.signal, r.lease.lost]), ctx.deadline);
@@ -358,10 +319,7 @@ async function teardownAll(r: RolloutRun, list: NodeState[], rollback: boolean):
     if (rollback) {
       n.row.rolledBack = ok;
       await write(r, async (tx) => {
-        await tx.fabricJobNode.update({
-          where: nodeKey(r, n),
-          data: { rolledBack: ok, ...(ok ? {} : { error: n.row.error ? `${n.row.error}; rollback failed: ${error}` : `rollback failed: ${error}` }), updatedAt: now() },
-        });
+        await jobStore.recordNodeRollback(tx, nodeKey(r, n), ok, ok ? null : n.row.error ? `${n.row.error}; rollback failed: ${error}` : `rollback failed: ${error}`);
         await r.lease.stepEnded(tx, cleanupIdx(n), ok ? complete('back to baseline') : failed('ROLLBACK_FAILED', error));
         await event(r, tx, ok ? 'node_rolled_back' : 'node_rollback_failed', { nodeIp: n.row.nodeIp, fqdn: n.row.fqdn, ...(ok ? {} : { error }) });
       });
@@ -440,12 +398,12 @@ async function apply(r: RolloutRun): Promise<void> {
     await write(r, (tx) => event(r, tx, 'apply_rolling_back', {}));
     const touched = rows.filter((n) => n.row.touched && !n.row.rolledBack);
     const left = await rollback(r, touched);
-    const first = await r.deps.prisma.fabricJob.findUniqueOrThrow({ where: { id: r.job.id } });
+    const first = await jobStore.jobNow(r.deps.prisma, r.job.id);
     return failJob(r, `strict mode: ${first.firstFailNode} failed (${first.firstFailError}); ${touched.length - left} of ${touched.length} touched node(s) rolled back to baseline${left ? `, ${left} could not be` : ''}`, 'failed');
   }
   if (failedCount === 0) return finish(r, 'completed', 'apply_completed', 'coverage');
   if (failedCount === rows.length) {
-    const first = await r.deps.prisma.fabricJob.findUniqueOrThrow({ where: { id: r.job.id } });
+    const first = await jobStore.jobNow(r.deps.prisma, r.job.id);
     return failJob(r, `every node failed; first: ${first.firstFailNode}: ${first.firstFailError}`, r.job.scope === 'all' ? 'failed' : 'degraded');
   }
   return finish(r, 'partial', 'apply_partial', 'degraded', `${failedCount} of ${rows.length} nodes failed`);
@@ -462,14 +420,14 @@ async function teardown(r: RolloutRun): Promise<void> {
   }
   const failedCount = [...r.nodes.values()].filter((n) => !n.row.ok).length;
   if (failures === 0 && failedCount === 0) return finish(r, 'completed', 'teardown_completed', 'coverage');
-  const first = await r.deps.prisma.fabricJob.findUniqueOrThrow({ where: { id: r.job.id } });
+  const first = await jobStore.jobNow(r.deps.prisma, r.job.id);
   return failJob(r, `teardown failed on ${first.firstFailNode}: ${first.firstFailError}`, 'degraded');
 }
 
 /** The fabric job a run carries out (params.fabricJobId), with its node rows; its steps laid out once. */
 async function startRun(deps: RolloutDeps, lease: DetachedLease, jobType: FabricJobType): Promise<RolloutRun | null> {
   const jobId = String(lease.run.params.fabricJobId ?? '');
-  const job = await deps.prisma.fabricJob.findUnique({ where: { id: jobId }, include: { nodes: true } });
+  const job = await jobStore.jobWithNodes(deps.prisma, jobId);
   if (!job || job.jobStatus !== 'running' || job.jobType !== jobType) {
     // A job already ended (or never was): nothing to do, the run ends with it.
     await lease.serial(() => deps.prisma.$transaction((tx) => lease.end(tx, { status: 'failed', code: 'JOB_NOT_RUNNING', message: `fabric job ${jobId} is not a running ${jobType}` })));
@@ -493,15 +451,8 @@ async function startRun(deps: RolloutDeps, lease: DetachedLease, jobType: Fabric
 
 /** The worker died on every attempt (STUCK_RESUMES): the job must not stay running forever. */
 async function failLostJob(db: RawDb, run: DetachedRunInfo): Promise<void> {
-  const tx = db as unknown as Tx;
-  const jobId = String(run.params.fabricJobId ?? '');
-  const job = await tx.fabricJob.findUnique({ where: { id: jobId } });
-  if (!job || job.jobStatus !== 'running') return;
-  const state = job.jobType === 'fabric_apply' ? 'apply_failed' : 'teardown_failed';
-  const error = 'the rollout worker was lost on every attempt (its run was taken up again too often); nodes may be half-applied: re-run apply or tear them down';
-  await tx.fabricJob.update({ where: { id: jobId }, data: { jobStatus: 'failed', state, error, progress: 100, finishedAt: now(), updatedAt: now() } });
-  await setRolloutStatus(tx, 'failed');
-  await publishJobEvent(tx, { jobId, jobType: job.jobType as FabricJobType, state, progress: 100, job_status: 'failed', error });
+  await jobStore.failLostJob(db as unknown as Tx, String(run.params.fabricJobId ?? ''),
+    'the rollout worker was lost on every attempt (its run was taken up again too often); nodes may be half-applied: re-run apply or tear them down');
 }
 
 /** The two fabric rollout workflows, for the engine's detached runs. */
