@@ -3,7 +3,7 @@ import { StepInterrupt, type RunInfo, type StepContext, type StepInfo } from './
 import { updateNode, type NodeEvent, type Runner } from '../src/modules/metal/node-store';
 import type { NodeChange, NodeRow } from '../src/modules/metal/node-rows';
 import type { PoolPolicy } from '../src/modules/tenancy/pool';
-import { DESTRUCTIVE_COMMANDS, queueCommand, type CommandKind, type CommandParams, type CommandResult, type CommandRow } from '../src/modules/sites/commands';
+import { DESTRUCTIVE_COMMANDS, expireQueuedCommand, queueCommand, type CommandKind, type CommandParams, type CommandResult, type CommandRow } from '../src/modules/sites/commands';
 import { issueBootEntry, NoConfirmedMac, reportsOf, type BootPurpose, type ReportKind } from '../src/modules/boot/entries';
 import type { PowerAction } from '../clients/bmc/driver';
 
@@ -52,13 +52,13 @@ export interface BuiltContext {
 const failure = (code: string, message: string, retryable = false) => new StepInterrupt(failed(code, message, retryable));
 
 function resultOf(row: CommandRow): Extract<CommandResult, { ok: false }> {
-  const r = row.result as (Partial<Extract<CommandResult, { ok: false }>> & { ok?: boolean }) | null;
+  const reported = row.result as (Partial<Extract<CommandResult, { ok: false }>> & { ok?: boolean }) | null;
   // The agent protocol before issue 9 reported only {ok, message}: no code means the agent's.
   return {
     ok: false,
-    code: r?.code ?? (row.status === 'expired' ? 'EXPIRED' : 'AGENT_ERROR'),
-    message: r?.message ?? `${row.kind} ${row.status}`,
-    retryable: r?.retryable ?? false,
+    code: reported?.code ?? (row.status === 'expired' ? 'EXPIRED' : 'AGENT_ERROR'),
+    message: reported?.message ?? `${row.kind} ${row.status}`,
+    retryable: reported?.retryable ?? false,
   };
 }
 
@@ -70,12 +70,9 @@ export function buildContext(input: ContextInput): BuiltContext {
   const unverified: string[] = [];
 
   async function expire(row: CommandRow): Promise<boolean> {
-    const { rows } = await db.query(
-      `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now() WHERE id = $1 AND status = 'queued' RETURNING id`,
-      [row.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'no site agent claimed it before it expired', retryable: false })],
-    );
-    if (rows.length === 1) input.onExpired?.(row.kind);
-    return rows.length === 1;
+    const expired = await expireQueuedCommand(db, row.id, 'no site agent claimed it before it expired');
+    if (expired) input.onExpired?.(row.kind);
+    return expired;
   }
 
   async function settle(row: CommandRow, params: unknown, key: string): Promise<unknown> {

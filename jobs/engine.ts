@@ -18,6 +18,7 @@ import { StepInterrupt, type RunInfo, type RunParams, type StepDef, type Workflo
 import type { CommandRow } from '../src/modules/sites/commands';
 import { WORKFLOWS } from './workflows';
 import { newObservations, type DomainCounters, type EngineObservations } from '../src/ops/metrics';
+import type { DetachedRuns } from './engine-detached';
 
 /**
  * The workflow engine (issue 9 item 1): `advanceRun(runId)` advances one run (the fetch loops of
@@ -60,6 +61,8 @@ export interface EngineDeps {
   workflows?: Readonly<Partial<Record<WorkflowKind, WorkflowDef>>>;
   /** The process's metrics: runs started and ended, step durations, commands expired (after each commit). */
   metrics?: DomainCounters | null;
+  /** Runs not tied to a node (the fabric's): a leased run whose row joins no node is handed to these (engine-detached.ts). */
+  detached?: DetachedRuns | null;
 }
 
 export type AdvanceOutcome =
@@ -194,6 +197,7 @@ export async function advanceRun(deps: EngineDeps, runId: string): Promise<Advan
 export async function advanceLeased(deps: EngineDeps, runId: string, lease: Lease): Promise<AdvanceOutcome> {
   let token = lease.leaseUntil;
   let lostResumes: number | null = lease.workerLost ? lease.previousResumes : null;
+  const takenLost = lostResumes;
   const budget = deps.maxStepsPerAdvance ?? 25;
   let injected: Injected | null = null;
   let throws = 0;
@@ -220,6 +224,11 @@ export async function advanceLeased(deps: EngineDeps, runId: string, lease: Leas
       injected = null;
       lostResumes = null;
       used += next.steps;
+      // A run whose row joins no node: a detached run (the fabric's), whose body runs in the background under this lease.
+      if (used === next.steps && next.step.kind === 'stop' && next.step.outcome.kind === 'idle' && next.step.outcome.status === 'missing' && deps.detached
+        && await deps.detached.take(runId, token, takenLost)) {
+        return { kind: 'waiting', until: null, for: 'its body, running in this worker (a detached run)' };
+      }
       if (next.step.kind === 'next') {
         token = next.step.leaseUntil;
         continue;

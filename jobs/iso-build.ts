@@ -7,13 +7,14 @@ import type { Sql } from '../src/db/sql';
 import type { SecretBroker } from '../clients/secrets/broker';
 import { randomUUID } from 'node:crypto';
 import { wakeRun } from './wake';
-import { sendInTx, type QueryRunner } from './send';
+import { sendInTx } from './send';
+import type { Runner } from '../src/modules/metal/node-store';
 import { buildInstallerIso, findBaseImage, type BaseImage } from '../src/modules/provision/iso';
-import { publishIso } from '../src/modules/provision/iso-store';
+import { endIsoBuilds, markIsoBuildStarted, publishIso, recordIsoBuildQueued, recordIsoReport } from '../src/modules/provision/iso-store';
 import { ISO_DIR_FULL_MESSAGE, isoDirHasRoom } from '../src/modules/provision/iso-janitor';
 import { renderPreseed } from '../src/modules/provision/preseed';
 import { installHostname } from '../src/modules/provision/hostname';
-import type { InstallParams } from './workflows/install';
+import type { InstallParams } from '../src/modules/provision/install-params';
 
 /**
  * The ISO-build queue's worker (provision.iso): builds the installer ISO of one control-node job
@@ -61,18 +62,18 @@ const clip = (s: string) => (s.length > 500 ? `${s.slice(0, 499)}…` : s);
  * /controlnode/provision/queue lists (when it was queued, when a worker started it); the worker
  * ends the row when it records the build's outcome. Resolves to the job's id.
  */
-export async function queueIsoBuild(db: QueryRunner, runId: string): Promise<string> {
+export async function queueIsoBuild(db: Pick<Runner, 'query'>, runId: string): Promise<string> {
   const id = randomUUID();
   await sendInTx(db, 'provision.iso', { runId }, { id });
-  await db.query('INSERT INTO iso_build_job (id, run_id) VALUES ($1::uuid, $2)', [id, runId]);
+  await recordIsoBuildQueued(db, id, runId);
   return id;
 }
 
 export async function buildRunIso(deps: IsoBuildDeps, runId: string, jobId?: string): Promise<'built' | 'failed' | 'skipped'> {
-  if (jobId) await deps.sql.query('UPDATE iso_build_job SET started_at = COALESCE(started_at, now()) WHERE id = $1::uuid', [jobId]);
+  if (jobId) await markIsoBuildStarted(deps.sql, jobId);
   const outcome = await buildOnce(deps, runId);
   // Built or failed: the outcome is recorded (record(), with the row ended in its transaction); skipped: nothing to build.
-  if (outcome === 'skipped') await deps.sql.query('UPDATE iso_build_job SET ended_at = now() WHERE run_id = $1 AND ended_at IS NULL', [runId]);
+  if (outcome === 'skipped') await endIsoBuilds(deps.sql, runId);
   return outcome;
 }
 
@@ -84,7 +85,7 @@ async function buildOnce(deps: IsoBuildDeps, runId: string): Promise<'built' | '
     [runId],
   );
   if (!run || run.kind !== 'metal-install' || !['queued', 'running', 'waiting'].includes(run.status as string) || run.built) return 'skipped';
-  const p = run.params as InstallParams;
+  const params = run.params as InstallParams;
   const record = async (payload: Record<string, unknown>, publish?: { file: string; name: string; token: string }) => {
     await deps.sql.transaction(async (tx) => {
       let isoId: string | null = null;
@@ -94,8 +95,8 @@ async function buildOnce(deps: IsoBuildDeps, runId: string): Promise<'built' | '
         isoId = published.id;
         body = { ...payload, imageUrl: `${publicUrl!.replace(/\/+$/, '')}${published.urlPath}` };
       }
-      await tx.query(`INSERT INTO install_report (run_id, iso_id, kind, payload) VALUES ($1, $2, 'iso', $3::jsonb)`, [runId, isoId, JSON.stringify(body)]);
-      await tx.query('UPDATE iso_build_job SET ended_at = now() WHERE run_id = $1 AND ended_at IS NULL', [runId]);
+      await recordIsoReport(tx, runId, isoId, body);
+      await endIsoBuilds(tx, runId);
       await wakeRun(tx, runId);
     });
   };
@@ -113,14 +114,14 @@ async function buildOnce(deps: IsoBuildDeps, runId: string): Promise<'built' | '
     if (!run.os_credentials_ref) throw new Error('the node has no OS password in the broker');
     const secret = (await deps.secrets.get(run.os_credentials_ref as string, run.tenant_id as string)) as { password?: unknown } | null;
     if (!secret || typeof secret.password !== 'string') throw new Error('the OS password in the broker is not { username, password }');
-    const hostname = installHostname(p, run.inventory);
+    const hostname = installHostname(params, run.inventory);
     if (!hostname) throw new Error('the job has no host name: the request gave none, NetBox named no device for the BMC and the BMC reports no serial');
     const token = randomBytes(32).toString('base64url');
     const preseed = renderPreseed({
-      hostname, osUsername: p.osUsername, osPassword: secret.password, disks: p.disks, poolType: p.poolType,
-      nicMac: p.nicMac, nicName: p.nicName, network: p.network ?? { mode: 'dhcp' }, gpuPassthrough: p.gpuPassthrough,
+      hostname, osUsername: params.osUsername, osPassword: secret.password, disks: params.disks, poolType: params.poolType,
+      nicMac: params.nicMac, nicName: params.nicName, network: params.network ?? { mode: 'dhcp' }, gpuPassthrough: params.gpuPassthrough,
       // The job's id (a new BMC's provision: the enrollment that began it), the one provision answered with.
-      callback: { baseUrl: p.callbackBase ?? publicUrl, jobId: typeof run.params.jobId === 'string' ? run.params.jobId : runId, token }, bmcIp: run.bmc_address as string,
+      callback: { baseUrl: params.callbackBase ?? publicUrl, jobId: typeof run.params.jobId === 'string' ? run.params.jobId : runId, token }, bmcIp: run.bmc_address as string,
     });
     await fs.mkdir(deps.isoDir, { recursive: true });
     file = path.join(deps.isoDir, `${runId}-${randomBytes(4).toString('hex')}.iso`);

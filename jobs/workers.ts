@@ -3,12 +3,14 @@ import type { Queues } from './registry';
 import type { Sql } from '../src/db/sql';
 import { pruneEvents } from '../src/events/retention';
 import { releaseBatch } from '../src/modules/metal/bulk';
-import { failLostJob, runFabricJob, type RolloutDeps } from './fabric-rollout';
+import { fabricRolloutWorkflows, type RolloutDeps } from './workflows/fabric-rollout';
+import { DetachedRuns } from './engine-detached';
+import { fabricPreflightWorkflow } from './workflows/fabric-preflight';
 import { buildRunIso, type IsoBuildDeps } from './iso-build';
 import { ISO_SWEEP_MS, sweepIsoDir } from '../src/modules/provision/iso-janitor';
-import { advanceLeased, sweepRuns } from './engine';
+import { advanceLeased, LEASE_MS, sweepRuns } from './engine';
 import { DueRunLoop } from './due-runs';
-import { RUN_DUE_CHANNEL, type RunWaker } from './wake';
+import { RUN_DUE_CHANNEL, wakeRun, type RunWaker } from './wake';
 import type { Notifications } from '../src/db/listen';
 import type { DomainCounters } from '../src/ops/metrics';
 
@@ -65,7 +67,14 @@ export async function startWorkers(queues: Queues, log: Logger,
   });
   // The engine's statements are background work (engineSql: the pool's uncounted face), not a request's.
   const engineSql = deps.engineSql ?? deps.sql;
-  const engine = { sql: engineSql, log, leaseMs: deps.workflow?.leaseMs, metrics: deps.metrics };
+  const fabric = deps.fabric;
+  // Runs not tied to a node (the fabric's rollout and preflight): their bodies run in the background under their lease.
+  const detached = fabric ? new DetachedRuns({
+    sql: engineSql, db: fabric.prisma, log, leaseMs: deps.workflow?.leaseMs ?? LEASE_MS,
+    wake: (runId, afterMs) => wakeRun(engineSql, runId, afterMs),
+    defs: [...fabricRolloutWorkflows({ ...fabric, log }), fabricPreflightWorkflow({ ...fabric, log })],
+  }) : null;
+  const engine = { sql: engineSql, log, leaseMs: deps.workflow?.leaseMs, metrics: deps.metrics, detached };
   // WORKFLOW_ENGINE=off: this worker advances no workflow run (the runs wait in their rows for a
   // worker that does). For a process that is to do the other jobs only, e.g. the bulk bench, which
   // times the API while 10,000 released runs would otherwise be advancing beside it.
@@ -120,19 +129,6 @@ export async function startWorkers(queues: Queues, log: Logger,
     }, ISO_SWEEP_MS);
     isoTimer.unref();
   }
-  const fabric = deps.fabric;
-  if (fabric) {
-    // One job at a time per process; the fabric_job_one_running index keeps it one cluster-wide.
-    await queues.work('fabric.rollout', async (jobs) => {
-      for (const job of jobs) await runFabricJob({ ...fabric, log }, job.data.jobId);
-    });
-    await queues.work('fabric.rollout.lost', async (jobs) => {
-      for (const job of jobs) {
-        await failLostJob(fabric, job.data.jobId);
-        log.error({ jobId: job.data.jobId }, 'fabric job failed: its worker was lost on every attempt');
-      }
-    });
-  }
   log.info('queue workers started');
   return {
     waker: loop,
@@ -141,6 +137,8 @@ export async function startWorkers(queues: Queues, log: Logger,
       if (isoTimer) clearInterval(isoTimer);
       listener?.stop();
       await loop?.stop();
+      // Bodies still running hand their runs back (lease released, woken) for another worker.
+      await detached?.stop();
     },
   };
 }

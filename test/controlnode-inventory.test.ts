@@ -232,13 +232,17 @@ describe('the NetBox inventory (fixture with NetBox\'s shapes)', () => {
 
   it('answers are reused for NETBOX_CACHE_MS; concurrent lookups share one', async () => {
     const nb = await sim();
-    const s = inv(nb, nb.v1Token, { netboxCacheMs: 400 });
+    // 3 s: long enough that a loaded CI machine (a lookup there took over 400 ms) still asks again
+    // within it; the wait past it is measured from the answer, not from the test's own clock.
+    const cacheMs = 3000;
+    const s = inv(nb, nb.v1Token, { netboxCacheMs: cacheMs });
     const [a, b] = await Promise.all([s.forBmc('10.20.0.11'), s.forBmc('10.20.0.11')]);
+    const answered = Date.now();
     expect(b).toBe(a);
     const after = nb.requests.length;
     await s.forBmc('10.20.0.11');
     expect(nb.requests.length).toBe(after);
-    await new Promise((r) => setTimeout(r, 450));
+    await new Promise((r) => setTimeout(r, cacheMs + 50 - (Date.now() - answered)));
     await s.forBmc('10.20.0.11');
     expect(nb.requests.length).toBeGreaterThan(after);
   });

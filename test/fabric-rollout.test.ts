@@ -6,8 +6,10 @@ import { makeTenantTree, makeToken } from './helpers/fixtures';
 import { startSshNodes, type SshNode, type SshNodes } from './helpers/ssh-nodes';
 import { restStream, until, wsClient, wsSubscribe } from './helpers/streams';
 import { newId, uuidv7 } from '../src/ids';
-import { failLostJob, runFabricJob } from '../jobs/fabric-rollout';
-import { QUEUES } from '../jobs/registry';
+import { advanceRun } from '../jobs/engine';
+import { DetachedRuns } from '../jobs/engine-detached';
+import { fabricRolloutWorkflows } from '../jobs/workflows/fabric-rollout';
+import { fabricRunId } from '../src/modules/fabric/runs';
 
 /**
  * Fabric rollouts against real sshd nodes (test/helpers/ssh-nodes.ts): the failure paths, strict
@@ -400,11 +402,27 @@ describe('fabric rollout over real sshd', () => {
     expect(viaGql.data!.fabricBatchPostdeploy.nodes[0].steps[0]).toEqual({ step: 'connect', batchId });
   });
 
-  it('a retried job resumes from its rows: finished nodes are not contacted again, the rest run, the counts add up', async () => {
+  it('a run taken up again resumes from its rows: finished nodes are not contacted again, the rest run, the counts add up; a held lease is respected, a lapsed one taken over, a run lost too often fails', async () => {
     await useNodes([sshdA, sshdB]);
     await lab.setFakeExit(sshdB, 'apt-get', 100);
     const callsBefore = (await lab.calls(sshdA)).length;
-    // What a crashed worker leaves: the job running, node A already finished ok, node B not.
+    const services = t.app.services;
+    // The engine as a worker runs it, driven by hand here: advanceRun leases the run, its body runs under the lease.
+    const deps = { prisma: services.prisma, secrets: services.secrets, log: services.log, bgpWaitMs: 1000, connectTimeoutMs: 1500, nodeTimeoutMs: 30_000 };
+    const detached = new DetachedRuns({ sql: services.sql, db: services.prisma, log: services.log, leaseMs: 5000, wake: async () => undefined, defs: fabricRolloutWorkflows(deps) });
+    const engine = { sql: services.sql, log: services.log, leaseMs: 5000, detached };
+    const newRun = async (jobId: string, fields: { leaseUntil?: Date; resumes?: number; status?: string } = {}) => {
+      await prisma().workflowRun.create({
+        data: { id: fabricRunId(jobId), nodeId: `fabric:${jobId}`, kind: 'fabric-apply', status: fields.status ?? 'queued', params: { fabricJobId: jobId }, leaseUntil: fields.leaseUntil ?? null, resumes: fields.resumes ?? 0 },
+      });
+      return fabricRunId(jobId);
+    };
+    const advance = async (runId: string) => {
+      const outcome = await advanceRun(engine, runId);
+      await detached.settled(runId);
+      return outcome;
+    };
+    // What a killed worker leaves: the job running, node A already finished ok, node B not, the run's lease lapsed.
     const jobId = uuidv7();
     const config = await prisma().fabricConfig.findUniqueOrThrow({ where: { id: 1 } });
     await prisma().fabricJob.create({
@@ -417,34 +435,43 @@ describe('fabric rollout over real sshd', () => {
       ],
     });
     try {
-      // The handler pg-boss's retry calls, with the rows as the only input.
-      const services = t.app.services;
-      const deps = { prisma: services.prisma, secrets: services.secrets, log: services.log, bgpWaitMs: 1000, connectTimeoutMs: 1500, nodeTimeoutMs: 30_000 };
-      await runFabricJob(deps, jobId);
+      const runId = await newRun(jobId, { status: 'running', leaseUntil: new Date(Date.now() - 1000) });
+      expect(await advance(runId)).toMatchObject({ kind: 'waiting' });
       const job = await prisma().fabricJob.findUniqueOrThrow({ where: { id: jobId }, include: { nodes: true } });
       expect(job).toMatchObject({ jobStatus: 'partial', state: 'apply_partial', completedNodes: 1, failedNodes: 1, firstFailNode: 'b', firstFailError: '`apt-get install -y frr` exited 100' });
       expect((await lab.calls(sshdA)).length).toBe(callsBefore);
-      // A terminal job is left alone by a late duplicate delivery.
-      await runFabricJob(deps, jobId);
+      // The run: taken up once more, ended with the job; node B's step failed with its typed result.
+      expect(await prisma().workflowRun.findUniqueOrThrow({ where: { id: runId } })).toMatchObject({ status: 'succeeded', resumes: 1, leaseUntil: null });
+      const stepRows = await prisma().workflowStep.findMany({ where: { runId }, orderBy: { idx: 'asc' } });
+      expect(stepRows.map((r) => [r.idx, r.name, r.status, r.attempts, r.errorCode])).toEqual([[0, 'apply-node', 'skipped', 0, null], [1, 'apply-node', 'failed', 1, 'NODE_FAILED']]);
+      expect(stepRows[1]!.idempotencyKey).toBe(`${runId}:1:1`);
+      // A terminal run is left alone by a late wake-up.
+      expect(await advance(runId)).toEqual({ kind: 'idle', status: 'succeeded' });
       expect((await prisma().fabricJob.findUniqueOrThrow({ where: { id: jobId } })).updatedAt).toEqual(job.updatedAt);
 
-      // A second delivery while a live worker's heartbeat is fresh backs off (pg-boss retries it later);
-      // once the heartbeat is stale (the worker died), the job is taken over.
+      // A wake-up while another worker's lease is live backs off; once the lease lapsed (the worker died), the run is taken over.
       const busy = uuidv7();
-      await prisma().fabricJob.create({ data: { id: busy, jobType: 'fabric_apply', scope: 'all', state: 'node_step', totalNodes: 0, runnerHeartbeatAt: new Date() } });
-      await expect(runFabricJob(deps, busy)).rejects.toThrow(/being run by another worker/);
-      await expect(failLostJob(deps, busy)).rejects.toThrow(/still has a live worker/);
+      await prisma().fabricJob.create({ data: { id: busy, jobType: 'fabric_apply', scope: 'all', state: 'node_step', totalNodes: 0 } });
+      const busyRun = await newRun(busy, { status: 'running', leaseUntil: new Date(Date.now() + 60_000) });
+      expect(await advance(busyRun)).toMatchObject({ kind: 'busy' });
       expect((await prisma().fabricJob.findUniqueOrThrow({ where: { id: busy } })).jobStatus).toBe('running');
-      await prisma().fabricJob.update({ where: { id: busy }, data: { runnerHeartbeatAt: new Date(Date.now() - 120_000) } });
-      await runFabricJob(deps, busy);
+      await prisma().workflowRun.update({ where: { id: busyRun }, data: { leaseUntil: new Date(Date.now() - 1000) } });
+      // (The busy wake-up queued a retry: the service's own worker may be the one that takes it over.)
+      await advance(busyRun);
+      for (let i = 0; (await prisma().fabricJob.findUniqueOrThrow({ where: { id: busy } })).jobStatus === 'running'; i += 1) {
+        if (i > 300) throw new Error('the busy job was never taken over');
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
       expect((await prisma().fabricJob.findUniqueOrThrow({ where: { id: busy } })).jobStatus).toBe('completed');
+      expect(await prisma().workflowRun.findUniqueOrThrow({ where: { id: busyRun } })).toMatchObject({ status: 'succeeded', resumes: 1 });
 
-      // The dead-letter handler: a job whose worker died on every attempt is failed, never left running.
-      expect(QUEUES['fabric.rollout'].deadLetter).toBe('fabric.rollout.lost');
+      // A run whose worker died too often (STUCK_RESUMES) fails WORKER_LOST with its job, never left running.
       const lost = uuidv7();
       await prisma().fabricJob.create({ data: { id: lost, jobType: 'fabric_apply', scope: 'all', state: 'node_step', totalNodes: 0 } });
-      await failLostJob(deps, lost);
+      const lostRun = await newRun(lost, { status: 'running', leaseUntil: new Date(Date.now() - 1000), resumes: 3 });
+      await advance(lostRun);
       expect(await prisma().fabricJob.findUniqueOrThrow({ where: { id: lost } })).toMatchObject({ jobStatus: 'failed', state: 'apply_failed', progress: 100, error: expect.stringMatching(/worker was lost/) });
+      expect(await prisma().workflowRun.findUniqueOrThrow({ where: { id: lostRun } })).toMatchObject({ status: 'failed', lastErrorCode: 'WORKER_LOST', leaseUntil: null });
       expect((await prisma().fabricConfig.findUniqueOrThrow({ where: { id: 1 } })).rolloutStatus).toBe('failed');
       expect((await eventsOf(lost)).map((e) => e.type)).toEqual(['fabric.apply_failed']);
     } finally {

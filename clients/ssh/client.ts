@@ -132,13 +132,13 @@ interface LibError extends Error {
  * so a caller that only handles the rejection leaks nothing.
  */
 export function connect(target: SshTarget): Promise<SshSession> {
-  let v: Validated;
+  let checked: Validated;
   try {
-    v = validate(target);
+    checked = validate(target);
   } catch (err) {
     return Promise.reject(err);
   }
-  const where = `${v.host}:${v.port}`;
+  const where = `${checked.host}:${checked.port}`;
   if (target.signal?.aborted) return Promise.reject(new SshError('ABORTED', `${where}: aborted before connecting`));
 
   return new Promise<SshSession>((resolve, reject) => {
@@ -160,8 +160,8 @@ export function connect(target: SshTarget): Promise<SshSession> {
     };
     const onAbort = () => fail('ABORTED', `${where}: aborted while connecting`);
     const timer = setTimeout(
-      () => fail('CONNECT_TIMEOUT', `${where}: no SSH session within ${v.connectTimeoutMs} ms (connect, handshake and authentication)`),
-      v.connectTimeoutMs,
+      () => fail('CONNECT_TIMEOUT', `${where}: no SSH session within ${checked.connectTimeoutMs} ms (connect, handshake and authentication)`),
+      checked.connectTimeoutMs,
     );
     target.signal?.addEventListener('abort', onAbort, { once: true });
 
@@ -174,9 +174,9 @@ export function connect(target: SshTarget): Promise<SshSession> {
     });
     client.on('error', (err: LibError) => {
       if (mismatch && seen) {
-        fail('HOST_KEY_MISMATCH', `${where}: host key ${seen.fingerprint} (${seen.algorithm}) is not the pinned ${v.pinned}; refusing to connect`, err.level);
+        fail('HOST_KEY_MISMATCH', `${where}: host key ${seen.fingerprint} (${seen.algorithm}) is not the pinned ${checked.pinned}; refusing to connect`, err.level);
       } else if (err.level === 'client-authentication') {
-        fail('AUTH_FAILED', `${where}: the server rejected the key for user ${v.username}`, err.level);
+        fail('AUTH_FAILED', `${where}: the server rejected the key for user ${checked.username}`, err.level);
       } else if (err.code === 'ECONNREFUSED') {
         fail('CONNECTION_REFUSED', `${where}: connection refused (no SSH server listening)`, err.code);
       } else if (err.level === 'client-dns' || (err.code && UNREACHABLE_ERRNO.has(err.code))) {
@@ -190,11 +190,11 @@ export function connect(target: SshTarget): Promise<SshSession> {
     client.on('close', () => fail('CLOSED', `${where}: the server closed the connection before the session was ready`));
 
     client.connect({
-      host: v.host,
-      port: v.port,
-      username: v.username,
-      privateKey: v.privateKey,
-      passphrase: v.passphrase,
+      host: checked.host,
+      port: checked.port,
+      username: checked.username,
+      privateKey: checked.privateKey,
+      passphrase: checked.passphrase,
       // Our own timer covers connect + handshake + auth; ssh2's would only cover part of it.
       readyTimeout: 0,
       // No agent, no password, no keyboard-interactive: only the key we were given.
@@ -204,7 +204,7 @@ export function connect(target: SshTarget): Promise<SshSession> {
         // ACK would add about 40 ms to each exchange (measured: 195 ms per `ip -j addr` without it).
         client.setNoDelay(true);
         seen = { algorithm: keyAlgorithm(key), fingerprint: fingerprintOfKeyBlob(key) };
-        if (v.pinned !== null && seen.fingerprint !== v.pinned) {
+        if (checked.pinned !== null && seen.fingerprint !== checked.pinned) {
           mismatch = true;
           return false;
         }

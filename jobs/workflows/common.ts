@@ -1,8 +1,9 @@
 import { isIP } from 'node:net';
 import { complete, failed, skipped, type StepResult } from '../steps';
 import { StepInterrupt, type StepContext, type StepDef } from '../engine-types';
-import type { Runner } from '../../src/modules/metal/node-store';
 import type { BootPurpose, ReportRow } from '../../src/modules/boot/entries';
+import { revokeRunBoot } from '../../src/modules/boot/run-boot';
+import { heldPxeContinuous } from '../../src/modules/sites/commands';
 import type { PowerState } from '../../clients/bmc/driver';
 
 /**
@@ -38,17 +39,6 @@ export async function pxeBootOnce(ctx: StepContext, beforePower?: () => Promise<
   return action === 'on' ? 'PXE once, powered on' : `PXE once, power-cycled (it was ${state})`;
 }
 
-/** Revokes the run's boot entries and their tokens (a step's cleanup; the run's end does it too). */
-export async function revokeRunBoot(db: Runner, runId: string): Promise<number> {
-  const { rows } = await db.query(
-    `WITH e AS (UPDATE boot_entry SET revoked_at = now() WHERE run_id = $1 AND revoked_at IS NULL RETURNING id),
-          t AS (UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND boot_entry_id IN (SELECT id FROM e))
-     SELECT count(*)::int AS n FROM e`,
-    [runId],
-  );
-  return Number(rows[0]?.n ?? 0);
-}
-
 /**
  * A PXE override the BMC holds Continuous (it offers no Once, or reads Continuous whatever is sent:
  * sushy-tools, older Supermicro) would PXE-boot the machine at every start. The run's ramdisk boot
@@ -56,11 +46,7 @@ export async function revokeRunBoot(db: Runner, runId: string): Promise<number> 
  * so the disk is set back first. Null when the run left no such override.
  */
 export async function clearHeldPxe(ctx: StepContext): Promise<string | null> {
-  const { rows } = await ctx.db.query(
-    `SELECT 1 FROM command WHERE run_id = $1 AND kind = 'bmc.boot-device' AND params->>'device' = 'pxe' AND result->'value'->>'enabled' = 'Continuous' LIMIT 1`,
-    [ctx.run.id],
-  );
-  if (rows.length === 0) return null;
+  if (!(await heldPxeContinuous(ctx.db, ctx.run.id))) return null;
   await ctx.command('bmc.boot-device', { device: 'disk', persistent: false });
   return 'the PXE override the BMC held Continuous set back to the disk';
 }
@@ -128,7 +114,7 @@ export async function latestReport(ctx: StepContext, kind: Parameters<StepContex
   return reports.at(-1) ?? ctx.waitFor(what);
 }
 
-export const isReport = (r: ReportRow | StepResult): r is ReportRow => 'payload' in r;
+export const isReport = (report: ReportRow | StepResult): report is ReportRow => 'payload' in report;
 
 /** Disks by serial (else name), as the wipe attestation matches them. */
 export const diskKey = (d: { serial?: string | null; name?: string }): string | null => d.serial?.trim() || d.name?.trim() || null;
@@ -176,9 +162,9 @@ export async function wipeOver(ctx: StepContext, wipes: readonly ReportRow[]): P
     }
     if (inventoryDisks(ctx.node.inventory).every((d) => seen.has(d))) return true;
   }
-  return (await ctx.reports('step')).some((r) => {
-    const s = r.payload as unknown as StepReport;
-    return s.name === WIPE_STEP && (s.status === 'succeeded' || s.status === 'failed');
+  return (await ctx.reports('step')).some((report) => {
+    const stepReport = report.payload as unknown as StepReport;
+    return stepReport.name === WIPE_STEP && (stepReport.status === 'succeeded' || stepReport.status === 'failed');
   });
 }
 

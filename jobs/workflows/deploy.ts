@@ -1,19 +1,17 @@
 import { complete } from '../steps';
 import type { StepContext, WorkflowDef } from '../engine-types';
 import type { Runner } from '../../src/modules/metal/node-store';
+import { readProfileVersion, type ProfileVersionRow } from '../../src/modules/metal/deploy-profile';
 import { bootInstalledOs, bootRamdisk, fail, type StepReport } from './common';
 
-interface ProfileVersion { profileId: string; version: number; role: string; steps: { name: string; kind?: string; params?: unknown }[] }
-
 /** The profile version the deploy recorded (run params first, as the verb wrote them, else the node's). */
-async function profileOf(db: Runner, ctx: { run: StepContext['run']; node: StepContext['node'] }): Promise<ProfileVersion> {
+async function profileOf(db: Runner, ctx: { run: StepContext['run']; node: StepContext['node'] }): Promise<ProfileVersionRow> {
   const profileId = ctx.run.params.profileId ?? ctx.node.profileId;
   const version = ctx.run.params.profileVersion ?? ctx.node.profileVersion;
   if (!profileId || version == null) fail('INVALID_CONFIG', 'the deploy recorded no profile version');
-  const { rows } = await db.query('SELECT profile_id, version, role, steps FROM deploy_profile_version WHERE profile_id = $1 AND version = $2', [profileId, version]);
-  if (!rows[0]) fail('INVALID_CONFIG', `deploy profile ${profileId} has no version ${version}`);
-  const steps = Array.isArray(rows[0]!.steps) ? (rows[0]!.steps as ProfileVersion['steps']) : [];
-  return { profileId: rows[0]!.profile_id as string, version: Number(rows[0]!.version), role: rows[0]!.role as string, steps };
+  const profile = await readProfileVersion(db, profileId!, version!);
+  if (!profile) fail('INVALID_CONFIG', `deploy profile ${profileId} has no version ${version}`);
+  return profile!;
 }
 
 /**
@@ -28,8 +26,8 @@ export const deployWorkflow: WorkflowDef = {
       title: 'Booting the deploy ramdisk',
       purpose: 'deploy',
       params: async (ctx) => {
-        const p = await profileOf(ctx.db, ctx);
-        return { profileId: p.profileId, profileVersion: p.version, steps: p.steps };
+        const profile = await profileOf(ctx.db, ctx);
+        return { profileId: profile.profileId, profileVersion: profile.version, steps: profile.steps };
       },
     }),
     {
@@ -39,9 +37,9 @@ export const deployWorkflow: WorkflowDef = {
       async run(ctx) {
         const profile = await profileOf(ctx.db, ctx);
         const latest = new Map<string, StepReport>();
-        for (const r of await ctx.reports('step')) {
-          const s = r.payload as unknown as StepReport;
-          latest.set(s.name, s);
+        for (const report of await ctx.reports('step')) {
+          const stepReport = report.payload as unknown as StepReport;
+          latest.set(stepReport.name, stepReport);
         }
         const failedStep = profile.steps.map((s) => latest.get(s.name)).find((s) => s?.status === 'failed');
         if (failedStep) fail('DEPLOY_STEP_FAILED', `profile step "${failedStep.name}" failed${failedStep.message ? `: ${failedStep.message}` : ''}`);

@@ -4,8 +4,10 @@ import { queueIsoBuild } from '../iso-build';
 import { fail } from './common';
 import { installReports } from '../../src/modules/provision/callbacks';
 import { revokeIsos } from '../../src/modules/provision/iso-store';
+import { recordInstalledOs } from '../../src/modules/provision/bmc-info';
 import type { PowerState } from '../../clients/bmc/driver';
-import { installHostname, type HostnameSource } from '../../src/modules/provision/hostname';
+import { installHostname } from '../../src/modules/provision/hostname';
+import type { InstallParams } from '../../src/modules/provision/install-params';
 
 /**
  * deploying, the control-node API's way (POST /controlnode/provision): a metal deploy whose
@@ -19,31 +21,6 @@ import { installHostname, type HostnameSource } from '../../src/modules/provisio
  * naming the last step), its completion, then the installed system's first boot. The media is
  * ejected and the ISO's URL and callback token end when the job ends, however it ends.
  */
-
-export interface InstallParams {
-  verb: 'provision';
-  vendor: string;
-  /**
-   * The installed system's name: the request's, else the default provision chose (NetBox's device
-   * name, or node-<serial>); null for a new BMC's job, whose name comes from the serial its
-   * enrollment reads (installHostname).
-   */
-  hostname: string | null;
-  hostnameSource?: HostnameSource;
-  osUsername: string;
-  disks: string[];
-  poolType: string;
-  nicMac: string | null;
-  nicName: string | null;
-  gpuPassthrough: unknown;
-  /** Where the installer calls back: the request's controlnode_host/port, else PUBLIC_URL. */
-  callbackBase: string | null;
-  stuckSeconds: number;
-  role: string;
-  /** Static addressing (prefix_id: an address NetBox allocated); absent, DHCP on the chosen NIC. */
-  network?: { mode: 'static'; address: string; prefixLength: number; gateway: string; nameservers: string[] };
-  netboxIpId?: number;
-}
 
 const paramsOf = (ctx: Pick<StepContext, 'run'>) => ctx.run.params as unknown as InstallParams;
 
@@ -74,8 +51,8 @@ export const installWorkflow: WorkflowDef = {
         name: 'revoke-iso',
         title: 'Ending the ISO\'s URL and callback token',
         async run(ctx) {
-          const n = await revokeIsos(ctx.db, { runId: ctx.run.id });
-          return complete(n ? 'the ISO\'s URL and the job\'s callback token no longer work' : 'no ISO was published');
+          const revoked = await revokeIsos(ctx.db, { runId: ctx.run.id });
+          return complete(revoked ? 'the ISO\'s URL and the job\'s callback token no longer work' : 'no ISO was published');
         },
       },
     },
@@ -121,7 +98,7 @@ export const installWorkflow: WorkflowDef = {
       title: 'Installing OS',
       destructive: true,
       async run(ctx) {
-        const p = paramsOf(ctx);
+        const params = paramsOf(ctx);
         const steps = await installReports(ctx.db, ctx.run.id, 'step');
         const failed = steps.find((s) => s.payload.state === 'failed');
         if (failed) fail('INSTALL_FAILED', `the installer's step "${String(failed.payload.step)}" failed`);
@@ -129,12 +106,12 @@ export const installWorkflow: WorkflowDef = {
         if (done) return complete(`installed${done.payload.osIp ? `; the OS address is ${String(done.payload.osIp)}` : ''}`);
         const last = steps.at(-1);
         const since = last?.createdAt ?? ctx.step.startedAt;
-        const stuckAt = new Date(since.getTime() + p.stuckSeconds * 1000);
+        const stuckAt = new Date(since.getTime() + params.stuckSeconds * 1000);
         const at = last ? `the last step was "${String(last.payload.step)}"${last.payload.percent != null ? ` (${String(last.payload.percent)}%)` : ''}, at ${since.toISOString()}` : '';
         if (ctx.now >= stuckAt) {
           fail('INSTALL_STUCK', last
-            ? `the installer reported no step for ${p.stuckSeconds} s: ${at}`
-            : `the installer reported no step within ${p.stuckSeconds} s of booting`);
+            ? `the installer reported no step for ${params.stuckSeconds} s: ${at}`
+            : `the installer reported no step within ${params.stuckSeconds} s of booting`);
         }
         const until = stuckAt < ctx.step.deadline ? stuckAt : ctx.step.deadline;
         return waitUntil(until, last ? `the installer (${at})` : 'the installer\'s first step report', ctx.now);
@@ -148,12 +125,7 @@ export const installWorkflow: WorkflowDef = {
         if (!boot) return ctx.waitFor('the installed system\'s first boot (POST /controlnode/firstboot)');
         const osIp = String(boot.payload.osIp);
         await ctx.updateNode({ addresses: [osIp] });
-        await ctx.db.query(
-          `INSERT INTO bmc_info (node_id, tenant_id, os_ip, os_hostname, os_username) VALUES ($1, $2, $3, $4, $5)
-           ON CONFLICT (node_id) DO UPDATE SET os_ip = EXCLUDED.os_ip, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
-             version = bmc_info.version + 1, updated_at = now()`,
-          [ctx.node.id, ctx.node.tenantId, osIp, installHostname(paramsOf(ctx), ctx.node.inventory), paramsOf(ctx).osUsername],
-        );
+        await recordInstalledOs(ctx.db, { nodeId: ctx.node.id, tenantId: ctx.node.tenantId, osIp, hostname: installHostname(paramsOf(ctx), ctx.node.inventory), osUsername: paramsOf(ctx).osUsername });
         return complete(`the installed system booted at ${osIp}`);
       },
     },

@@ -28,8 +28,8 @@ export const unrescueWorkflow: WorkflowDef = {
       name: 'revoke-rescue-entry',
       title: 'Revoking the rescue boot entry',
       async run(ctx) {
-        const n = await revokeNodeBoot(ctx.db, ctx.node.id);
-        return complete(`${n} boot entr${n === 1 ? 'y' : 'ies'} revoked`);
+        const revoked = await revokeNodeBoot(ctx.db, ctx.node.id);
+        return complete(`${revoked} boot entr${revoked === 1 ? 'y' : 'ies'} revoked`);
       },
     },
     bootInstalledOs,

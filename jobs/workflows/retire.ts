@@ -1,6 +1,7 @@
 import { complete, skipped } from '../steps';
 import type { StepContext, WorkflowDef } from '../engine-types';
 import { revokeNodeBoot } from '../../src/modules/boot/entries';
+import { withdrawQueuedCommands } from '../../src/modules/sites/commands';
 import { bootRamdisk, fail, inventoryDisks, powerOff, wipeAttestation, wipeOver } from './common';
 
 const notBcd = (ctx: StepContext) => (ctx.pool.policy.agent === 'bcd' ? null : `pool ${ctx.pool.id} does not run bcd: no crypto-erase`);
@@ -41,12 +42,8 @@ export const retireWorkflow: WorkflowDef = {
       async run(ctx) {
         const entries = await revokeNodeBoot(ctx.db, ctx.node.id);
         // Its boot tokens go with its entries; any still unclaimed command for it goes too.
-        const { rows } = await ctx.db.query(
-          `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now()
-            WHERE node_id = $1 AND status = 'queued' AND (run_id IS DISTINCT FROM $3) RETURNING id`,
-          [ctx.node.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: the node was retired', retryable: false }), ctx.run.id],
-        );
-        return complete(`${entries} boot entr${entries === 1 ? 'y' : 'ies'} and their tokens revoked; ${rows.length} queued command(s) withdrawn`);
+        const withdrawn = await withdrawQueuedCommands(ctx.db, ctx.node.id, ctx.run.id, 'withdrawn: the node was retired');
+        return complete(`${entries} boot entr${entries === 1 ? 'y' : 'ies'} and their tokens revoked; ${withdrawn} queued command(s) withdrawn`);
       },
     },
   ],

@@ -52,32 +52,32 @@ export async function executeCommand(
     // The command's id is the one intended action it names: a driver sends it on every
     // destructive request, so a BMC (or the simulator) can tell a repeat from a new action.
     const opts = { signal, idempotencyKey: command.id };
-    const p = command.params;
+    const params = command.params;
     // A driver's result as the agent reports it: value where there is one, notes and an unverified
     // reason redacted (a driver's text may echo what it was sent).
-    const done = (r: DriverResult<unknown>): CommandResult => ({
+    const done = (result: DriverResult<unknown>): CommandResult => ({
       ok: true,
-      ...(r.value !== undefined && r.value !== null ? { value: r.value } : {}),
-      notes: r.notes.map((n) => redact(n, bmc.password)),
-      ...(r.unverified ? { unverified: redact(r.unverified, bmc.password) } : {}),
+      ...(result.value !== undefined && result.value !== null ? { value: result.value } : {}),
+      notes: result.notes.map((n) => redact(n, bmc.password)),
+      ...(result.unverified ? { unverified: redact(result.unverified, bmc.password) } : {}),
     });
     switch (command.kind) {
       case 'bmc.power': {
-        if (typeof p.action !== 'string' || !POWER_ACTIONS.includes(p.action)) throw new BmcError('BMC_UNSUPPORTED', `params.action ${String(p.action)} is not a power action`);
-        const r = await driver.power(bmc, p.action as PowerAction, opts);
-        return done(r);
+        if (typeof params.action !== 'string' || !POWER_ACTIONS.includes(params.action)) throw new BmcError('BMC_UNSUPPORTED', `params.action ${String(params.action)} is not a power action`);
+        const result = await driver.power(bmc, params.action as PowerAction, opts);
+        return done(result);
       }
       case 'bmc.power-state':
         return { ok: true, value: await driver.powerState(bmc, opts) };
       case 'bmc.boot-device': {
-        if (typeof p.device !== 'string' || !BOOT_DEVICES.includes(p.device)) throw new BmcError('BMC_UNSUPPORTED', `params.device ${String(p.device)} is not a boot device`);
-        const mode = { persistent: p.persistent === true, ...(typeof p.uefi === 'boolean' ? { uefi: p.uefi } : {}) };
-        const r = await driver.setBootDevice(bmc, p.device as BootDevice, mode, opts);
-        return done(r);
+        if (typeof params.device !== 'string' || !BOOT_DEVICES.includes(params.device)) throw new BmcError('BMC_UNSUPPORTED', `params.device ${String(params.device)} is not a boot device`);
+        const mode = { persistent: params.persistent === true, ...(typeof params.uefi === 'boolean' ? { uefi: params.uefi } : {}) };
+        const result = await driver.setBootDevice(bmc, params.device as BootDevice, mode, opts);
+        return done(result);
       }
       case 'bmc.media-insert': {
-        if (typeof p.imageUrl !== 'string' || !p.imageUrl) throw new BmcError('BMC_UNSUPPORTED', 'params.imageUrl is missing');
-        return done(await driver.insertMedia(bmc, p.imageUrl, opts));
+        if (typeof params.imageUrl !== 'string' || !params.imageUrl) throw new BmcError('BMC_UNSUPPORTED', 'params.imageUrl is missing');
+        return done(await driver.insertMedia(bmc, params.imageUrl, opts));
       }
       case 'bmc.media-eject': {
         return done(await driver.ejectMedia(bmc, opts));

@@ -18,6 +18,8 @@ export const RUN_ERROR_CODES: readonly string[] = [...new Set<string>([
   ...AGENT_RESULT_CODES,
   'EXPIRED', 'CALLBACK_TIMEOUT', 'WORKER_LOST', 'STEP_ERROR', 'OUTCOME_UNKNOWN', 'NO_CONFIRMED_MAC',
   'DCGM_FAILED', 'DEPLOY_STEP_FAILED', 'INVENTORY_MISMATCH', 'ISO_BUILD_FAILED', 'ISO_DIR_FULL', 'INSTALL_FAILED', 'INSTALL_STUCK',
+  // The fabric's runs (jobs/workflows/fabric-*.ts): a node's step, a rollback, the run's end.
+  'NODE_FAILED', 'UNREACHABLE', 'ROLLBACK_FAILED', 'JOB_NOT_RUNNING', 'FABRIC_APPLY_FAILED', 'FABRIC_TEARDOWN_FAILED',
 ])];
 
 const codeLabel = (code: string | null | undefined): string => (code && RUN_ERROR_CODES.includes(code) ? code : 'OTHER');

@@ -23,7 +23,7 @@
  */
 import path from 'node:path';
 import type { BmcEndpoint, OutOfBandInventory } from '../../clients/bmc/driver';
-import type { MediaSlot } from '../../clients/bmc/redfish/driver';
+import type { MediaSlot } from '../../clients/bmc/redfish/virtual-media';
 import type { RedfishInventory } from '../../clients/bmc/redfish/inventory';
 import { REDFISH_FLAVOURS, RedfishDriver, RedfishTransport } from '../../clients/bmc/redfish';
 import { buildTree } from './helpers/capture-tree';

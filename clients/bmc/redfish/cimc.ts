@@ -5,7 +5,7 @@
  * On blades, a virtual media slot may answer InsertMedia with 405: the generic driver then mounts
  * the image on the next CD/DVD slot (and notes which).
  */
-import { redfishGeneric, type RedfishFlavour } from './driver';
+import { redfishGeneric, type RedfishFlavour } from './flavour';
 
 export const cimc: RedfishFlavour = {
   ...redfishGeneric,

@@ -93,9 +93,9 @@ export class RedfishConfigError extends BmcError {
 
 /** The address as a message may show it: no user:password@, nothing after the authority (a path or query may carry a token). */
 function shown(address: string): string {
-  const m = /^(?:([a-z][a-z0-9+.-]*:)\/\/)?([^/?#]*)/i.exec(address.trim())!;
-  const authority = m[2]!.includes('@') ? `***@${m[2]!.slice(m[2]!.lastIndexOf('@') + 1)}` : m[2]!;
-  return `${m[1] ? `${m[1]}//` : ''}${authority}`.slice(0, 300);
+  const match = /^(?:([a-z][a-z0-9+.-]*:)\/\/)?([^/?#]*)/i.exec(address.trim())!;
+  const authority = match[2]!.includes('@') ? `***@${match[2]!.slice(match[2]!.lastIndexOf('@') + 1)}` : match[2]!;
+  return `${match[1] ? `${match[1]}//` : ''}${authority}`.slice(0, 300);
 }
 
 function badAddress(address: string, why: string): BmcError {
@@ -104,16 +104,16 @@ function badAddress(address: string, why: string): BmcError {
 
 /** The origin (scheme://host[:port]) a node's BMC address means; see the file comment. */
 export function bmcOrigin(address: string): string {
-  const a = address.trim();
-  if (!a) throw badAddress(address, 'is empty');
-  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(a);
+  const trimmed = address.trim();
+  if (!trimmed) throw badAddress(address, 'is empty');
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(trimmed);
   let url: URL;
   try {
-    if (withScheme) url = new URL(a);
+    if (withScheme) url = new URL(trimmed);
     else {
       // A bare IPv6 address has more than one colon and no brackets.
-      const colons = a.split(':').length - 1;
-      url = new URL(`https://${colons > 1 && !a.startsWith('[') ? `[${a}]` : a}`);
+      const colons = trimmed.split(':').length - 1;
+      url = new URL(`https://${colons > 1 && !trimmed.startsWith('[') ? `[${trimmed}]` : trimmed}`);
     }
   } catch {
     throw badAddress(address, 'is not a valid address');
@@ -178,8 +178,8 @@ const TLS_CODES = new Set([
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'EADDRNOTAVAIL', 'UND_ERR_CONNECT_TIMEOUT']);
 
 function errCode(e: unknown): string {
-  const o = e as { code?: unknown; cause?: { code?: unknown } };
-  return String(o?.code ?? o?.cause?.code ?? '');
+  const error = e as { code?: unknown; cause?: { code?: unknown } };
+  return String(error?.code ?? error?.cause?.code ?? '');
 }
 
 /** Waits `ms`; rejects with the BMC_ERROR of an aborted call when `signal` aborts (or already has). */
@@ -234,9 +234,9 @@ function registryId(v: unknown): string | null {
 
 /** One MessageArg as the error may carry it: printable, at most 64 characters. */
 function shortArg(v: unknown): string {
-  const s = (typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : '?')
+  const text = (typeof v === 'string' ? v : typeof v === 'number' || typeof v === 'boolean' ? String(v) : '?')
     .replace(/[^\x20-\x7e]/g, '?');
-  return JSON.stringify(s.length > 64 ? `${s.slice(0, 61)}...` : s);
+  return JSON.stringify(text.length > 64 ? `${text.slice(0, 61)}...` : text);
 }
 
 /**
@@ -302,9 +302,9 @@ export class RedfishTransport {
   async login(credKey: string, make: () => Promise<Session | null>): Promise<Session | null> {
     const pending = this.logins.get(credKey);
     if (pending) return pending;
-    const p = make().then((s) => { if (s) this.sessions.set(credKey, s); return s; }).finally(() => this.logins.delete(credKey));
-    this.logins.set(credKey, p);
-    return p;
+    const login = make().then((s) => { if (s) this.sessions.set(credKey, s); return s; }).finally(() => this.logins.delete(credKey));
+    this.logins.set(credKey, login);
+    return login;
   }
 
   /** Logs out of every cached session (best effort, bounded), then closes the pools. */
@@ -347,75 +347,75 @@ export class RedfishClient {
   private useBasic = false;
   private authed = false;
 
-  constructor(private readonly transport: RedfishTransport, private readonly p: ClientParams) {
-    this.origin = p.origin;
+  constructor(private readonly transport: RedfishTransport, private readonly params: ClientParams) {
+    this.origin = params.origin;
   }
 
-  get signal(): AbortSignal | undefined { return this.p.signal; }
-  get poolKey(): string { return this.p.poolKey; }
-  get etagRequired(): boolean { return this.transport.etagRequired.has(this.p.poolKey); }
-  markEtagRequired(): void { this.transport.etagRequired.add(this.p.poolKey); }
+  get signal(): AbortSignal | undefined { return this.params.signal; }
+  get poolKey(): string { return this.params.poolKey; }
+  get etagRequired(): boolean { return this.transport.etagRequired.has(this.params.poolKey); }
+  markEtagRequired(): void { this.transport.etagRequired.add(this.params.poolKey); }
 
   /** An error whose message never carries the password or a session token. */
   error(code: BmcErrorCode, message: string, retryable = false): BmcError {
-    let m = message;
-    for (const secret of [this.p.password, this.session?.token]) if (secret && secret.length >= 3) m = m.split(secret).join('***');
-    return new BmcError(code, m, retryable);
+    let redacted = message;
+    for (const secret of [this.params.password, this.session?.token]) if (secret && secret.length >= 3) redacted = redacted.split(secret).join('***');
+    return new BmcError(code, redacted, retryable);
   }
 
   /** The service root (unauthenticated, as the spec requires), cached per BMC. */
   async root(): Promise<RootInfo> {
-    const cached = this.transport.root(this.p.poolKey);
+    const cached = this.transport.root(this.params.poolKey);
     if (cached) return cached;
     const res = await this.raw('GET', '/redfish/v1', { repeatable: true, what: 'the service root' }, {});
     if (res.status !== 200 || !res.body) throw this.statusError(res, 'GET the service root', true);
     const links = (res.body.Links ?? {}) as Doc;
     const sessions = (links.Sessions as Doc | undefined)?.['@odata.id'];
     const info: RootInfo = { root: res.body, sessionsPath: typeof sessions === 'string' ? sessions : null, systems: new Map() };
-    this.transport.setRoot(this.p.poolKey, info);
+    this.transport.setRoot(this.params.poolKey, info);
     return info;
   }
 
   forgetSystems(): void {
-    this.transport.root(this.p.poolKey)?.systems.clear();
+    this.transport.root(this.params.poolKey)?.systems.clear();
   }
 
   private async authenticate(): Promise<void> {
     if (this.authed) return;
     const { sessionsPath } = await this.root();
-    if (!sessionsPath || this.transport.isBasicOnly(this.p.poolKey)) {
+    if (!sessionsPath || this.transport.isBasicOnly(this.params.poolKey)) {
       this.useBasic = true;
       if (!sessionsPath) this.note('the BMC offers no SessionService (no Links.Sessions): used basic auth');
       this.authed = true;
       return;
     }
-    const cached = this.transport.session(this.p.credKey);
-    this.session = cached ?? (await this.transport.login(this.p.credKey, () => this.createSession(sessionsPath)));
+    const cached = this.transport.session(this.params.credKey);
+    this.session = cached ?? (await this.transport.login(this.params.credKey, () => this.createSession(sessionsPath)));
     if (!this.session) this.useBasic = true;
     this.authed = true;
   }
 
   private async createSession(sessionsPath: string): Promise<Session | null> {
-    const res = await this.raw('POST', sessionsPath, { repeatable: true, what: 'the session login', body: { UserName: this.p.username, Password: this.p.password } }, {});
+    const res = await this.raw('POST', sessionsPath, { repeatable: true, what: 'the session login', body: { UserName: this.params.username, Password: this.params.password } }, {});
     if (res.status === 401 || res.status === 403) throw this.authError(res.status);
     if (res.status === 404 || res.status === 405 || res.status === 501) {
-      this.transport.markBasicOnly(this.p.poolKey);
+      this.transport.markBasicOnly(this.params.poolKey);
       this.note(`the BMC refused a session (HTTP ${res.status}): used basic auth`);
       return null;
     }
     if (res.status >= 400) throw this.statusError(res, 'log in (POST SessionService Sessions)', false);
     const token = res.headers['x-auth-token'];
     if (!token) {
-      this.transport.markBasicOnly(this.p.poolKey);
+      this.transport.markBasicOnly(this.params.poolKey);
       this.note('the BMC created a session without an X-Auth-Token: used basic auth');
       return null;
     }
     const location = res.headers.location ?? ((res.body?.['@odata.id'] as string | undefined) ?? null);
-    return { token, location, poolKey: this.p.poolKey, origin: this.p.origin };
+    return { token, location, poolKey: this.params.poolKey, origin: this.params.origin };
   }
 
   private authError(status: number): BmcError {
-    return this.error('BMC_AUTH_FAILED', `the BMC at ${this.p.origin} refused user "${this.p.username}" (HTTP ${status}): check the BMC credentials in the secret broker`);
+    return this.error('BMC_AUTH_FAILED', `the BMC at ${this.params.origin} refused user "${this.params.username}" (HTTP ${status}): check the BMC credentials in the secret broker`);
   }
 
   note(text: string): void {
@@ -436,23 +436,23 @@ export class RedfishClient {
     let res = await this.raw(method, path, opts, this.authHeaders());
     if (res.status === 401 && this.session) {
       // The session expired or the BMC restarted: a 401 was not acted on, so sending again is safe.
-      this.transport.dropSession(this.p.credKey, this.session.token);
+      this.transport.dropSession(this.params.credKey, this.session.token);
       const { sessionsPath } = await this.root();
-      this.session = sessionsPath ? await this.transport.login(this.p.credKey, () => this.createSession(sessionsPath)) : null;
+      this.session = sessionsPath ? await this.transport.login(this.params.credKey, () => this.createSession(sessionsPath)) : null;
       if (!this.session) this.useBasic = true;
       res = await this.raw(method, path, opts, this.authHeaders());
     }
     if (res.status === 401) throw this.authError(401);
     if (res.status === 403) {
       const said = redfishMessage(res.body);
-      throw this.error('BMC_AUTH_FAILED', `the BMC at ${this.p.origin} denied user "${this.p.username}" ${method} of ${opts.what} (HTTP 403${said ? `: ${said}` : ''}): the account lacks the privilege, or the BMC's licence lacks the feature`);
+      throw this.error('BMC_AUTH_FAILED', `the BMC at ${this.params.origin} denied user "${this.params.username}" ${method} of ${opts.what} (HTTP 403${said ? `: ${said}` : ''}): the account lacks the privilege, or the BMC's licence lacks the feature`);
     }
     return res;
   }
 
   private authHeaders(): Record<string, string> {
     if (this.session) return { 'X-Auth-Token': this.session.token };
-    if (this.useBasic) return { Authorization: `Basic ${Buffer.from(`${this.p.username}:${this.p.password}`).toString('base64')}` };
+    if (this.useBasic) return { Authorization: `Basic ${Buffer.from(`${this.params.username}:${this.params.password}`).toString('base64')}` };
     return {};
   }
 
@@ -461,17 +461,17 @@ export class RedfishClient {
    * bounded 5xx retries. Timeouts are never retried here: after a send they are ambiguous.
    */
   private async raw(method: string, path: string, opts: RequestOptions, auth: Record<string, string>): Promise<Response> {
-    const o = this.transport.options;
-    const pool = this.transport.pool(this.p.poolKey, this.p.origin, this.p.tls);
-    let url = this.resolve(path, this.p.origin, opts.what);
-    let m = method as Dispatcher.HttpMethod;
+    const options = this.transport.options;
+    const pool = this.transport.pool(this.params.poolKey, this.params.origin, this.params.tls);
+    let url = this.resolve(path, this.params.origin, opts.what);
+    let sendMethod = method as Dispatcher.HttpMethod;
     let body = opts.body === undefined ? undefined : JSON.stringify(opts.body);
     let n503 = 0;
     let n5xx = 0;
     let hops = 0;
     for (;;) {
-      if (url.origin !== this.p.origin) {
-        throw this.error('BMC_ERROR', `${opts.what}: the BMC redirected to another origin (${url.origin}); not followed, credentials go only to ${this.p.origin}`);
+      if (url.origin !== this.params.origin) {
+        throw this.error('BMC_ERROR', `${opts.what}: the BMC redirected to another origin (${url.origin}); not followed, credentials go only to ${this.params.origin}`);
       }
       const headers: Record<string, string> = { Accept: 'application/json', 'OData-Version': '4.0', ...auth, ...opts.headers };
       if (body !== undefined) headers['Content-Type'] = 'application/json';
@@ -479,34 +479,34 @@ export class RedfishClient {
       let resHeaders: Record<string, string>;
       let text: string;
       try {
-        const res = await pool.request({ method: m, path: url.pathname + url.search, headers, body, signal: this.p.signal });
+        const res = await pool.request({ method: sendMethod, path: url.pathname + url.search, headers, body, signal: this.params.signal });
         status = res.statusCode;
         resHeaders = Object.fromEntries(Object.entries(res.headers).map(([k, v]) => [k.toLowerCase(), Array.isArray(v) ? v.join(', ') : String(v ?? '')]));
         text = await res.body.text();
       } catch (e) {
-        throw this.transportError(e, m, opts);
+        throw this.transportError(e, sendMethod, opts);
       }
       if ([301, 302, 303, 307, 308].includes(status) && resHeaders.location && hops < MAX_REDIRECTS) {
         hops++;
         url = this.resolve(resHeaders.location, url.href, opts.what);
-        if (status === 303) { m = 'GET'; body = undefined; }
+        if (status === 303) { sendMethod = 'GET'; body = undefined; }
         continue;
       }
       if (status === 503) {
         n503++;
-        const wait = retryAfterMs(resHeaders['retry-after']) ?? o.defaultRetryAfterMs;
-        if (n503 > o.max503 || wait > o.maxRetryAfterMs) {
+        const wait = retryAfterMs(resHeaders['retry-after']) ?? options.defaultRetryAfterMs;
+        if (n503 > options.max503 || wait > options.maxRetryAfterMs) {
           throw this.error('BMC_BUSY', `${opts.what}: the BMC is temporarily unavailable (HTTP 503${resHeaders['retry-after'] ? `, Retry-After ${resHeaders['retry-after']}` : ''}) after ${n503} tries; try again later`, true);
         }
         // 503 means the request was not acted on: waiting and sending again is safe even for a Reset.
         this.note(`the BMC answered 503; waited ${Math.round(wait)} ms as its Retry-After asked`);
-        await sleep(wait, this.p.signal);
+        await sleep(wait, this.params.signal);
         continue;
       }
-      if (status >= 500 && status !== 501 && opts.repeatable && n5xx < o.retries5xx) {
+      if (status >= 500 && status !== 501 && opts.repeatable && n5xx < options.retries5xx) {
         n5xx++;
         this.note(`the BMC answered ${status} to ${opts.what}; tried again`);
-        await sleep(o.retryBaseMs * 2 ** (n5xx - 1), this.p.signal);
+        await sleep(options.retryBaseMs * 2 ** (n5xx - 1), this.params.signal);
         continue;
       }
       let parsed: Doc | null = null;
@@ -528,41 +528,41 @@ export class RedfishClient {
 
   private transportError(e: unknown, method: string, opts: RequestOptions): BmcError {
     if (e instanceof BmcError) return e;
-    if (this.p.signal?.aborted) {
+    if (this.params.signal?.aborted) {
       if (opts.repeatable) return aborted();
       return this.error('BMC_ERROR', `the call was aborted while ${opts.what} was in flight: the BMC may or may not have acted; read the power state before retrying`);
     }
     const code = errCode(e);
     const msg = e instanceof Error ? e.message : String(e);
-    const o = this.transport.options;
+    const options = this.transport.options;
     if (TLS_CODES.has(code) || code.startsWith('ERR_TLS') || code.startsWith('ERR_SSL')) {
-      return this.error('BMC_TLS', `TLS verification of ${this.p.origin} failed (${code}: ${msg}): give the BMC's CA certificate in driverOptions.caCert, or set driverOptions.insecure: true to skip verification`);
+      return this.error('BMC_TLS', `TLS verification of ${this.params.origin} failed (${code}: ${msg}): give the BMC's CA certificate in driverOptions.caCert, or set driverOptions.insecure: true to skip verification`);
     }
     if (UNREACHABLE_CODES.has(code)) {
-      const why = code === 'UND_ERR_CONNECT_TIMEOUT' ? `no connection within ${o.connectTimeoutMs} ms` : code;
+      const why = code === 'UND_ERR_CONNECT_TIMEOUT' ? `no connection within ${options.connectTimeoutMs} ms` : code;
       // Nothing was sent: any request may be tried again.
-      return this.error('BMC_UNREACHABLE', `cannot reach the BMC at ${this.p.origin} (${why}); check its address and the site network`, true);
+      return this.error('BMC_UNREACHABLE', `cannot reach the BMC at ${this.params.origin} (${why}); check its address and the site network`, true);
     }
     const sent = code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_SOCKET' || code === 'ECONNRESET';
     if (sent) {
-      const after = code === 'UND_ERR_BODY_TIMEOUT' ? o.bodyTimeoutMs : o.headersTimeoutMs;
+      const after = code === 'UND_ERR_BODY_TIMEOUT' ? options.bodyTimeoutMs : options.headersTimeoutMs;
       const what = code.startsWith('UND_ERR_') && code.endsWith('TIMEOUT') ? `did not answer within ${after} ms` : `closed the connection (${code})`;
-      if (opts.repeatable) return this.error('BMC_TIMEOUT', `the BMC at ${this.p.origin} ${what} to ${method} ${opts.what}`, true);
-      return this.error('BMC_TIMEOUT', `the BMC at ${this.p.origin} ${what} after ${opts.what} was sent: it may or may not have acted, so it was not sent again; read the power state before retrying`, false);
+      if (opts.repeatable) return this.error('BMC_TIMEOUT', `the BMC at ${this.params.origin} ${what} to ${method} ${opts.what}`, true);
+      return this.error('BMC_TIMEOUT', `the BMC at ${this.params.origin} ${what} after ${opts.what} was sent: it may or may not have acted, so it was not sent again; read the power state before retrying`, false);
     }
-    return this.error('BMC_ERROR', `${method} ${opts.what} at ${this.p.origin} failed: ${msg}`, opts.repeatable);
+    return this.error('BMC_ERROR', `${method} ${opts.what} at ${this.params.origin} failed: ${msg}`, opts.repeatable);
   }
 
   /** A BmcError for an answer that is not what the caller needed. */
   statusError(res: Response, doing: string, repeatable: boolean): BmcError {
     const said = redfishMessage(res.body);
     const tail = said ? `: ${said}` : '';
-    const s = res.status;
+    const status = res.status;
     let code: BmcErrorCode = 'BMC_ERROR';
     let retry = false;
-    if (s === 405 || s === 501) code = 'BMC_UNSUPPORTED';
-    else if (s === 409 || s === 503) { code = 'BMC_BUSY'; retry = true; }
-    else if (s >= 500) retry = repeatable;
-    return this.error(code, `${doing} at ${this.p.origin} answered HTTP ${s}${tail}`, retry);
+    if (status === 405 || status === 501) code = 'BMC_UNSUPPORTED';
+    else if (status === 409 || status === 503) { code = 'BMC_BUSY'; retry = true; }
+    else if (status >= 500) retry = repeatable;
+    return this.error(code, `${doing} at ${this.params.origin} answered HTTP ${status}${tail}`, retry);
   }
 }

@@ -8,35 +8,37 @@
  * (ServerBoot.1.FirstBootDevice, with VirtualMedia.1.BootOnce for once) in the manager's
  * DellAttributes. iDRAC lists Nmi among its ResetTypes.
  */
-import { genericOccupied, redfishGeneric, slotEmpty, type CallContext, type RedfishDriver, type RedfishFlavour, type System } from './driver';
+import { patchResource, pollUntil, readResource, systemManagers, type CallContext, type System } from './call';
 import type { Doc } from './client';
 import { link } from './doc';
+import { genericOccupied, redfishGeneric, slotEmpty, type RedfishFlavour } from './flavour';
 
 /**
  * iDRAC: a Cd boot override boots the machine's physical drive, so a boot from the virtual CD is
  * Dell's first-boot device VCD-DVD, set in the manager's DellAttributes (Links.Oem.Dell), once
  * (VirtualMedia.1.BootOnce) or for every boot.
  */
-async function dellVirtualCdBoot(driver: RedfishDriver, x: CallContext, sys: System, persistent: boolean): Promise<void> {
+async function dellVirtualCdBoot(call: CallContext, sys: System, persistent: boolean): Promise<boolean> {
   let attrsPath: string | null = null;
-  for (const m of await driver.managers(x, sys)) {
-    const oem = ((((await x.c.get(m, 'the manager')).Links ?? {}) as Doc).Oem ?? {}) as Doc;
+  for (const manager of await systemManagers(call, sys)) {
+    const oem = ((((await call.client.get(manager, 'the manager')).Links ?? {}) as Doc).Oem ?? {}) as Doc;
     const dell = (oem.Dell ?? {}) as Doc;
     const listed = Array.isArray(dell.DellAttributes) ? (dell.DellAttributes as unknown[]).map(link) : [link(dell.DellAttributes)];
-    attrsPath = listed.find((p): p is string => p !== null) ?? null;
+    attrsPath = listed.find((path): path is string => path !== null) ?? null;
     if (attrsPath) break;
   }
-  if (!attrsPath) throw x.c.error('BMC_UNSUPPORTED', `the iDRAC at ${x.c.origin} links no DellAttributes from its manager: the virtual CD (VCD-DVD) cannot be set as the boot device`);
+  if (!attrsPath) throw call.client.error('BMC_UNSUPPORTED', `the iDRAC at ${call.client.origin} links no DellAttributes from its manager: the virtual CD (VCD-DVD) cannot be set as the boot device`);
   const want = { 'ServerBoot.1.FirstBootDevice': 'VCD-DVD', 'VirtualMedia.1.BootOnce': persistent ? 'Disabled' : 'Enabled' };
-  const current = await driver.read(x, attrsPath, 'the iDRAC attributes');
-  const has = (d: Doc) => Object.entries(want).every(([k, v]) => ((d.Attributes ?? {}) as Doc)[k] === v);
+  const current = await readResource(call, attrsPath, 'the iDRAC attributes');
+  const has = (attrs: Doc) => Object.entries(want).every(([key, value]) => ((attrs.Attributes ?? {}) as Doc)[key] === value);
   if (has(current)) {
-    x.notes.push(`the iDRAC's first boot device was already VCD-DVD${persistent ? '' : ' once'}: nothing sent`);
-    return;
+    call.notes.push(`the iDRAC's first boot device was already VCD-DVD${persistent ? '' : ' once'}: nothing sent`);
+    return true;
   }
-  await driver.patch(x, attrsPath, { Attributes: want }, 'the iDRAC first boot device (VCD-DVD)', current, 'boot');
-  await driver.until(x, async () => (has(await driver.read(x, attrsPath!, 'the iDRAC attributes')) ? true : 'the attributes do not show FirstBootDevice VCD-DVD'), 'the iDRAC accepted FirstBootDevice VCD-DVD');
-  x.notes.push(`idrac: set Dell's first boot device VCD-DVD${persistent ? '' : ' once'} (a Cd override would boot the physical drive)`);
+  await patchResource(call, attrsPath, { Attributes: want }, 'the iDRAC first boot device (VCD-DVD)', current, 'boot');
+  await pollUntil(call, async () => (has(await readResource(call, attrsPath!, 'the iDRAC attributes')) ? true : 'the attributes do not show FirstBootDevice VCD-DVD'), 'the iDRAC accepted FirstBootDevice VCD-DVD');
+  call.notes.push(`idrac: set Dell's first boot device VCD-DVD${persistent ? '' : ' once'} (a Cd override would boot the physical drive)`);
+  return true;
 }
 
 export const idrac: RedfishFlavour = {
@@ -45,8 +47,7 @@ export const idrac: RedfishFlavour = {
   capabilities: { ...redfishGeneric.capabilities, nmi: true },
   // iDRAC keeps a connection with the image set after Inserted went false, and refuses InsertMedia
   // over it (IDRAC.2.8.VRM0012): connected with an image counts as occupied here.
-  occupied: (vm: Doc) => genericOccupied(vm)
-    ?? (!slotEmpty({ ...vm, Inserted: true }) && typeof vm.ConnectedVia === 'string' && vm.ConnectedVia !== 'NotConnected' ? `${String(vm.Image)} is connected (${vm.ConnectedVia})` : null),
-  virtualCdBoot: 'dell-vcd',
-  setVirtualCdBoot: dellVirtualCdBoot,
+  occupied: (slot: Doc) => genericOccupied(slot)
+    ?? (!slotEmpty({ ...slot, Inserted: true }) && typeof slot.ConnectedVia === 'string' && slot.ConnectedVia !== 'NotConnected' ? `${String(slot.Image)} is connected (${slot.ConnectedVia})` : null),
+  bootFromVirtualCd: dellVirtualCdBoot,
 };

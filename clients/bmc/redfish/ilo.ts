@@ -7,25 +7,32 @@
  * from the virtual CD is the slot's own BootOnNextServerReset (Oem.Hpe, Oem.Hp on iLO 4), set
  * after the image is inserted, not a Boot override.
  */
+import { patchResource, pollUntil, readResource, type CallContext, type System } from './call';
 import type { Doc } from './client';
 import { lastSegment } from './doc';
-import { redfishGeneric, type CallContext, type RedfishDriver, type RedfishFlavour, type System } from './driver';
+import { redfishGeneric, type RedfishFlavour } from './flavour';
+import { cdSlots } from './virtual-media';
 
-/** HPE iLO: a boot from the virtual CD is BootOnNextServerReset on the slot that holds the image (Oem.Hpe, Oem.Hp on iLO 4). */
-async function hpeVirtualCdBoot(driver: RedfishDriver, x: CallContext, sys: System): Promise<void> {
-  const slot = (await driver.cdSlots(x, sys)).find((s) => s.doc.Inserted === true && s.doc.Image);
-  if (!slot) throw x.c.error('BMC_ERROR', 'no virtual media is inserted: insert the image before setting the boot from it');
+/**
+ * HPE iLO: a one-time boot from the virtual CD is BootOnNextServerReset on the slot that holds the
+ * image (Oem.Hpe, Oem.Hp on iLO 4); a persistent one is DMTF's Cd override (false: not handled here).
+ */
+async function hpeVirtualCdBoot(call: CallContext, sys: System, persistent: boolean): Promise<boolean> {
+  if (persistent) return false;
+  const slot = (await cdSlots(call, sys)).find((candidate) => candidate.doc.Inserted === true && candidate.doc.Image);
+  if (!slot) throw call.client.error('BMC_ERROR', 'no virtual media is inserted: insert the image before setting the boot from it');
   const oem = (slot.doc.Oem ?? {}) as Doc;
   const vendor = 'Hpe' in oem || !('Hp' in oem) ? 'Hpe' : 'Hp';
   const name = lastSegment(slot.path);
-  const flag = (d: Doc) => (((d.Oem ?? {}) as Doc)[vendor] as Doc | undefined)?.BootOnNextServerReset === true;
+  const flag = (slotDoc: Doc) => (((slotDoc.Oem ?? {}) as Doc)[vendor] as Doc | undefined)?.BootOnNextServerReset === true;
   if (flag(slot.doc)) {
-    x.notes.push(`${name} was already set to boot on the next server reset: nothing sent`);
-    return;
+    call.notes.push(`${name} was already set to boot on the next server reset: nothing sent`);
+    return true;
   }
-  await driver.patch(x, slot.path, { Oem: { [vendor]: { BootOnNextServerReset: true } } }, `BootOnNextServerReset on ${name}`, slot.doc, `boot:${name}`);
-  await driver.until(x, async () => (flag(await driver.read(x, slot.path, `virtual media ${name}`)) ? true : `${name} does not show BootOnNextServerReset`), `the BMC accepted BootOnNextServerReset on ${name}`);
-  x.notes.push(`ilo: set ${name} to boot on the next server reset (Oem.${vendor}.BootOnNextServerReset)`);
+  await patchResource(call, slot.path, { Oem: { [vendor]: { BootOnNextServerReset: true } } }, `BootOnNextServerReset on ${name}`, slot.doc, `boot:${name}`);
+  await pollUntil(call, async () => (flag(await readResource(call, slot.path, `virtual media ${name}`)) ? true : `${name} does not show BootOnNextServerReset`), `the BMC accepted BootOnNextServerReset on ${name}`);
+  call.notes.push(`ilo: set ${name} to boot on the next server reset (Oem.${vendor}.BootOnNextServerReset)`);
+  return true;
 }
 
 export const ilo: RedfishFlavour = {
@@ -33,7 +40,6 @@ export const ilo: RedfishFlavour = {
   name: 'ilo',
   capabilities: { ...redfishGeneric.capabilities, nmi: true },
   insertBody: (imageUrl) => ({ Image: imageUrl }),
-  virtualCdBoot: 'hpe-next-reset',
-  setVirtualCdBoot: hpeVirtualCdBoot,
+  bootFromVirtualCd: hpeVirtualCdBoot,
   ejectOfEmptyError: (res) => res.status === 400 && /UnableToEject|NoMedia|not inserted|no media/i.test(JSON.stringify(res.body ?? {})),
 };

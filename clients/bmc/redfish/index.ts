@@ -5,7 +5,9 @@
  */
 import type { BmcDriver } from '../driver';
 import { RedfishTransport, type TransportOptions } from './client';
-import { RedfishDriver, redfishGeneric, type DriverTuning, type RedfishFlavour } from './driver';
+import type { DriverTuning } from './call';
+import { RedfishDriver } from './driver';
+import { redfishGeneric, type RedfishFlavour } from './flavour';
 import { cimc } from './cimc';
 import { idrac } from './idrac';
 import { ilo } from './ilo';
@@ -13,7 +15,10 @@ import { supermicro } from './supermicro';
 import { xcc } from './xcc';
 
 export { RedfishTransport, bmcOrigin, type TransportOptions } from './client';
-export { RedfishDriver, POWER_PLANS, redfishGeneric, type DriverTuning, type RedfishFlavour } from './driver';
+export type { DriverTuning } from './call';
+export { RedfishDriver } from './driver';
+export { redfishGeneric, type RedfishFlavour } from './flavour';
+export { POWER_PLANS } from './power';
 
 export const REDFISH_FLAVOURS: readonly RedfishFlavour[] = [redfishGeneric, idrac, ilo, xcc, cimc, supermicro];
 

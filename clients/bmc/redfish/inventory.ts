@@ -20,6 +20,7 @@
  *   ("Virtual Cdrom Device", "Virtual HDisk Device") are not disks.
  */
 import { BmcError, type OutOfBandInventory } from '../driver';
+import { readSystem, type CallContext } from './call';
 import type { Doc, RedfishClient } from './client';
 import { isErrorBody, lastSegment, link, memberLinks, str } from './doc';
 
@@ -41,21 +42,21 @@ export const PLACEHOLDER_UUIDS: ReadonlySet<string> = new Set([
 
 /** The machine's UUID as the BMC reports it, or null when it is a placeholder. */
 export function machineUuid(v: unknown): { uuid: string | null; why: string | null } {
-  const s = str(v)?.toLowerCase() ?? null;
-  if (!s) return { uuid: null, why: null };
-  const hex = s.replace(/[{}-]/g, '');
+  const uuidText = str(v)?.toLowerCase() ?? null;
+  if (!uuidText) return { uuid: null, why: null };
+  const hex = uuidText.replace(/[{}-]/g, '');
   if (!/^[0-9a-f]{32}$/.test(hex)) return { uuid: null, why: 'the BMC reports a UUID that is not one: treated as unknown' };
   if (/^0+$/.test(hex)) return { uuid: null, why: 'the BMC reports an all-zero UUID: treated as unknown' };
-  if (/^f+$/.test(hex) || PLACEHOLDER_UUIDS.has(s)) return { uuid: null, why: 'the BMC reports a placeholder UUID: treated as unknown' };
+  if (/^f+$/.test(hex) || PLACEHOLDER_UUIDS.has(uuidText)) return { uuid: null, why: 'the BMC reports a placeholder UUID: treated as unknown' };
   if (/^0{20}/.test(hex)) return { uuid: null, why: 'the BMC reports a UUID that is a MAC address padded with zeros: treated as unknown' };
   return { uuid: `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`, why: null };
 }
 
 /** A MAC in any spelling (aa:bb.., AA-BB-.., aabb.ccdd.eeff) as lower-case colon form; null if none. */
 export function normaliseMac(v: unknown): string | null {
-  const s = str(v);
-  if (!s) return null;
-  const hex = s.toLowerCase().replace(/[:.\-]/g, '');
+  const macText = str(v);
+  if (!macText) return null;
+  const hex = macText.toLowerCase().replace(/[:.\-]/g, '');
   if (!/^[0-9a-f]{12}$/.test(hex) || /^0{12}$/.test(hex) || /^f{12}$/.test(hex)) return null;
   return hex.match(/../g)!.join(':');
 }
@@ -71,24 +72,24 @@ export function hostInterfaceWhy(nic: Doc): string | null {
   return null;
 }
 
-function gone(d: Doc): boolean {
-  const state = ((d.Status ?? {}) as Doc).State;
+function gone(resource: Doc): boolean {
+  const state = ((resource.Status ?? {}) as Doc).State;
   return state === 'Absent' || state === 'UnavailableOffline';
 }
 
 class Reader {
   readonly unreadable: UnreadablePart[] = [];
-  constructor(private readonly c: RedfishClient) {}
+  constructor(private readonly client: RedfishClient) {}
 
   /** A resource, or null (named in unreadable) when the BMC does not serve it. Aborts and auth failures propagate. */
   async get(path: string, part: string): Promise<Doc | null> {
     try {
-      const res = await this.c.request('GET', path, { repeatable: true, what: part });
+      const res = await this.client.request('GET', path, { repeatable: true, what: part });
       if (res.status !== 200) return this.miss(part, `HTTP ${res.status}`);
       if (isErrorBody(res.body)) return this.miss(part, 'an error body');
       return res.body;
     } catch (error) {
-      if (this.c.signal?.aborted) throw error;
+      if (this.client.signal?.aborted) throw error;
       if (error instanceof BmcError && (error.code === 'BMC_AUTH_FAILED' || error.code === 'BMC_TLS')) throw error;
       return this.miss(part, error instanceof BmcError && error.code === 'BMC_TIMEOUT' ? 'timeout' : 'no answer');
     }
@@ -106,92 +107,99 @@ class Reader {
     const doc = await this.get(coll, part);
     if (!doc) return [];
     const out: { path: string; doc: Doc }[] = [];
-    for (const p of memberLinks(doc)) {
-      const m = await this.get(p, `${part}/${lastSegment(p)}`);
-      if (m) out.push({ path: p, doc: m });
+    for (const memberPath of memberLinks(doc)) {
+      const member = await this.get(memberPath, `${part}/${lastSegment(memberPath)}`);
+      if (member) out.push({ path: memberPath, doc: member });
     }
     return out;
   }
 }
 
 /** Reads the inventory of a system whose document `sys` is already read. */
-export async function readInventory(c: RedfishClient, sys: Doc, notes: string[]): Promise<RedfishInventory> {
-  const r = new Reader(c);
+export async function readInventory(client: RedfishClient, sys: Doc, notes: string[]): Promise<RedfishInventory> {
+  const reader = new Reader(client);
   const { uuid, why } = machineUuid(sys.UUID);
   if (why) notes.push(why);
-  const inv: RedfishInventory = {
+  const inventory: RedfishInventory = {
     uuid, macs: [], cpus: null, memoryMiB: null, storage: null,
-    manufacturer: str(sys.Manufacturer), model: str(sys.Model), serial: str(sys.SerialNumber), unreadable: r.unreadable,
+    manufacturer: str(sys.Manufacturer), model: str(sys.Model), serial: str(sys.SerialNumber), unreadable: reader.unreadable,
   };
 
   const macs = new Set<string>();
-  for (const { doc: n } of await r.members(sys.EthernetInterfaces, 'EthernetInterfaces')) {
-    const mac = normaliseMac(n.PermanentMACAddress) ?? normaliseMac(n.MACAddress);
+  for (const { doc: nic } of await reader.members(sys.EthernetInterfaces, 'EthernetInterfaces')) {
+    const mac = normaliseMac(nic.PermanentMACAddress) ?? normaliseMac(nic.MACAddress);
     if (!mac) continue;
-    const host = hostInterfaceWhy(n);
+    const host = hostInterfaceWhy(nic);
     if (host) {
-      notes.push(`NIC ${str(n.Id) ?? mac} left out: the BMC's host interface (${host})`);
+      notes.push(`NIC ${str(nic.Id) ?? mac} left out: the BMC's host interface (${host})`);
       continue;
     }
     macs.add(mac);
   }
-  inv.macs = [...macs];
+  inventory.macs = [...macs];
 
   if (link(sys.Processors)) {
-    const procs = await r.members(sys.Processors, 'Processors');
-    if (procs.length || !r.unreadable.some((u) => u.part === 'Processors')) {
-      inv.cpus = procs.map((p) => p.doc)
-        .filter((p) => !gone(p) && (p.ProcessorType === undefined || p.ProcessorType === 'CPU'))
-        .map((p) => ({ model: str(p.Model) ?? 'unknown', cores: count(p.TotalCores), threads: count(p.TotalThreads ?? p.TotalCores) }));
+    const procs = await reader.members(sys.Processors, 'Processors');
+    if (procs.length || !reader.unreadable.some((u) => u.part === 'Processors')) {
+      inventory.cpus = procs.map((processor) => processor.doc)
+        .filter((processor) => !gone(processor) && (processor.ProcessorType === undefined || processor.ProcessorType === 'CPU'))
+        .map((processor) => ({ model: str(processor.Model) ?? 'unknown', cores: count(processor.TotalCores), threads: count(processor.TotalThreads ?? processor.TotalCores) }));
     }
   }
 
   const gib = ((sys.MemorySummary ?? {}) as Doc).TotalSystemMemoryGiB;
-  if (typeof gib === 'number' && Number.isFinite(gib) && gib > 0) inv.memoryMiB = Math.round(gib * 1024);
+  if (typeof gib === 'number' && Number.isFinite(gib) && gib > 0) inventory.memoryMiB = Math.round(gib * 1024);
   else if (link(sys.Memory)) {
-    const dimms = await r.members(sys.Memory, 'Memory');
-    const total = dimms.map((d) => d.doc).filter((d) => !gone(d)).reduce((sum, d) => sum + count(d.CapacityMiB), 0);
-    if (total > 0) inv.memoryMiB = total;
+    const dimms = await reader.members(sys.Memory, 'Memory');
+    const total = dimms.map((dimm) => dimm.doc).filter((dimm) => !gone(dimm)).reduce((sum, dimm) => sum + count(dimm.CapacityMiB), 0);
+    if (total > 0) inventory.memoryMiB = total;
   }
 
-  if (link(sys.Storage) || link(sys.SimpleStorage)) inv.storage = await readDisks(r, sys);
-  return inv;
+  if (link(sys.Storage) || link(sys.SimpleStorage)) inventory.storage = await readDisks(reader, sys);
+  return inventory;
 }
 
 function count(v: unknown): number {
-  const n = Number(v ?? 0);
-  return Number.isFinite(n) && n > 0 ? Math.floor(n) : 0;
+  const value = Number(v ?? 0);
+  return Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
 }
 
-async function readDisks(r: Reader, sys: Doc): Promise<NonNullable<OutOfBandInventory['storage']>> {
+async function readDisks(reader: Reader, sys: Doc): Promise<NonNullable<OutOfBandInventory['storage']>> {
   const disks: NonNullable<OutOfBandInventory['storage']> = [];
   const seenDrives = new Set<string>();
   const serials = new Set<string>();
-  for (const { doc: s } of await r.members(sys.Storage, 'Storage')) {
-    const drives = (Array.isArray(s.Drives) ? s.Drives : []) as unknown[];
-    for (const l of drives.map(link)) {
-      if (!l || seenDrives.has(l)) continue;
-      seenDrives.add(l);
-      const d = await r.get(l, `Drive ${lastSegment(l)}`);
-      if (!d || gone(d)) continue;
-      const size = count(d.CapacityBytes);
+  for (const { doc: storage } of await reader.members(sys.Storage, 'Storage')) {
+    const drives = (Array.isArray(storage.Drives) ? storage.Drives : []) as unknown[];
+    for (const drivePath of drives.map(link)) {
+      if (!drivePath || seenDrives.has(drivePath)) continue;
+      seenDrives.add(drivePath);
+      const drive = await reader.get(drivePath, `Drive ${lastSegment(drivePath)}`);
+      if (!drive || gone(drive)) continue;
+      const size = count(drive.CapacityBytes);
       if (!size) continue;
-      const serial = str(d.SerialNumber);
+      const serial = str(drive.SerialNumber);
       if (serial) serials.add(serial);
-      disks.push({ name: str(d.Name) ?? lastSegment(l), sizeBytes: size, serial });
+      disks.push({ name: str(drive.Name) ?? lastSegment(drivePath), sizeBytes: size, serial });
     }
   }
   const fromStorage = disks.length;
-  for (const { doc: s } of await r.members(sys.SimpleStorage, 'SimpleStorage')) {
-    for (const d of (Array.isArray(s.Devices) ? s.Devices : []) as Doc[]) {
-      if (!d || typeof d !== 'object' || gone(d)) continue;
-      const size = count(d.CapacityBytes);
-      if (!size || /\bvirtual\b/i.test(`${str(d.Model) ?? ''} ${str(d.Name) ?? ''}`)) continue;
-      const serial = str(d.SerialNumber);
+  for (const { doc: simpleStorage } of await reader.members(sys.SimpleStorage, 'SimpleStorage')) {
+    for (const device of (Array.isArray(simpleStorage.Devices) ? simpleStorage.Devices : []) as Doc[]) {
+      if (!device || typeof device !== 'object' || gone(device)) continue;
+      const size = count(device.CapacityBytes);
+      if (!size || /\bvirtual\b/i.test(`${str(device.Model) ?? ''} ${str(device.Name) ?? ''}`)) continue;
+      const serial = str(device.SerialNumber);
       if (fromStorage && (!serial || serials.has(serial))) continue;
       if (serial) serials.add(serial);
-      disks.push({ name: str(d.Name) ?? 'device', sizeBytes: size, serial });
+      disks.push({ name: str(device.Name) ?? 'device', sizeBytes: size, serial });
     }
   }
   return disks;
+}
+
+/** The node's system's inventory within a driver call (its notes name the parts read without). */
+export async function readSystemInventory(call: CallContext): Promise<RedfishInventory> {
+  const inventory = await readInventory(call.client, (await readSystem(call)).doc, call.notes);
+  if (inventory.unreadable.length) call.notes.push(`read without ${inventory.unreadable.map((part) => `${part.part} (${part.reason})`).join(', ')}`);
+  return inventory;
 }

@@ -6,12 +6,12 @@
  * lambdalabs HGX B200). InsertMedia is refused while Image is set, even when it is not Inserted:
  * such a slot is ejected (cleared) first. Supermicro lists Nmi among its ResetTypes.
  */
-import { genericOccupied, redfishGeneric, type RedfishFlavour } from './driver';
+import { genericOccupied, redfishGeneric, type RedfishFlavour } from './flavour';
 import type { Doc } from './client';
 
 export const supermicro: RedfishFlavour = {
   ...redfishGeneric,
   name: 'supermicro',
   capabilities: { ...redfishGeneric.capabilities, nmi: true },
-  occupied: (vm: Doc) => genericOccupied(vm) ?? (typeof vm.Image === 'string' && vm.Image && vm.Image !== 'None' ? `Image is set to ${vm.Image}` : null),
+  occupied: (slot: Doc) => genericOccupied(slot) ?? (typeof slot.Image === 'string' && slot.Image && slot.Image !== 'None' ? `Image is set to ${slot.Image}` : null),
 };

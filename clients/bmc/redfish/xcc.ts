@@ -5,7 +5,7 @@
  * EjectMedia actions: an image is mounted by a PATCH of the slot (Image, Inserted,
  * WriteProtected) and unmounted by one that clears it. XCC lists Nmi among its ResetTypes.
  */
-import { redfishGeneric, type RedfishFlavour } from './driver';
+import { redfishGeneric, type RedfishFlavour } from './flavour';
 
 export const xcc: RedfishFlavour = {
   ...redfishGeneric,

@@ -38,9 +38,9 @@ export function readNodeList(file: string): string[] {
   return text.split('\n').map((l) => l.replace(/#.*$/, '')).flatMap((l) => l.split(/[\s,]+/)).filter(Boolean);
 }
 
-function printBatch(c: Cli, batch: Partial<BatchView>): void {
+function printBatch(invocation: Cli, batch: Partial<BatchView>): void {
   const approvals = Array.isArray(batch.approvals) ? (batch.approvals as { keyId: string; at: string }[]) : [];
-  c.out.record([
+  invocation.out.record([
     ['batch', batch.id], ['pool', batch.poolId], ['verb', batch.verb], ['reason', batch.reason], ['wipe', batch.wipe],
     ['nodes', batch.nodeCount], ['status', batch.status], ['quorum', batch.quorum],
     ['approvals', approvals.map((a) => `${a.keyId} (${when(a.at)})`).join(', ')], ['digest', batch.digest],
@@ -48,10 +48,10 @@ function printBatch(c: Cli, batch: Partial<BatchView>): void {
   ]);
 }
 
-async function bulk(c: Cli, verb: string, o: { pool: string; nodes?: string; state?: string; reason?: string; wipe?: string }): Promise<void> {
+async function bulk(invocation: Cli, verb: string, o: { pool: string; nodes?: string; state?: string; reason?: string; wipe?: string }): Promise<void> {
   if (Boolean(o.nodes) === Boolean(o.state)) throw new UsageError('give exactly one of --nodes FILE and --state STATE');
   if (o.wipe && verb !== 'undeploy') throw new UsageError('--wipe applies to undeploy only');
-  const client = c.client();
+  const client = invocation.client();
   const pool = await poolOf(client, o.pool);
   // The pool's nodes, for names and for --state (the service decides again, per node, in one statement).
   const inPool: { id: string; name?: string | null; provisionState: string }[] = [];
@@ -79,27 +79,27 @@ async function bulk(c: Cli, verb: string, o: { pool: string; nodes?: string; sta
   const { bulkNodes } = await client.request(BulkDocument, {
     input: { poolId: pool.id, verb: verb as 'manage', nodeIds, ...(o.reason ? { reason: o.reason } : {}), ...(o.wipe ? { wipe: wipeValue(o.wipe) } : {}) },
   });
-  if (c.out.json) return c.out.printJson(bulkNodes);
-  printSummary(c, verb, bulkNodes);
+  if (invocation.out.json) return invocation.out.printJson(bulkNodes);
+  printSummary(invocation, verb, bulkNodes);
 }
 
-function printSummary(c: Cli, verb: string, result: BulkMutation['bulkNodes']): void {
+function printSummary(invocation: Cli, verb: string, result: BulkMutation['bulkNodes']): void {
   const byState = new Map<string, number>();
   for (const n of result.nodes) byState.set(n.provisionState, (byState.get(n.provisionState) ?? 0) + 1);
-  c.out.line(`bulk ${verb}: ${result.nodes.length} node(s), now ${[...byState].map(([s, k]) => `${k} ${s}`).join(', ')}`);
+  invocation.out.line(`bulk ${verb}: ${result.nodes.length} node(s), now ${[...byState].map(([s, k]) => `${k} ${s}`).join(', ')}`);
   if (result.batch) {
-    printBatch(c, result.batch);
+    printBatch(invocation, result.batch);
     if (result.batch.status === 'awaiting-approval') {
-      c.out.line(`waiting for ${result.batch.quorum} approval(s): metalctl batch approve ${result.batch.id} --key <ed25519 private key file>`);
+      invocation.out.line(`waiting for ${result.batch.quorum} approval(s): metalctl batch approve ${result.batch.id} --key <ed25519 private key file>`);
     }
   } else {
-    c.out.line('no batch: this verb sends nothing destructive');
+    invocation.out.line('no batch: this verb sends nothing destructive');
   }
 }
 
-async function getBatch(c: Cli, id: string): Promise<Partial<BatchView>> {
+async function getBatch(invocation: Cli, id: string): Promise<Partial<BatchView>> {
   if (!isId(id, 'bat')) throw new UsageError('BATCH must be a batch id (bat_...)');
-  const { node } = await c.client().request(CommandBatchByIdDocument, { id });
+  const { node } = await invocation.client().request(CommandBatchByIdDocument, { id });
   if (!node || node.__typename !== 'CommandBatch') throw new Refusal('NOT_FOUND', `batch ${id} not found (or the token may not read it)`);
   return node;
 }
@@ -144,9 +144,9 @@ export function batchDigest(b: { id: string; poolId: string; verb: string; reaso
   return createHash('sha256').update(JSON.stringify([b.id, b.poolId, b.verb, b.reason, [...b.nodeIds].sort(), b.wipe])).digest('hex');
 }
 
-async function approve(c: Cli, id: string, o: { key: string; keyId?: string; nodes?: string }): Promise<void> {
+async function approve(invocation: Cli, id: string, o: { key: string; keyId?: string; nodes?: string }): Promise<void> {
   const key = readPrivateKey(o.key);
-  const batch = await getBatch(c, id);
+  const batch = await getBatch(invocation, id);
   if (batch.status !== 'awaiting-approval') throw new Refusal('INVALID_STATE', `batch ${id} is ${batch.status}, not awaiting approval`);
   if (!batch.digest || !/^[0-9a-f]{64}$/.test(batch.digest)) throw new Refusal('INVALID_STATE', `batch ${id} has no sha256 digest to sign`);
   if (o.nodes) {
@@ -155,7 +155,7 @@ async function approve(c: Cli, id: string, o: { key: string; keyId?: string; nod
   }
   let keyId = o.keyId;
   if (!keyId) {
-    const { node: pool } = await c.client().request(PoolDocument, { id: batch.poolId! });
+    const { node: pool } = await invocation.client().request(PoolDocument, { id: batch.poolId! });
     const mine = (createPublicKey(key).export({ format: 'jwk' }) as { x?: string }).x;
     const keys = pool && 'policy' in pool ? pool.policy.approverKeys : [];
     const match = keys.find((k) => rawPublicKey(k.publicKey) === mine);
@@ -163,10 +163,10 @@ async function approve(c: Cli, id: string, o: { key: string; keyId?: string; nod
     keyId = match.id;
   }
   const signature = sign(null, Buffer.from(batch.digest, 'hex'), key).toString('base64');
-  const { approveCommandBatch: after } = await c.client().request(ApproveCommandBatchDocument, { batchId: id, keyId, signature });
-  if (c.out.json) return c.out.printJson(after);
-  c.out.line(`approved batch ${id} as ${keyId}: ${after.status}${after.status === 'approved' ? '' : ` (${Array.isArray(after.approvals) ? after.approvals.length : '?'} of ${after.quorum})`}`);
-  printBatch(c, after);
+  const { approveCommandBatch: after } = await invocation.client().request(ApproveCommandBatchDocument, { batchId: id, keyId, signature });
+  if (invocation.out.json) return invocation.out.printJson(after);
+  invocation.out.line(`approved batch ${id} as ${keyId}: ${after.status}${after.status === 'approved' ? '' : ` (${Array.isArray(after.approvals) ? after.approvals.length : '?'} of ${after.quorum})`}`);
+  printBatch(invocation, after);
 }
 
 export function register(program: Command): void {
@@ -185,10 +185,10 @@ export function register(program: Command): void {
   batch.command('get').description('show a batch: verb, reason, nodes, digest, approvals')
     .argument('<batch>', 'batch id (bat_...)', ref('batch'))
     .action(async (id: string, _o: unknown, cmd: Command) => {
-      const c = cli(cmd);
-      const b = await getBatch(c, id);
-      if (c.out.json) return c.out.printJson(b);
-      printBatch(c, b);
+      const invocation = cli(cmd);
+      const b = await getBatch(invocation, id);
+      if (invocation.out.json) return invocation.out.printJson(b);
+      printBatch(invocation, b);
     });
   batch.command('approve').description('sign the batch digest with an Ed25519 private key and add the approval')
     .argument('<batch>', 'batch id (bat_...)', ref('batch'))

@@ -87,8 +87,8 @@ interface Result { row: number; line?: number; name?: string; status: Status; no
 function flatten(value: Record<string, unknown>, prefix = '', into: Record<string, unknown> = {}): Record<string, unknown> {
   for (const [k, v] of Object.entries(value)) {
     const key = prefix ? `${prefix}.${k}` : k;
-    const c = canonical(key);
-    if (v && typeof v === 'object' && !Array.isArray(v) && COLUMNS[c] !== 'driverOptions') flatten(v as Record<string, unknown>, key, into);
+    const column = canonical(key);
+    if (v && typeof v === 'object' && !Array.isArray(v) && COLUMNS[column] !== 'driverOptions') flatten(v as Record<string, unknown>, key, into);
     else into[key] = v;
   }
   return into;
@@ -118,7 +118,7 @@ export function readMachines(file: string, text: string, format: 'csv' | 'yaml')
   if (format === 'csv') {
     let records: { record: Record<string, string>; info: { lines: number } }[];
     try {
-      records = parseCsv(text, { columns: (h: string[]) => h.map((c) => c.trim()), bom: true, skip_empty_lines: true, trim: true, info: true, comment: '#' }) as never;
+      records = parseCsv(text, { columns: (h: string[]) => h.map((header) => header.trim()), bom: true, skip_empty_lines: true, trim: true, info: true, comment: '#' }) as never;
     } catch (e) {
       // The parser's message can quote the file (a password): only where and what kind.
       const err = e as { code?: string; lines?: number };
@@ -296,8 +296,8 @@ function inNetworks(ip: string, networks: readonly string[]): boolean {
 }
 
 /** Checks every row, locally and against what the service holds; sends nothing. */
-async function checkAll(c: Cli, rows: Row[], o: { pool?: string; skipExisting?: boolean }): Promise<Checked[]> {
-  const client = c.client();
+async function checkAll(invocation: Cli, rows: Row[], o: { pool?: string; skipExisting?: boolean }): Promise<Checked[]> {
+  const client = invocation.client();
   const [{ pools }, { sites }, { hardwareProfiles }] = await Promise.all([
     client.request(PoolsDocument, {}), client.request(SitesDocument, {}), client.request(HardwareProfilesDocument, {}),
   ]);
@@ -407,7 +407,7 @@ function ranges(rows: number[]): string {
 
 interface EnrollOptions { file: string; format?: 'csv' | 'yaml'; pool?: string; skipExisting?: boolean; keepGoing?: boolean; dryRun?: boolean; parallel: number }
 
-async function enroll(c: Cli, o: EnrollOptions): Promise<void> {
+async function enroll(invocation: Cli, o: EnrollOptions): Promise<void> {
   const format = o.format ?? (/\.ya?ml$/i.test(o.file) ? 'yaml' : /\.csv$/i.test(o.file) ? 'csv' : undefined);
   if (!format) throw new UsageError('--file must end in .csv, .yaml or .yml (or give --format)');
   let body: string;
@@ -422,15 +422,15 @@ async function enroll(c: Cli, o: EnrollOptions): Promise<void> {
   if (rows.length === 0) throw new Refusal('INVALID_INPUT', `${path.basename(o.file)} lists no machine; nothing was sent`);
   if (rows.length > MAX_ROWS) throw new Refusal('INVALID_INPUT', `${path.basename(o.file)} lists ${rows.length} machines, more than ${MAX_ROWS}; nothing was sent`);
 
-  const checked = await checkAll(c, rows, o);
+  const checked = await checkAll(invocation, rows, o);
   const nameOf = (r: Checked) => text(r.fields.name);
   const invalid = checked.filter((r) => r.errors.length);
   if (invalid.length) {
     const results: Result[] = checked.map((r) => (r.errors.length
       ? { row: r.row, line: r.line, name: nameOf(r), status: 'invalid' as const, errors: r.errors }
       : { row: r.row, line: r.line, name: nameOf(r), status: 'not-sent' as const }));
-    if (c.out.json) c.out.printJson({ file: o.file, total: rows.length, enrolled: 0, rows: results });
-    else for (const r of results.filter((x) => x.status === 'invalid')) c.out.line(describe(r));
+    if (invocation.out.json) invocation.out.printJson({ file: o.file, total: rows.length, enrolled: 0, rows: results });
+    else for (const r of results.filter((x) => x.status === 'invalid')) invocation.out.line(describe(r));
     throw new Refusal('INVALID_INPUT', `${invalid.length} of ${rows.length} rows are invalid (rows ${ranges(invalid.map((r) => r.row))}); nothing was sent, no machine was enrolled`);
   }
   const results: Result[] = checked.map((r) => (r.existing
@@ -438,15 +438,15 @@ async function enroll(c: Cli, o: EnrollOptions): Promise<void> {
     : { row: r.row, line: r.line, name: nameOf(r), status: 'not-sent' as const }));
   const toSend = checked.filter((r) => !r.existing);
   if (o.dryRun) {
-    if (c.out.json) c.out.printJson({ file: o.file, total: rows.length, enrolled: 0, dryRun: true, rows: results });
-    else c.out.line(`all ${rows.length} rows are valid; ${toSend.length} would be enrolled${toSend.length < rows.length ? `, ${rows.length - toSend.length} skipped (already enrolled)` : ''} (dry run: nothing was sent)`);
+    if (invocation.out.json) invocation.out.printJson({ file: o.file, total: rows.length, enrolled: 0, dryRun: true, rows: results });
+    else invocation.out.line(`all ${rows.length} rows are valid; ${toSend.length} would be enrolled${toSend.length < rows.length ? `, ${rows.length - toSend.length} skipped (already enrolled)` : ''} (dry run: nothing was sent)`);
     return;
   }
 
-  const client = c.client();
-  const bar = c.out.progress(toSend.length, 'enroll');
+  const client = invocation.client();
+  const bar = invocation.out.progress(toSend.length, 'enroll');
   for (const r of results.filter((x) => x.status === 'skipped')) bar.note(describe(r));
-  const interrupted = c.interrupted();
+  const interrupted = invocation.interrupted();
   let stopped = false;
   const send = async (row: (typeof toSend)[number]) => {
     const result = results[row.row - 1]!;
@@ -474,12 +474,12 @@ async function enroll(c: Cli, o: EnrollOptions): Promise<void> {
   const unknown = rowList(results, 'unknown');
   const notSent = rowList(results, 'not-sent');
   const skipped = rowList(results, 'skipped');
-  if (c.out.json) c.out.printJson({ file: o.file, total: rows.length, enrolled: enrolled.length, rows: results });
+  if (invocation.out.json) invocation.out.printJson({ file: o.file, total: rows.length, enrolled: enrolled.length, rows: results });
   else {
-    c.out.line(`enrolled ${enrolled.length} of ${rows.length} rows${enrolled.length ? ` (rows ${ranges(enrolled)})` : ''}` +
+    invocation.out.line(`enrolled ${enrolled.length} of ${rows.length} rows${enrolled.length ? ` (rows ${ranges(enrolled)})` : ''}` +
       `${skipped.length ? `; skipped ${skipped.length} already enrolled (rows ${ranges(skipped)})` : ''}`);
-    for (const r of results.filter((x) => x.status === 'refused' || x.status === 'unknown')) c.out.line(describe(r));
-    if (notSent.length) c.out.line(`not sent: rows ${ranges(notSent)}${interrupted.aborted ? ' (interrupted)' : refused.length || unknown.length ? ' (stopped at the first refusal; --keep-going sends the rest)' : ''}`);
+    for (const r of results.filter((x) => x.status === 'refused' || x.status === 'unknown')) invocation.out.line(describe(r));
+    if (notSent.length) invocation.out.line(`not sent: rows ${ranges(notSent)}${interrupted.aborted ? ' (interrupted)' : refused.length || unknown.length ? ' (stopped at the first refusal; --keep-going sends the rest)' : ''}`);
   }
   if (refused.length || unknown.length || notSent.length) {
     const parts = [`enrolled rows: ${enrolled.length ? ranges(enrolled) : 'none'}`];

@@ -50,7 +50,7 @@ function readPlanFile(file: string): FabricPlanInput {
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new UsageError('--file: must hold one mapping of plan fields');
   const out: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(parsed)) out[key.replace(/_([a-z0-9])/g, (_m, c: string) => c.toUpperCase())] = value;
+  for (const [key, value] of Object.entries(parsed)) out[key.replace(/_([a-z0-9])/g, (_m, letter: string) => letter.toUpperCase())] = value;
   return out as FabricPlanInput;
 }
 
@@ -60,7 +60,7 @@ interface PlanOpts {
   routerIdPrefixLen?: number; underlayMode?: string; switchConfig?: boolean;
 }
 
-async function plan(c: Cli, opts: PlanOpts): Promise<void> {
+async function plan(invocation: Cli, opts: PlanOpts): Promise<void> {
   const input: FabricPlanInput = opts.file ? readPlanFile(opts.file) : {};
   const flags: [keyof FabricPlanInput, unknown][] = [
     ['managementCidr', opts.managementCidr], ['fabricSwitchNos', opts.nos], ['vxlanMtu', opts.vxlanMtu], ['publicMtu', opts.publicMtu],
@@ -69,20 +69,20 @@ async function plan(c: Cli, opts: PlanOpts): Promise<void> {
     ['routerIdBase', opts.routerIdBase], ['routerIdPrefixLen', opts.routerIdPrefixLen], ['underlayMode', opts.underlayMode],
   ];
   for (const [key, value] of flags) if (value !== undefined) (input as Record<string, unknown>)[key] = value;
-  const { fabricPlan: p } = await c.client().request(FabricPlanDocument, { input });
-  if (c.out.json) return c.out.printJson(p);
+  const { fabricPlan: p } = await invocation.client().request(FabricPlanDocument, { input });
+  if (invocation.out.json) return invocation.out.printJson(p);
   // The switch's text as rendered, lines kept; no control character that could drive the terminal.
-  if (opts.switchConfig) return c.out.line(p.switchConfig.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, '').replace(/\n$/, ''));
-  c.out.table(['setting', 'planned'], [
+  if (opts.switchConfig) return invocation.out.line(p.switchConfig.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, '').replace(/\n$/, ''));
+  invocation.out.table(['setting', 'planned'], [
     ['deployment mode', p.deploymentMode], ['underlay', p.underlayMode], ['AS', p.config.as], ['switch AS', p.config.fabricSwitchAs],
     ['switch', `${p.config.fabricSwitchName} (${p.config.fabricSwitchNos}, ${p.config.fabricSwitchRole})`],
     ['switch peering IP', p.config.fabricSwitchPeeringIp], ['management CIDR', p.config.managementCidr],
     ['VTEP pool', `${p.config.routerIdBase}/${p.config.routerIdPrefixLen} (${p.vtepCapacity} addresses)`],
     ['VXLAN MTU', p.config.vxlanMtu], ['public MTU', p.config.publicMtu], ['rollout status', p.config.rolloutStatus], ['plan hash', p.planHash],
   ]);
-  for (const risk of p.risks) c.out.line(`risk: ${oneLine(risk)}`);
-  for (const note of p.notes) c.out.line(`note: ${oneLine(note)}`);
-  c.out.line('(--switch-config prints the rendered switch configuration)');
+  for (const risk of p.risks) invocation.out.line(`risk: ${oneLine(risk)}`);
+  for (const note of p.notes) invocation.out.line(`note: ${oneLine(note)}`);
+  invocation.out.line('(--switch-config prints the rendered switch configuration)');
 }
 
 /** --override NODE_IP,IFACE,IP/PREFIX[,BRIDGE] */
@@ -97,20 +97,20 @@ function parseOverride(value: string, previous: FabricPreflightInput['nodeOverri
 
 interface PreflightOpts { underlayCidr: string; expectedNodes?: number; routerIdBase?: string; routerIdPrefixLen?: number; override?: FabricPreflightInput['nodeOverrides'] }
 
-async function preflight(c: Cli, opts: PreflightOpts): Promise<void> {
+async function preflight(invocation: Cli, opts: PreflightOpts): Promise<void> {
   const input: FabricPreflightInput = { underlayCidr: opts.underlayCidr };
   if (opts.expectedNodes !== undefined) input.expectedNodes = opts.expectedNodes;
   if (opts.routerIdBase !== undefined) input.routerIdBase = opts.routerIdBase;
   if (opts.routerIdPrefixLen !== undefined) input.routerIdPrefixLen = opts.routerIdPrefixLen;
   if (opts.override?.length) input.nodeOverrides = opts.override;
-  const { fabricPreflight: r } = await c.client().request(FabricPreflightDocument, { input });
-  if (c.out.json) return c.out.printJson(r);
-  c.out.table(['node', 'fqdn', 'mode', 'bridge', 'mtu', 'underlay ip', 'reason'],
+  const { fabricPreflight: r } = await invocation.client().request(FabricPreflightDocument, { input });
+  if (invocation.out.json) return invocation.out.printJson(r);
+  invocation.out.table(['node', 'fqdn', 'mode', 'bridge', 'mtu', 'underlay ip', 'reason'],
     r.nodes.map((n) => [n.nodeIp, n.fqdn, n.mode, n.bridge, n.bridgeMtu || '', n.underlayIp, n.reason]));
-  for (const d of r.mtuDrift) c.out.line(oneLine(`mtu drift: ${d.nodeIp} (${d.fqdn}) ${d.bridge} has MTU ${d.bridgeMtu}`));
+  for (const d of r.mtuDrift) invocation.out.line(oneLine(`mtu drift: ${d.nodeIp} (${d.fqdn}) ${d.bridge} has MTU ${d.bridgeMtu}`));
   const pool = r.vtepPool;
-  c.out.line(`VTEP pool ${pool.routerIdBase}/${pool.routerIdPrefixLen}: ${pool.capacity} addresses for ${pool.expectedNodes} expected nodes (headroom ${pool.headroom})${pool.overallocWarn ? ' OVER-ALLOCATED' : ''}`);
-  c.out.line(oneLine(`underlay ${r.underlayCidr}: MTU consensus ${r.underlayMtu || 'none'}; ready: ${r.ready ? 'yes' : 'no'}`));
+  invocation.out.line(`VTEP pool ${pool.routerIdBase}/${pool.routerIdPrefixLen}: ${pool.capacity} addresses for ${pool.expectedNodes} expected nodes (headroom ${pool.headroom})${pool.overallocWarn ? ' OVER-ALLOCATED' : ''}`);
+  invocation.out.line(oneLine(`underlay ${r.underlayCidr}: MTU consensus ${r.underlayMtu || 'none'}; ready: ${r.ready ? 'yes' : 'no'}`));
 }
 
 type JobView = FabricJobViewFragment;
@@ -136,12 +136,12 @@ function statesOf(job: JobView): Map<string, NodeState> {
   return states;
 }
 
-function summary(c: Cli, job: JobView): void {
-  c.out.table(['node', 'fqdn', 'vtep', 'result', 'steps', 'error'], job.nodes.map((n) => [
+function summary(invocation: Cli, job: JobView): void {
+  invocation.out.table(['node', 'fqdn', 'vtep', 'result', 'steps', 'error'], job.nodes.map((n) => [
     n.nodeIp, n.fqdn, n.vtepIp, n.finished ? (n.ok ? 'ok' : n.rolledBack ? 'rolled back' : 'failed') : 'unfinished',
     n.steps.map((s) => `${s.phase === 'teardown' ? '-' : ''}${s.step}:${s.status}`).join(' '), n.error,
   ]));
-  c.out.line(oneLine(`job ${job.jobId} ${job.jobType} ${job.jobStatus} (${job.state}): ${job.completedNodes} ok, ${job.failedNodes} failed of ${job.totalNodes}${job.error ? `: ${job.error}` : ''}`));
+  invocation.out.line(oneLine(`job ${job.jobId} ${job.jobType} ${job.jobStatus} (${job.state}): ${job.completedNodes} ok, ${job.failedNodes} failed of ${job.totalNodes}${job.error ? `: ${job.error}` : ''}`));
 }
 
 /** Fails the command (exit 1, the code printed) unless the job completed. */
@@ -158,11 +158,11 @@ function outcome(job: JobView): void {
  * otherwise; with --json one JSON object per event, then the job. Ctrl-C stops watching (the job
  * goes on): INTERRUPTED.
  */
-export async function watchFabricJob(c: Cli, jobId: string, transport: Transport = 'ws'): Promise<JobView> {
-  let job = (await c.client().request(FabricJobDocument, { jobId })).fabricJob;
+export async function watchFabricJob(invocation: Cli, jobId: string, transport: Transport = 'ws'): Promise<JobView> {
+  let job = (await invocation.client().request(FabricJobDocument, { jobId })).fabricJob;
   const total = job.jobType === 'fabric_teardown' ? TEARDOWN_STEPS : APPLY_STEPS;
   const mainPhase = job.jobType === 'fabric_teardown' ? 'teardown' : 'apply';
-  const view = c.out.json ? null : itemProgress(c.out.interactive);
+  const view = invocation.out.json ? null : itemProgress(invocation.out.interactive);
   if (TERMINAL.has(job.jobStatus)) {
     if (view) for (const s of statesOf(job).values()) view.update(s.key, s.done, total, s.detail);
   } else {
@@ -173,12 +173,12 @@ export async function watchFabricJob(c: Cli, jobId: string, transport: Transport
       if (s && view) view.update(s.key, s.done, total, s.detail);
     };
     for (const ip of states.keys()) show(ip);
-    const interrupted = c.interrupted();
+    const interrupted = invocation.interrupted();
     try {
-      for await (const r of c.client().subscribe(FabricRolloutDocument, { jobId }, { transport, signal: interrupted, cursor: (x) => x.fabricRollout.cursor })) {
+      for await (const r of invocation.client().subscribe(FabricRolloutDocument, { jobId }, { transport, signal: interrupted, cursor: (x) => x.fabricRollout.cursor })) {
         const e = r.fabricRollout;
         const p = (e.payload ?? {}) as Record<string, unknown>;
-        if (c.out.json) c.out.jsonLine({ cursor: e.cursor, type: e.type, state: e.state, progress: e.progress, nodeIp: e.nodeIp, fqdn: e.fqdn, at: e.createdAt, payload: p });
+        if (invocation.out.json) invocation.out.jsonLine({ cursor: e.cursor, type: e.type, state: e.state, progress: e.progress, nodeIp: e.nodeIp, fqdn: e.fqdn, at: e.createdAt, payload: p });
         const s = e.nodeIp ? states.get(e.nodeIp) : undefined;
         if (s) {
           if (e.state === 'node_step') {
@@ -206,67 +206,67 @@ export async function watchFabricJob(c: Cli, jobId: string, transport: Transport
     } finally {
       view?.stop();
     }
-    job = (await c.client().request(FabricJobDocument, { jobId })).fabricJob;
+    job = (await invocation.client().request(FabricJobDocument, { jobId })).fabricJob;
     if (interrupted.aborted && !TERMINAL.has(job.jobStatus)) {
       throw new Refusal('INTERRUPTED', `stopped watching; fabric job ${jobId} goes on (metalctl fabric watch ${jobId})`);
     }
   }
   view?.stop();
-  if (c.out.json) c.out.jsonLine(job);
-  else summary(c, job);
+  if (invocation.out.json) invocation.out.jsonLine(job);
+  else summary(invocation, job);
   return job;
 }
 
 type Transport = 'ws' | 'sse';
 
-async function apply(c: Cli, opts: { node?: string; strict?: boolean; watch?: boolean; transport: Transport }): Promise<void> {
+async function apply(invocation: Cli, opts: { node?: string; strict?: boolean; watch?: boolean; transport: Transport }): Promise<void> {
   const strict = opts.strict ?? false;
   const r = opts.node
-    ? (await c.client().request(ApplyFabricNodeDocument, { nodeIp: opts.node, strict })).applyFabricNode
-    : (await c.client().request(ApplyFabricDocument, { strict })).applyFabric;
+    ? (await invocation.client().request(ApplyFabricNodeDocument, { nodeIp: opts.node, strict })).applyFabricNode
+    : (await invocation.client().request(ApplyFabricDocument, { strict })).applyFabric;
   if (!opts.watch) {
-    if (c.out.json) return c.out.printJson(r);
-    c.out.line(oneLine(`${r.message}${r.created ? '' : ' (the same apply was already running)'}`));
-    c.out.line(`job ${r.applyJobId}: follow it with \`metalctl fabric watch ${r.applyJobId}\`, stop it with \`metalctl fabric cancel ${r.applyJobId}\``);
+    if (invocation.out.json) return invocation.out.printJson(r);
+    invocation.out.line(oneLine(`${r.message}${r.created ? '' : ' (the same apply was already running)'}`));
+    invocation.out.line(`job ${r.applyJobId}: follow it with \`metalctl fabric watch ${r.applyJobId}\`, stop it with \`metalctl fabric cancel ${r.applyJobId}\``);
     return;
   }
-  if (c.out.json) c.out.jsonLine(r);
-  else c.out.line(oneLine(`${r.message}: job ${r.applyJobId}`));
-  outcome(await watchFabricJob(c, r.applyJobId, opts.transport));
+  if (invocation.out.json) invocation.out.jsonLine(r);
+  else invocation.out.line(oneLine(`${r.message}: job ${r.applyJobId}`));
+  outcome(await watchFabricJob(invocation, r.applyJobId, opts.transport));
 }
 
-async function teardown(c: Cli, nodeIp: string, opts: { watch?: boolean; transport: Transport }): Promise<void> {
-  const r = (await c.client().request(TeardownFabricNodeDocument, { nodeIp })).teardownFabricNode;
+async function teardown(invocation: Cli, nodeIp: string, opts: { watch?: boolean; transport: Transport }): Promise<void> {
+  const r = (await invocation.client().request(TeardownFabricNodeDocument, { nodeIp })).teardownFabricNode;
   if (!opts.watch) {
-    if (c.out.json) return c.out.printJson(r);
-    c.out.line(oneLine(r.message));
-    c.out.line(`job ${r.jobId}: follow it with \`metalctl fabric watch ${r.jobId}\``);
+    if (invocation.out.json) return invocation.out.printJson(r);
+    invocation.out.line(oneLine(r.message));
+    invocation.out.line(`job ${r.jobId}: follow it with \`metalctl fabric watch ${r.jobId}\``);
     return;
   }
-  if (c.out.json) c.out.jsonLine(r);
-  else c.out.line(oneLine(`${r.message}: job ${r.jobId}`));
-  outcome(await watchFabricJob(c, r.jobId, opts.transport));
+  if (invocation.out.json) invocation.out.jsonLine(r);
+  else invocation.out.line(oneLine(`${r.message}: job ${r.jobId}`));
+  outcome(await watchFabricJob(invocation, r.jobId, opts.transport));
 }
 
-async function cancel(c: Cli, jobId: string | undefined): Promise<void> {
+async function cancel(invocation: Cli, jobId: string | undefined): Promise<void> {
   let id = jobId;
   if (!id) {
-    const latest = (await c.client().request(FabricLatestJobDocument, {})).fabricLatestJob;
+    const latest = (await invocation.client().request(FabricLatestJobDocument, {})).fabricLatestJob;
     if (!latest || latest.jobStatus !== 'running' || latest.jobType !== 'fabric_apply') throw new Refusal('NOT_FOUND', 'no fabric apply is running');
     id = latest.jobId;
   }
-  const r = (await c.client().request(CancelFabricApplyDocument, { jobId: id })).cancelFabricApply;
-  if (c.out.json) return c.out.printJson(r);
-  c.out.line(oneLine(`${r.message} (${r.state})`));
+  const r = (await invocation.client().request(CancelFabricApplyDocument, { jobId: id })).cancelFabricApply;
+  if (invocation.out.json) return invocation.out.printJson(r);
+  invocation.out.line(oneLine(`${r.message} (${r.state})`));
 }
 
-async function show(c: Cli, jobId: string | undefined): Promise<void> {
+async function show(invocation: Cli, jobId: string | undefined): Promise<void> {
   const job = jobId
-    ? (await c.client().request(FabricJobDocument, { jobId })).fabricJob
-    : (await c.client().request(FabricLatestJobDocument, {})).fabricLatestJob;
+    ? (await invocation.client().request(FabricJobDocument, { jobId })).fabricJob
+    : (await invocation.client().request(FabricLatestJobDocument, {})).fabricLatestJob;
   if (!job) throw new Refusal('NOT_FOUND', 'there is no fabric job yet');
-  if (c.out.json) return c.out.printJson(job);
-  summary(c, job);
+  if (invocation.out.json) return invocation.out.printJson(job);
+  summary(invocation, job);
 }
 
 const transportOption = () => new Option('--transport <t>', 'event stream transport').choices(['ws', 'sse']).default('ws');

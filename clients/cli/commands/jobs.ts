@@ -32,8 +32,8 @@ function quietRefreshMs(): number {
 
 const lower = (s: string) => s.toLowerCase();
 
-export function printJob(c: Cli, job: Job): void {
-  c.out.record([
+export function printJob(invocation: Cli, job: Job): void {
+  invocation.out.record([
     ['id', job.id], ['type', job.jobType], ['status', lower(job.jobStatus)], ['stage', job.status], ['progress', `${job.progress}%`],
     ['host', job.resourceName], ['bmc', job.nodeIp], ['batch', job.parentId || null], ['error', job.lastError],
     ['created', when(job.createdAt)], ['updated', when(job.updatedAt)],
@@ -48,8 +48,8 @@ export function jobOutcome(job: Job): void {
   throw new Refusal(coded?.[1] ?? `JOB_${job.jobStatus}`, `job ${job.id} ${lower(job.jobStatus)}${why ? `: ${why}` : ''}`);
 }
 
-async function getJob(c: Cli, id: string): Promise<Job> {
-  return (await c.client().request(ControlNodeJobDocument, { id })).controlNodeJob;
+async function getJob(invocation: Cli, id: string): Promise<Job> {
+  return (await invocation.client().request(ControlNodeJobDocument, { id })).controlNodeJob;
 }
 
 /**
@@ -57,20 +57,20 @@ async function getJob(c: Cli, id: string): Promise<Job> {
  * terminal, a line per change otherwise, one JSON line per change with --json. Ctrl-C stops
  * watching (the job goes on): INTERRUPTED.
  */
-export async function watchJob(c: Cli, id: string, transport: Transport = 'ws'): Promise<Job> {
-  let job = await getJob(c, id);
-  const view = c.out.json ? null : itemProgress(c.out.interactive);
+export async function watchJob(invocation: Cli, id: string, transport: Transport = 'ws'): Promise<Job> {
+  let job = await getJob(invocation, id);
+  const view = invocation.out.json ? null : itemProgress(invocation.out.interactive);
   let last = '';
   const render = (j: Job) => {
     const key = JSON.stringify([j.jobStatus, j.status, j.progress, j.lastError]);
     if (key === last) return;
     last = key;
-    if (c.out.json) c.out.jsonLine(j);
+    if (invocation.out.json) invocation.out.jsonLine(j);
     else view!.update(j.resourceName || j.nodeIp, j.progress, 100, `${lower(j.jobStatus)}: ${j.status}${j.lastError ? ` (${j.lastError})` : ''}`);
   };
   render(job);
   if (!TERMINAL.has(job.jobStatus)) {
-    const interrupted = c.interrupted();
+    const interrupted = invocation.interrupted();
     const stop = new AbortController();
     const onInterrupt = () => stop.abort();
     interrupted.addEventListener('abort', onInterrupt, { once: true });
@@ -78,7 +78,7 @@ export async function watchJob(c: Cli, id: string, transport: Transport = 'ws'):
     let failure: unknown = null;
     const events = (async () => {
       try {
-        for await (const _event of c.client().subscribe(JobProgressDocument, { jobId: id }, { transport, signal: stop.signal, cursor: (r) => r.jobProgress.cursor })) wake();
+        for await (const _event of invocation.client().subscribe(JobProgressDocument, { jobId: id }, { transport, signal: stop.signal, cursor: (r) => r.jobProgress.cursor })) wake();
       } catch (err) {
         if (!stop.signal.aborted) failure = err;
       } finally {
@@ -95,7 +95,7 @@ export async function watchJob(c: Cli, id: string, transport: Transport = 'ws'):
           };
         });
         if (failure) throw failure;
-        job = await getJob(c, id);
+        job = await getJob(invocation, id);
         render(job);
       }
     } finally {
@@ -108,7 +108,7 @@ export async function watchJob(c: Cli, id: string, transport: Transport = 'ws'):
     if (interrupted.aborted && !TERMINAL.has(job.jobStatus)) throw new Refusal('INTERRUPTED', `stopped watching; job ${id} goes on (metalctl jobs watch ${id})`);
   }
   view?.stop();
-  if (!c.out.json) c.out.line(oneLine(`job ${job.id} ${lower(job.jobStatus)}: ${job.status}`));
+  if (!invocation.out.json) invocation.out.line(oneLine(`job ${job.id} ${lower(job.jobStatus)}: ${job.status}`));
   return job;
 }
 
@@ -121,10 +121,10 @@ export function register(program: Command): void {
     .description('a job: its status, stage, progress and error')
     .argument('<job-id>', 'the job id (provision prints it)')
     .action(async (id: string, _o: unknown, cmd: Command) => {
-      const c = cli(cmd);
-      const job = await getJob(c, id);
-      if (c.out.json) return c.out.printJson(job);
-      printJob(c, job);
+      const invocation = cli(cmd);
+      const job = await getJob(invocation, id);
+      if (invocation.out.json) return invocation.out.printJson(job);
+      printJob(invocation, job);
     });
 
   jobs.command('watch')
@@ -137,9 +137,9 @@ export function register(program: Command): void {
     .description('cancels a running job: its cleanup ejects the ISO, the node fails from deploying (ABORTED); again is a no-op')
     .argument('<job-id>', 'the job id')
     .action(async (id: string, _o: unknown, cmd: Command) => {
-      const c = cli(cmd);
-      const job = (await c.client().request(ControlNodeJobCancelDocument, { id })).cancelControlNodeJob;
-      if (c.out.json) return c.out.printJson(job);
-      c.out.line(oneLine(`job ${job.id} ${lower(job.jobStatus)}: ${job.status}`));
+      const invocation = cli(cmd);
+      const job = (await invocation.client().request(ControlNodeJobCancelDocument, { id })).cancelControlNodeJob;
+      if (invocation.out.json) return invocation.out.printJson(job);
+      invocation.out.line(oneLine(`job ${job.id} ${lower(job.jobStatus)}: ${job.status}`));
     });
 }

@@ -31,8 +31,8 @@ function filterOptions(cmd: Command): Command {
     .addOption(new Option('--maintenance', 'only nodes in maintenance'));
 }
 
-async function nodeFilter(c: Cli, o: FilterOptions): Promise<NodeFilter> {
-  const client = c.client();
+async function nodeFilter(invocation: Cli, o: FilterOptions): Promise<NodeFilter> {
+  const client = invocation.client();
   const filter: NodeFilter = {};
   if (o.pool) filter.poolId = await poolId(client, o.pool);
   if (o.site) filter.siteId = await siteId(client, o.site);
@@ -41,9 +41,9 @@ async function nodeFilter(c: Cli, o: FilterOptions): Promise<NodeFilter> {
   return filter;
 }
 
-async function listNodes(c: Cli, filter: NodeFilter, limit?: number): Promise<Node[]> {
+async function listNodes(invocation: Cli, filter: NodeFilter, limit?: number): Promise<Node[]> {
   const nodes: Node[] = [];
-  for await (const node of c.client().paginate(MetalNodesDocument, { filter }, (d) => d.nodes, { pageSize: 500 })) {
+  for await (const node of invocation.client().paginate(MetalNodesDocument, { filter }, (d) => d.nodes, { pageSize: 500 })) {
     nodes.push(node);
     if (limit && nodes.length >= limit) break;
   }
@@ -59,15 +59,15 @@ function row(n: Node): unknown[] {
   return [n.id, n.name, state, n.poolId, n.maintenance ? 'yes' : '', `${n.bmc.driver} ${n.bmc.address}`, n.lastError ? clip(`${n.lastError.code}: ${n.lastError.message}`, 60) : '', when(n.updatedAt)];
 }
 
-export async function getNode(c: Cli, id: string): Promise<Node> {
-  const { node } = await c.client().request(MetalNodeDocument, { id });
+export async function getNode(invocation: Cli, id: string): Promise<Node> {
+  const { node } = await invocation.client().request(MetalNodeDocument, { id });
   if (!node || !('provisionState' in node)) throw new Refusal('NOT_FOUND', `node ${id} not found (or the token may not read it)`);
   return node as Node;
 }
 
 /** One node as a two-column table. */
-export function printNode(c: Cli, n: Node): void {
-  c.out.record([
+export function printNode(invocation: Cli, n: Node): void {
+  invocation.out.record([
     ['id', n.id], ['name', n.name], ['state', n.provisionState], ['failed from', n.failedFrom],
     ['last error', n.lastError ? `${n.lastError.code}: ${n.lastError.message}` : null], ['maintenance', n.maintenance],
     ['site', n.siteId], ['pool', n.poolId], ['bmc', `${n.bmc.driver} ${n.bmc.address}${n.bmc.credentialsSet ? '' : ' (no credentials)'}`],
@@ -91,11 +91,11 @@ interface MovePayload {
   reason?: string | null;
 }
 
-async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
-  const client = c.client();
-  const filter = await nodeFilter(c, o);
+async function watch(invocation: Cli, ids: string[], o: WatchOptions): Promise<void> {
+  const client = invocation.client();
+  const filter = await nodeFilter(invocation, o);
   const only = new Set(await Promise.all(ids.map((v) => nodeId(client, v))));
-  const load = async () => (only.size ? await Promise.all([...only].map((id) => getNode(c, id))) : await listNodes(c, filter));
+  const load = async () => (only.size ? await Promise.all([...only].map((id) => getNode(invocation, id))) : await listNodes(invocation, filter));
   /** The nodes on screen, by id: their view as last read, their state as the stream last moved it. */
   const watched = new Map<string, Node>();
   const state = new Map<string, string>();
@@ -103,11 +103,11 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
     watched.set(n.id, n);
     state.set(n.id, n.provisionState);
   }
-  const live = await c.out.live();
+  const live = await invocation.out.live();
   const rows = () => [...watched.values()].map((n) => row({ ...n, provisionState: (state.get(n.id) ?? n.provisionState) as Node['provisionState'] }));
   const draw = (note: string) => {
-    if (!c.out.interactive) return;
-    live.draw(`${fit(c, rows())}\n${watched.size} node(s)  ${oneLine(note)}  (Ctrl-C to stop)`);
+    if (!invocation.out.interactive) return;
+    live.draw(`${fit(invocation, rows())}\n${watched.size} node(s)  ${oneLine(note)}  (Ctrl-C to stop)`);
   };
   const reached = () => o.until !== undefined && watched.size > 0 && [...watched.keys()].every((id) => state.get(id) === o.until);
 
@@ -115,8 +115,8 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
   const moved = (at: string, id: string, from: string, to: string, event: string, payload: MovePayload) => {
     const name = watched.get(id)?.name ?? null;
     const why = payload.error?.code ? `${payload.error.code}: ${payload.error.message ?? ''}` : payload.reason ? `reason: ${payload.reason}` : '';
-    if (c.out.json) c.out.jsonLine({ at, event, nodeId: id, name, from, to, ...(payload.error ? { error: payload.error } : {}), ...(payload.reason ? { reason: payload.reason } : {}) });
-    else if (!c.out.interactive) c.out.line(`${when(at)}  ${id}  ${name ?? ''}  ${from} -> ${to}${why ? `  ${why}` : ''}`);
+    if (invocation.out.json) invocation.out.jsonLine({ at, event, nodeId: id, name, from, to, ...(payload.error ? { error: payload.error } : {}), ...(payload.reason ? { reason: payload.reason } : {}) });
+    else if (!invocation.out.interactive) invocation.out.line(`${when(at)}  ${id}  ${name ?? ''}  ${from} -> ${to}${why ? `  ${why}` : ''}`);
     draw(`last: ${name ?? id} ${from} -> ${to}`);
   };
 
@@ -127,7 +127,7 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
     while (pending.size) {
       const batch = [...pending].slice(0, 16);
       for (const id of batch) pending.delete(id);
-      const views = await Promise.all(batch.map((id) => getNode(c, id).catch(() => null)));
+      const views = await Promise.all(batch.map((id) => getNode(invocation, id).catch(() => null)));
       for (const n of views) if (n && watched.has(n.id)) watched.set(n.id, n);
       draw('');
     }
@@ -138,16 +138,16 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
     reading ??= readDetails();
   };
 
-  if (!c.out.json && !c.out.interactive) c.out.line(`watching ${watched.size} node(s)${o.until ? ` until ${o.until}` : ''}`);
+  if (!invocation.out.json && !invocation.out.interactive) invocation.out.line(`watching ${watched.size} node(s)${o.until ? ` until ${o.until}` : ''}`);
   draw('waiting for events');
   if (reached()) {
     live.done();
-    if (!c.out.json && !c.out.interactive) c.out.line(`every node is ${o.until}`);
+    if (!invocation.out.json && !invocation.out.interactive) invocation.out.line(`every node is ${o.until}`);
     return;
   }
 
   const stop = new AbortController();
-  const interrupted = c.interrupted();
+  const interrupted = invocation.interrupted();
   const onInterrupt = () => stop.abort('interrupted');
   interrupted.addEventListener('abort', onInterrupt, { once: true });
   let timedOut = false;
@@ -194,7 +194,7 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
       if (!watched.has(id)) {
         // A node that joins the pool or site (enrolled meanwhile): shown if it fits the filters.
         if (only.size || (filter.provisionState && to !== filter.provisionState)) continue;
-        const n = await getNode(c, id).catch(() => null);
+        const n = await getNode(invocation, id).catch(() => null);
         if (!n || (filter.maintenance && !n.maintenance)) continue;
         watched.set(id, n);
       }
@@ -223,21 +223,21 @@ async function watch(c: Cli, ids: string[], o: WatchOptions): Promise<void> {
     const behind = [...watched.keys()].filter((id) => state.get(id) !== o.until).map((id) => `${id} (${state.get(id)})`);
     throw new Refusal('TIMEOUT', `not every node reached ${o.until} within ${o.timeout}s: ${behind.slice(0, 20).join(', ')}${behind.length > 20 ? ' ...' : ''}`);
   }
-  if (!c.out.json && !c.out.interactive) c.out.line(reached() ? `every node is ${o.until}` : 'stopped');
+  if (!invocation.out.json && !invocation.out.interactive) invocation.out.line(reached() ? `every node is ${o.until}` : 'stopped');
 }
 
 /**
  * The table when it fits the terminal; otherwise the count of nodes per state and the nodes that
  * changed last, as many as fit (2,000 machines do not fit a screen).
  */
-function fit(c: Cli, rows: unknown[][]): string {
+function fit(invocation: Cli, rows: unknown[][]): string {
   const room = Math.max(8, (process.stdout.rows || 40) - 6);
-  if (rows.length + 4 <= room) return c.out.renderTable(HEAD, rows);
+  if (rows.length + 4 <= room) return invocation.out.renderTable(HEAD, rows);
   const counts = new Map<string, number>();
   for (const r of rows) counts.set(String(r[2]).split(' ')[0]!, (counts.get(String(r[2]).split(' ')[0]!) ?? 0) + 1);
-  const summary = c.out.renderTable(['STATE', 'NODES'], [...counts].sort((a, b) => b[1] - a[1]));
+  const summary = invocation.out.renderTable(['STATE', 'NODES'], [...counts].sort((a, b) => b[1] - a[1]));
   const recent = [...rows].sort((a, b) => String(b[7]).localeCompare(String(a[7]))).slice(0, Math.max(1, room - counts.size - 8));
-  return `${summary}\n${c.out.renderTable(HEAD, recent)}`;
+  return `${summary}\n${invocation.out.renderTable(HEAD, recent)}`;
 }
 
 export function register(program: Command): void {
@@ -246,32 +246,32 @@ export function register(program: Command): void {
   filterOptions(nodes.command('ls').description('list the nodes the token may read (filters combine)'))
     .addOption(new Option('--limit <n>', 'at most n nodes').argParser(positiveInt()))
     .action(async (o: FilterOptions & { limit?: number }, cmd: Command) => {
-      const c = cli(cmd);
-      const list = await listNodes(c, await nodeFilter(c, o), o.limit);
-      if (c.out.json) return c.out.printJson(list);
-      c.out.table(HEAD, list.map(row));
-      c.out.line(`${list.length} node(s)`);
+      const invocation = cli(cmd);
+      const list = await listNodes(invocation, await nodeFilter(invocation, o), o.limit);
+      if (invocation.out.json) return invocation.out.printJson(list);
+      invocation.out.table(HEAD, list.map(row));
+      invocation.out.line(`${list.length} node(s)`);
     });
 
   nodes.command('get').description('show one node (id or name)')
     .argument('<node>', 'node id or name', ref('node'))
     .action(async (value: string, _o: unknown, cmd: Command) => {
-      const c = cli(cmd);
-      const n = await getNode(c, await nodeId(c.client(), value));
-      if (c.out.json) return c.out.printJson(n);
-      printNode(c, n);
+      const invocation = cli(cmd);
+      const n = await getNode(invocation, await nodeId(invocation.client(), value));
+      if (invocation.out.json) return invocation.out.printJson(n);
+      printNode(invocation, n);
     });
 
   nodes.command('discovered').description('machines the site\'s agents saw PXE-booting from a MAC with no boot entry (last 24 h): candidates for confirm-mac')
     .requiredOption('--site <site>', 'the site (id or name)', ref('site'))
     .action(async (o: { site: string }, cmd: Command) => {
-      const c = cli(cmd);
-      const { discovered } = await c.client().request(DiscoveredDocument, { siteId: await siteId(c.client(), o.site) });
-      if (c.out.json) return c.out.printJson(discovered);
-      c.out.table(['MAC', 'PRODUCT UUID', 'ARCH', 'FIRST SEEN', 'LAST SEEN', 'REQUESTS', 'NODE', 'CANDIDATE FOR'], discovered.map((d) => [
+      const invocation = cli(cmd);
+      const { discovered } = await invocation.client().request(DiscoveredDocument, { siteId: await siteId(invocation.client(), o.site) });
+      if (invocation.out.json) return invocation.out.printJson(discovered);
+      invocation.out.table(['MAC', 'PRODUCT UUID', 'ARCH', 'FIRST SEEN', 'LAST SEEN', 'REQUESTS', 'NODE', 'CANDIDATE FOR'], discovered.map((d) => [
         d.mac, d.productUuid, d.arch, when(d.firstSeen), when(d.lastSeen), d.requestCount, d.nodeId, d.candidateFor,
       ]));
-      c.out.line(`${discovered.length} machine(s)`);
+      invocation.out.line(`${discovered.length} machine(s)`);
     });
 
   filterOptions(nodes.command('watch').description('show the nodes and redraw as they move (from the event stream); plain lines when not a terminal'))

@@ -21,15 +21,15 @@ export function register(program: Command): void {
     .option('--wait', 'follow the command until the site agent reports it (exit 1 if it failed or expired)')
     .addOption(new Option('--timeout <seconds>', 'with --wait: give up after this long (error TIMEOUT)').argParser(positiveInt(3600)).default(330))
     .action(async (value: string, action: string, o: { wait?: boolean; timeout: number }, cmd: Command) => {
-      const c = cli(cmd);
-      const client = c.client();
+      const invocation = cli(cmd);
+      const client = invocation.client();
       const id = await nodeId(client, value);
       const answer = (await client.request(PowerDocument, { input: { nodeId: id, action: action.replace(/-/g, '_') as 'on' } })).powerNode;
-      if (!c.out.json) c.out.line(`power ${action} ${id}: queued as command ${answer.commandId}`);
+      if (!invocation.out.json) invocation.out.line(`power ${action} ${id}: queued as command ${answer.commandId}`);
       let command: Partial<CommandView> | undefined;
       if (o.wait) {
         const deadline = Date.now() + o.timeout * 1000;
-        const interrupted = c.interrupted();
+        const interrupted = invocation.interrupted();
         for (;;) {
           const { node } = await client.request(CommandByIdDocument, { id: answer.commandId });
           command = node ?? undefined;
@@ -38,9 +38,9 @@ export function register(program: Command): void {
           if (Date.now() > deadline) throw new Refusal('TIMEOUT', `command ${answer.commandId} still ${command?.status ?? 'unknown'} after ${o.timeout}s`);
           await sleep(500);
         }
-        if (!c.out.json) c.out.line(`command ${answer.commandId}: ${command.status}`);
+        if (!invocation.out.json) invocation.out.line(`command ${answer.commandId}: ${command.status}`);
       }
-      if (c.out.json) c.out.printJson({ commandId: answer.commandId, node: answer.node, ...(command ? { command } : {}) });
+      if (invocation.out.json) invocation.out.printJson({ commandId: answer.commandId, node: answer.node, ...(command ? { command } : {}) });
       if (command && (command.status === 'failed' || command.status === 'expired')) {
         const error = (command.result as { error?: { code?: string; message?: string } } | null)?.error;
         throw new Refusal(error?.code ?? `COMMAND_${command.status.toUpperCase()}`, `power ${action} on ${id}: command ${answer.commandId} ${command.status}${error?.message ? `: ${error.message}` : ''}`);

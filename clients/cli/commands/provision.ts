@@ -44,7 +44,7 @@ function readSecretFile(file: string, flag: string): string {
   return value;
 }
 
-async function provision(c: Cli, vendor: string, opts: ProvisionOpts): Promise<void> {
+async function provision(invocation: Cli, vendor: string, opts: ProvisionOpts): Promise<void> {
   const input: ProvisionControlNodeInput = { bmcIp: opts.bmc };
   const set = <K extends keyof ProvisionControlNodeInput>(key: K, value: ProvisionControlNodeInput[K] | undefined) => {
     if (value !== undefined) input[key] = value;
@@ -79,16 +79,16 @@ async function provision(c: Cli, vendor: string, opts: ProvisionOpts): Promise<v
   set('kubernetesClusterName', opts.k8sClusterName);
   set('kubernetesClusterType', opts.k8sClusterType);
   const variables: ControlNodeProvisionMutationVariables = { input, vendor: vendor.toUpperCase() as ControlNodeProvisionMutationVariables['vendor'] };
-  const r = (await c.client().request(ControlNodeProvisionDocument, variables)).provisionControlNode;
+  const r = (await invocation.client().request(ControlNodeProvisionDocument, variables)).provisionControlNode;
   if (!opts.watch) {
-    if (c.out.json) return c.out.printJson(r);
-    c.out.line(oneLine(r.message));
-    c.out.line(`job ${r.jobId} (node ${r.node.id}, ${r.node.provisionState.toLowerCase()}): follow it with \`metalctl jobs watch ${r.jobId}\``);
+    if (invocation.out.json) return invocation.out.printJson(r);
+    invocation.out.line(oneLine(r.message));
+    invocation.out.line(`job ${r.jobId} (node ${r.node.id}, ${r.node.provisionState.toLowerCase()}): follow it with \`metalctl jobs watch ${r.jobId}\``);
     return;
   }
-  if (c.out.json) c.out.jsonLine(r);
-  else c.out.line(oneLine(`${r.message}: job ${r.jobId}`));
-  jobOutcome(await watchJob(c, r.jobId, opts.transport));
+  if (invocation.out.json) invocation.out.jsonLine(r);
+  else invocation.out.line(oneLine(`${r.message}: job ${r.jobId}`));
+  jobOutcome(await watchJob(invocation, r.jobId, opts.transport));
 }
 
 export function register(program: Command): void {

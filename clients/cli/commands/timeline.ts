@@ -21,24 +21,24 @@ export function register(program: Command): void {
     .argument('<node>', 'node id or name', ref('node'))
     .addOption(new Option('--last <n>', 'how many runs (newest; the service allows up to 50)').argParser(positiveInt(50)).default(10))
     .action(async (value: string, o: { last: number }, cmd: Command) => {
-      const c = cli(cmd);
-      const id = await nodeId(c.client(), value);
-      const { node } = await c.client().request(MetalNodeTimelineDocument, { id, last: o.last });
+      const invocation = cli(cmd);
+      const id = await nodeId(invocation.client(), value);
+      const { node } = await invocation.client().request(MetalNodeTimelineDocument, { id, last: o.last });
       if (!node || !('timeline' in node)) throw new Refusal('NOT_FOUND', `node ${id} not found (or the token may not read it)`);
       const runs = [...node.timeline].reverse();
-      if (c.out.json) return c.out.printJson(runs);
-      if (runs.length === 0) return c.out.line(`${id}: no workflow runs`);
+      if (invocation.out.json) return invocation.out.printJson(runs);
+      if (runs.length === 0) return invocation.out.line(`${id}: no workflow runs`);
       for (const run of runs) {
         const error = run.lastError ? `  ${errorText(run.lastError.code, run.lastError.message)}` : '';
         const waiting = run.waitingFor ? `  waiting for ${run.waitingFor}${run.waitUntil ? ` until ${when(run.waitUntil)}` : ''}` : '';
-        c.out.line(`run ${run.id}  ${run.kind}  ${run.status}  started ${when(run.startedAt ?? run.createdAt)}` +
+        invocation.out.line(`run ${run.id}  ${run.kind}  ${run.status}  started ${when(run.startedAt ?? run.createdAt)}` +
           `${run.finishedAt ? `  took ${took(run.startedAt ?? run.createdAt, run.finishedAt)}` : ''}${run.attempt > 1 ? `  attempt ${run.attempt}` : ''}${waiting}${error}`);
-        c.out.table(['#', 'STEP', 'STATUS', 'TRIES', 'STARTED', 'TOOK', 'ERROR'], run.steps.map((s) => [
+        invocation.out.table(['#', 'STEP', 'STATUS', 'TRIES', 'STARTED', 'TOOK', 'ERROR'], run.steps.map((s) => [
           s.idx, `${s.title ?? s.name}${s.cleanup ? ' (cleanup)' : ''}${s.destructive ? ' !' : ''}`, s.status, s.attempts || '',
           when(s.startedAt), s.startedAt ? took(s.startedAt, s.finishedAt ?? undefined) : '',
           errorText(s.errorCode, s.message),
         ]));
-        if (run.steps.some((s) => s.destructive)) c.out.line('(! = the step sends destructive commands)');
+        if (run.steps.some((s) => s.destructive)) invocation.out.line('(! = the step sends destructive commands)');
       }
     });
 }

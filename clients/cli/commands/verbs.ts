@@ -23,28 +23,28 @@ const RUN_ENDED = new Set(['succeeded', 'failed', 'aborted', 'superseded']);
 export const WIPE_MODES = ['none', 'quick', 'secure-erase', 'crypto-erase'] as const;
 export const wipeValue = (mode: string) => mode.replace(/-/g, '_') as 'none' | 'quick' | 'secure_erase' | 'crypto_erase';
 
-async function settled(c: Cli, n: Node): Promise<boolean> {
+async function settled(invocation: Cli, n: Node): Promise<boolean> {
   if (MOVING.has(n.provisionState)) return false;
   if (!n.workflowId) return true;
-  const { workflowRun } = await c.client().request(WorkflowRunDocument, { id: n.workflowId });
+  const { workflowRun } = await invocation.client().request(WorkflowRunDocument, { id: n.workflowId });
   return !workflowRun || RUN_ENDED.has(workflowRun.status);
 }
 
 /** Follows the node until it rests; prints each state it passes through. */
-export async function waitForNode(c: Cli, start: Node, timeoutS: number | undefined): Promise<Node> {
+export async function waitForNode(invocation: Cli, start: Node, timeoutS: number | undefined): Promise<Node> {
   let last = start;
-  if (await settled(c, last)) return last;
+  if (await settled(invocation, last)) return last;
   const stop = new AbortController();
-  const interrupted = c.interrupted();
+  const interrupted = invocation.interrupted();
   const onInterrupt = () => stop.abort('interrupted');
   interrupted.addEventListener('abort', onInterrupt, { once: true });
   let timedOut = false;
   const timer = timeoutS ? setTimeout(() => { timedOut = true; stop.abort('timeout'); }, timeoutS * 1000) : undefined;
   try {
-    for await (const { nodeUpdated: n } of c.client().subscribe(NodeUpdatedDocument, { id: start.id }, { signal: stop.signal })) {
-      if (n.provisionState !== last.provisionState && !c.out.json) c.out.line(`${n.id}: ${last.provisionState} -> ${n.provisionState}`);
+    for await (const { nodeUpdated: n } of invocation.client().subscribe(NodeUpdatedDocument, { id: start.id }, { signal: stop.signal })) {
+      if (n.provisionState !== last.provisionState && !invocation.out.json) invocation.out.line(`${n.id}: ${last.provisionState} -> ${n.provisionState}`);
       last = n;
-      if (await settled(c, n)) break;
+      if (await settled(invocation, n)) break;
     }
   } catch (e) {
     if (!stop.signal.aborted) throw e;
@@ -62,38 +62,38 @@ interface VerbSpec {
   name: string;
   summary: string;
   options?: (cmd: Command) => Command;
-  call: (c: Cli, nodeId: string, o: Record<string, unknown>) => Promise<Node>;
+  call: (invocation: Cli, nodeId: string, o: Record<string, unknown>) => Promise<Node>;
 }
 
 const VERBS: VerbSpec[] = [
-  { name: 'manage', summary: 'ready -> enrolling: re-verify BMC access, then re-inspect and re-commission', call: async (c, id) => (await c.client().request(ManageDocument, { input: { nodeId: id } })).manageNode.node },
-  { name: 'inspect', summary: 'ready -> inspecting: boot the ramdisk and read the inventory', call: async (c, id) => (await c.client().request(InspectDocument, { input: { nodeId: id } })).inspectNode.node },
-  { name: 'provide', summary: 'ready -> commissioning: diagnostics, quick wipe, power off', call: async (c, id) => (await c.client().request(ProvideDocument, { input: { nodeId: id } })).provideNode.node },
+  { name: 'manage', summary: 'ready -> enrolling: re-verify BMC access, then re-inspect and re-commission', call: async (invocation, id) => (await invocation.client().request(ManageDocument, { input: { nodeId: id } })).manageNode.node },
+  { name: 'inspect', summary: 'ready -> inspecting: boot the ramdisk and read the inventory', call: async (invocation, id) => (await invocation.client().request(InspectDocument, { input: { nodeId: id } })).inspectNode.node },
+  { name: 'provide', summary: 'ready -> commissioning: diagnostics, quick wipe, power off', call: async (invocation, id) => (await invocation.client().request(ProvideDocument, { input: { nodeId: id } })).provideNode.node },
   {
     name: 'deploy', summary: 'ready -> deploying with a deploy profile version',
     options: (cmd) => cmd
       .requiredOption('--profile <id>', 'deploy profile id', ref('profile'))
       .requiredOption('--profile-version <n>', 'deploy profile version', positiveInt()),
-    call: async (c, id, o) => (await c.client().request(DeployDocument, { input: { nodeId: id, profileId: o.profile as string, profileVersion: o.profileVersion as number } })).deployNode.node,
+    call: async (invocation, id, o) => (await invocation.client().request(DeployDocument, { input: { nodeId: id, profileId: o.profile as string, profileVersion: o.profileVersion as number } })).deployNode.node,
   },
   {
     name: 'undeploy', summary: 'deployed or rescue -> releasing: wipe the disks and power off',
     options: (cmd) => cmd.addOption(new Option('--wipe <mode>', 'how the disks are wiped (service default: quick)').choices(WIPE_MODES)),
-    call: async (c, id, o) => (await c.client().request(UndeployDocument, { input: { nodeId: id, ...(o.wipe ? { wipe: wipeValue(o.wipe as string) } : {}) } })).undeployNode.node,
+    call: async (invocation, id, o) => (await invocation.client().request(UndeployDocument, { input: { nodeId: id, ...(o.wipe ? { wipe: wipeValue(o.wipe as string) } : {}) } })).undeployNode.node,
   },
-  { name: 'rescue', summary: 'deployed -> rescue: boot the rescue ramdisk', call: async (c, id) => (await c.client().request(RescueDocument, { input: { nodeId: id } })).rescueNode.node },
-  { name: 'unrescue', summary: 'rescue -> deployed once the installed OS boots again', call: async (c, id) => (await c.client().request(UnrescueDocument, { input: { nodeId: id } })).unrescueNode.node },
+  { name: 'rescue', summary: 'deployed -> rescue: boot the rescue ramdisk', call: async (invocation, id) => (await invocation.client().request(RescueDocument, { input: { nodeId: id } })).rescueNode.node },
+  { name: 'unrescue', summary: 'rescue -> deployed once the installed OS boots again', call: async (invocation, id) => (await invocation.client().request(UnrescueDocument, { input: { nodeId: id } })).unrescueNode.node },
   {
     name: 'abort', summary: 'stop the running workflow: the node fails (ABORTED), maintenance on',
     options: (cmd) => cmd.option('--reason <text>', 'recorded with the ABORTED error'),
-    call: async (c, id, o) => (await c.client().request(AbortDocument, { input: { nodeId: id, ...(o.reason ? { reason: o.reason as string } : {}) } })).abortNode.node,
+    call: async (invocation, id, o) => (await invocation.client().request(AbortDocument, { input: { nodeId: id, ...(o.reason ? { reason: o.reason as string } : {}) } })).abortNode.node,
   },
-  { name: 'recover', summary: 'failed -> the last stable point for where it failed', call: async (c, id) => (await c.client().request(RecoverDocument, { input: { nodeId: id } })).recoverNode.node },
-  { name: 'retire', summary: '-> retiring: erase, power off, revoke identity; then retired (terminal)', call: async (c, id) => (await c.client().request(RetireDocument, { input: { nodeId: id } })).retireNode.node },
+  { name: 'recover', summary: 'failed -> the last stable point for where it failed', call: async (invocation, id) => (await invocation.client().request(RecoverDocument, { input: { nodeId: id } })).recoverNode.node },
+  { name: 'retire', summary: '-> retiring: erase, power off, revoke identity; then retired (terminal)', call: async (invocation, id) => (await invocation.client().request(RetireDocument, { input: { nodeId: id } })).retireNode.node },
   {
     name: 'confirm-mac', summary: 'bind the PXE MAC of a node enrolled without MACs',
     options: (cmd) => cmd.requiredOption('--mac <mac>', 'the MAC address (e.g. the discovered candidate)', ref('MAC')),
-    call: async (c, id, o) => (await c.client().request(ConfirmMacDocument, { input: { nodeId: id, mac: o.mac as string } })).confirmMac.node,
+    call: async (invocation, id, o) => (await invocation.client().request(ConfirmMacDocument, { input: { nodeId: id, mac: o.mac as string } })).confirmMac.node,
   },
 ];
 
@@ -115,15 +115,15 @@ export function register(program: Command): void {
       .option('--wait', 'then follow the node until its workflow ends (exit 1 if it fails)')
       .addOption(new Option('--timeout <seconds>', 'with --wait: give up after this long (error TIMEOUT)').argParser(positiveInt(7 * 24 * 3600)))
       .action(async (value: string, o: Record<string, unknown>, self: Command) => {
-        const c = cli(self);
-        const id = await nodeId(c.client(), value);
-        let node = await spec.call(c, id, o);
-        if (!c.out.json) c.out.line(movedLine(spec.name, node));
+        const invocation = cli(self);
+        const id = await nodeId(invocation.client(), value);
+        let node = await spec.call(invocation, id, o);
+        if (!invocation.out.json) invocation.out.line(movedLine(spec.name, node));
         if (o.wait) {
-          node = await waitForNode(c, node, o.timeout as number | undefined);
-          if (!c.out.json) c.out.line(`${node.id}: ${node.provisionState}`);
+          node = await waitForNode(invocation, node, o.timeout as number | undefined);
+          if (!invocation.out.json) invocation.out.line(`${node.id}: ${node.provisionState}`);
         }
-        if (c.out.json) c.out.printJson(node);
+        if (invocation.out.json) invocation.out.printJson(node);
         if (o.wait && node.provisionState === 'failed') throw failedRefusal(node);
       });
   }

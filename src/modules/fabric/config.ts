@@ -63,6 +63,11 @@ export interface FabricConfigView extends Omit<FabricSettings, 'bgpPasswordSet' 
   updatedAt: Date;
 }
 
+/** The stored config row, or null (the rollout's plan reads it; no authorization here). */
+export function fabricConfigRow(db: PrismaClient | Tx): Promise<FabricConfigRow | null> {
+  return db.fabricConfig.findUnique({ where: { id: SINGLETON_ID } });
+}
+
 export function settingsOf(row: FabricConfigRow): FabricSettings {
   return {
     as: Number(row.as),

@@ -1,5 +1,6 @@
 import { builder } from '../../graphql/builder';
-import { runPreflight, type MtuDriftEntry, type PreflightNode, type PreflightResult, type VtepPoolView } from './preflight';
+import type { MtuDriftEntry, PreflightNode, PreflightResult, VtepPoolView } from './preflight';
+import { runPreflight } from './preflight-run';
 
 const NodeRef = builder.objectRef<PreflightNode>('FabricPreflightNode').implement({
   description: 'How one compute node reaches the underlay.',

@@ -1,22 +1,17 @@
 import ipaddr from 'ipaddr.js';
-import type { SecretBroker } from '../../../clients/secrets/broker';
-import { fanOutSsh, type FanOutResult, type SshSession, type SshTarget } from '../../../clients/ssh';
-import type { Context } from '../../context';
-import { requirePrincipal } from '../../context';
-import { decide } from '../../auth/decide';
 import { invalidInput } from '../../errors';
-import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
-import type { PrismaClient } from '../../generated/prisma/client';
-import { listComputeNodes, pinHostKey, serviceSshIdentity, sshTargetOf, type ComputeNode } from './compute-nodes';
+import type { ComputeNode } from './compute-nodes';
 import { vtepPoolCapacity } from './intent';
-import { hmacProbeSnippet } from './render/host-frr';
 import { EXPECTED_NODES_MAX, isIPv4, parseIPv4Cidr, ROUTER_ID_PREFIX_MAX, ROUTER_ID_PREFIX_MIN } from './validate';
 
 /**
  * The fabric preflight (issue 10 item 7, the seed's POST /controlnode/fabric-config/preflight):
  * an SSH fan-out to every compute node that reads its interfaces and FRR, resolves how each node
- * reaches the underlay, and changes nothing on any node. What it finds is kept in the one
+ * reaches the underlay, and changes nothing on any node. This file is the pure part: the input's
+ * rules, the node's answer parsed, its resolution and the consensus over all of them. The SSH
+ * scan is preflight-scan.ts; the request and its workflow run are preflight-run.ts and
+ * jobs/workflows/fabric-preflight.ts. What it finds is kept in the one
  * `fabric_preflight` row (the MTU consensus a fabric-config write is checked against, item 2) and
  * in fabric_config.frr_hmac_sha_capable (the capability probe).
  *
@@ -35,14 +30,9 @@ import { EXPECTED_NODES_MAX, isIPv4, parseIPv4Cidr, ROUTER_ID_PREFIX_MAX, ROUTER
  *   as not capable. With no node answering the stored value is left as it was.
  */
 
-/** Each node's budget from its start (connect, the reads, the probe); a dead node costs this much once. */
-export const PREFLIGHT_NODE_DEADLINE_MS = 10_000;
-export const PREFLIGHT_CONNECT_TIMEOUT_MS = 5_000;
-const COMMAND_TIMEOUT_MS = 5_000;
-/** FRR 9.1 brought OSPF hmac-sha-256 key chains on interfaces (FRR PR 14398). */
-const HMAC_MIN_VERSION: readonly [number, number] = [9, 1];
 const MAX_OVERRIDES = EXPECTED_NODES_MAX;
-const PREFLIGHT_ID = 1;
+/** The one fabric_preflight row. */
+export const PREFLIGHT_ID = 1;
 
 export type PreflightMode = 'reuse' | 'needs_override' | 'override' | 'unreachable';
 
@@ -220,7 +210,7 @@ function exampleHost(cidr: Cidr): string {
 }
 
 /** The rule that needs the node list: an override for a node that is not a compute node. */
-function checkOverrideNodes(overrides: readonly NodeOverride[], nodes: readonly ComputeNode[]): void {
+export function checkOverrideNodes(overrides: readonly NodeOverride[], nodes: readonly ComputeNode[]): void {
   const known = new Set(nodes.map((n) => n.nodeIp));
   overrides.forEach((o, i) => {
     if (!known.has(o.nodeIp)) throw invalidInput(`input.nodeOverrides[${i}].nodeIp`, 'no deployed compute node has this address');
@@ -229,16 +219,6 @@ function checkOverrideNodes(overrides: readonly NodeOverride[], nodes: readonly 
 
 // ---------------------------------------------------------------------------------------------
 // What a node reports
-
-/** One exec: addresses, links with their kind, and the FRR version, in marked sections. */
-export const PREFLIGHT_SCRIPT = [
-  "printf '@@addr\\n'", 'ip -j addr',
-  "printf '\\n@@link\\n'", 'ip -j -d link',
-  "printf '\\n@@frr\\n'",
-  // dpkg's version when FRR is a Debian package, else vtysh's own banner ("... (version 8.4.4)").
-  "v=$(dpkg-query -W -f '${Version}' frr 2>/dev/null); if [ -n \"$v\" ]; then echo \"$v\"; elif command -v vtysh >/dev/null 2>&1; then vtysh -h 2>&1 | sed -n 's/.*(version \\([^)]*\\)).*/\\1/p' | head -n 1; fi",
-  'exit 0',
-].join('; ');
 
 export interface Iface {
   ifindex: number;
@@ -400,66 +380,22 @@ export function vtepPoolView(routerIdBase: string, routerIdPrefixLen: number, ex
 }
 
 // ---------------------------------------------------------------------------------------------
-// The fan-out
+// The findings (pure): each node's scan row, resolved, and the consensus over them
 
-type Capability = 'capable' | 'incapable';
+export type Capability = 'capable' | 'incapable';
 
-interface NodeReport {
+export interface NodeReport {
   facts: NodeFacts;
   capability: Capability;
 }
 
-/** The FRR probe on one node: the version first, then (>= 9.1 only) FRR's own checker on the snippet. */
-async function probeCapability(session: SshSession, facts: NodeFacts): Promise<Capability> {
-  const version = frrVersionOf(facts.frrVersion);
-  if (!version || !versionAtLeast(version, HMAC_MIN_VERSION)) return 'incapable';
-  // 9.1 on paper; the dry run proves the build really takes the interface key-chain line.
-  const checked = await session.exec('vtysh -C -f /dev/stdin', { stdin: hmacProbeSnippet(), timeoutMs: COMMAND_TIMEOUT_MS });
-  return checked.exitCode === 0 ? 'capable' : 'incapable';
-}
+/** What the SSH scan (preflight-scan.ts) found on one node: its facts, or why it could not be read. */
+export type ScanRow = { ok: true; report: NodeReport } | { ok: false; reason: string };
 
-async function readNode(session: SshSession): Promise<NodeReport> {
-  const out = await session.exec(PREFLIGHT_SCRIPT, { timeoutMs: COMMAND_TIMEOUT_MS });
-  if (out.exitCode !== 0) throw new FactsError(`the interface read exited ${out.exitCode ?? out.signal}`);
-  const facts = parseFacts(out.stdout);
-  return { facts, capability: await probeCapability(session, facts) };
-}
-
-const FAN_OUT_WORD: Record<string, string> = { refused: 'SSH refused', timeout: 'SSH timed out', failed: 'SSH failed' };
-
-function unreachableReason(result: Exclude<FanOutResult<unknown, unknown>, { status: 'ok' }>): string {
-  return `${FAN_OUT_WORD[result.status] ?? result.status} (${result.code}): ${result.reason}`;
-}
-
-export interface PreflightOptions {
-  perNodeTimeoutMs?: number;
-  connectTimeoutMs?: number;
-  concurrency?: number;
-}
-
-/**
- * Runs the preflight: every input rule first (nothing is contacted before the input is known
- * good), then the fan-out, then the findings in one transaction. Needs platform admin: it
- * contacts every node, pins host keys and writes the consensus the config is checked against.
- */
-export async function runPreflight(ctx: Context, input: PreflightInput, opts: PreflightOptions = {}): Promise<PreflightResult> {
-  decide(requirePrincipal(ctx), 'admin', { type: 'platform' });
-  const v = validatePreflightInput(input);
-  const nodes = await listComputeNodes(ctx.prisma);
-  checkOverrideNodes(v.overrides, nodes);
-  const stored = await ctx.prisma.fabricConfig.findUnique({
-    where: { id: 1 }, select: { expectedNodes: true, routerIdBase: true, routerIdPrefixLen: true },
-  });
-  const routerIdBase = v.routerIdBase ?? stored?.routerIdBase ?? '';
-  const routerIdPrefixLen = v.routerIdPrefixLen ?? stored?.routerIdPrefixLen ?? 0;
-  if ((routerIdBase === '') !== (routerIdPrefixLen === 0)) {
-    throw invalidInput(routerIdBase === '' ? 'input.routerIdBase' : 'input.routerIdPrefixLen',
-      'the VTEP pool needs both a base and a prefix length (from the input or the stored fabric config)');
-  }
-  const vtepPool = vtepPoolView(routerIdBase, routerIdPrefixLen, v.expectedNodes ?? stored?.expectedNodes ?? 0);
-
-  const overrideOf = new Map(v.overrides.map((o) => [o.nodeIp, o]));
-  const rows = await scanNodes(ctx, nodes, opts);
+/** The preflight's answer from the nodes' scan rows (in the nodes' order). */
+export function findingsOf(nodes: readonly Pick<ComputeNode, 'nodeIp' | 'fqdn'>[], rows: readonly ScanRow[], underlay: Cidr,
+  overrides: readonly NodeOverride[], vtepPool: VtepPoolView): PreflightResult {
+  const overrideOf = new Map(overrides.map((o) => [o.nodeIp, o]));
   const reports: PreflightNode[] = [];
   const capabilities: Capability[] = [];
   nodes.forEach((node, i) => {
@@ -470,102 +406,15 @@ export async function runPreflight(ctx: Context, input: PreflightInput, opts: Pr
       return;
     }
     capabilities.push(row.report.capability);
-    const r = resolveNode(row.report.facts, v.underlay, overrideOf.get(node.nodeIp));
+    const r = resolveNode(row.report.facts, underlay, overrideOf.get(node.nodeIp));
     reports.push({ ...base, ...r, needsOverride: r.mode === 'needs_override' });
   });
-
   const { underlayMtu, mtuDrift } = mtuConsensus(reports);
   const matchedBridges = [...new Set(reports.filter((n) => n.mode === 'reuse').map((n) => n.bridge))].sort();
   // The seed's "true ⟺ every node ∈ {reuse}": true of an empty cluster too (apply refuses that one).
   const ready = reports.every((n) => n.mode === 'reuse');
   const frrHmacShaCapable = capabilities.length === 0 ? null : capabilities.every((c) => c === 'capable');
-  const result: PreflightResult = { underlayCidr: v.underlay.text, ready, underlayMtu, matchedBridges, mtuDrift, nodes: reports, vtepPool, frrHmacShaCapable };
-  await record(ctx.prisma, result);
-  return result;
-}
-
-/**
- * The broker as sshTargetOf sees it for one preflight: most nodes share the service's key, so it
- * is read (and decrypted) once, not once per node.
- */
-function onceEachKey(broker: SecretBroker): SecretBroker {
-  const seen = new Map<string, Promise<unknown>>();
-  return {
-    put: (tenantId, value, db) => broker.put(tenantId, value, db),
-    delete: (ref, tenantId) => broker.delete(ref, tenantId),
-    get: (ref, tenantId) => {
-      const key = `${tenantId ?? ''}\u0000${ref}`;
-      let value = seen.get(key);
-      if (!value) {
-        value = broker.get(ref, tenantId);
-        seen.set(key, value);
-      }
-      return value;
-    },
-  };
-}
-
-type ScanRow = { ok: true; report: NodeReport } | { ok: false; reason: string };
-
-async function scanNodes(ctx: Context, nodes: readonly ComputeNode[], opts: PreflightOptions): Promise<ScanRow[]> {
-  if (nodes.length === 0) return [];
-  const identity = await serviceSshIdentity(ctx.prisma, ctx.secrets);
-  const connectTimeoutMs = opts.connectTimeoutMs ?? PREFLIGHT_CONNECT_TIMEOUT_MS;
-  const secrets = ctx.secrets ? onceEachKey(ctx.secrets) : null;
-  const targets = await Promise.allSettled(nodes.map((n) => sshTargetOf(n, identity, secrets, { connectTimeoutMs })));
-  const rows: ScanRow[] = new Array(nodes.length);
-  const reachable: { node: ComputeNode; index: number; target: SshTarget }[] = [];
-  targets.forEach((t, index) => {
-    if (t.status === 'fulfilled') reachable.push({ node: nodes[index]!, index, target: t.value });
-    else rows[index] = { ok: false, reason: 'the node\'s SSH key could not be read from the secret broker' };
-  });
-  const results = await fanOutSsh(
-    reachable,
-    (item) => item.target,
-    async (session, item) => {
-      // Trust on first use: the key this authenticated session saw is pinned from now on.
-      if (item.node.sshHostKey === null) await pinHostKey(ctx.prisma, item.node.nodeId, session.hostKey.fingerprint);
-      return readNode(session);
-    },
-    { perNodeTimeoutMs: opts.perNodeTimeoutMs ?? PREFLIGHT_NODE_DEADLINE_MS, concurrency: opts.concurrency },
-  );
-  for (const r of results) {
-    if (r.status === 'ok') rows[r.item.index] = { ok: true, report: r.value };
-    else if (r.code === 'TASK_FAILED') rows[r.item.index] = { ok: false, reason: `reached, but its interfaces could not be read: ${r.reason}` };
-    else rows[r.item.index] = { ok: false, reason: unreachableReason(r) };
-  }
-  return rows;
-}
-
-/** The findings, the capability and the event commit together. */
-async function record(prisma: PrismaClient, result: PreflightResult): Promise<void> {
-  await prisma.$transaction(async (tx) => {
-    const data = {
-      underlayCidr: result.underlayCidr,
-      underlayMtu: result.underlayMtu,
-      mtuDrift: result.mtuDrift.map((d) => ({ ...d })),
-      ready: result.ready,
-      nodeCount: result.nodes.length,
-      at: new Date(),
-      // No node answered: the earlier finding stands.
-      ...(result.frrHmacShaCapable === null ? {} : { frrHmacShaCapable: result.frrHmacShaCapable }),
-    };
-    await tx.fabricPreflight.upsert({ where: { id: PREFLIGHT_ID }, create: { id: PREFLIGHT_ID, ...data }, update: data });
-    if (result.frrHmacShaCapable !== null) {
-      await tx.fabricConfig.updateMany({ where: { id: 1 }, data: { frrHmacShaCapable: result.frrHmacShaCapable } });
-    }
-    const count = (mode: PreflightMode) => result.nodes.filter((n) => n.mode === mode).length;
-    await publish(tx, {
-      type: 'fabric.preflight.completed',
-      tenantId: null,
-      subject: 'fabric-config',
-      payload: {
-        underlayCidr: result.underlayCidr, ready: result.ready, nodes: result.nodes.length, reuse: count('reuse'),
-        override: count('override'), needsOverride: count('needs_override'), unreachable: count('unreachable'),
-        underlayMtu: result.underlayMtu, mtuDrift: result.mtuDrift.length, frrHmacShaCapable: result.frrHmacShaCapable,
-      },
-    });
-  });
+  return { underlayCidr: underlay.text, ready, underlayMtu, matchedBridges, mtuDrift, nodes: reports, vtepPool, frrHmacShaCapable };
 }
 
 // ---------------------------------------------------------------------------------------------

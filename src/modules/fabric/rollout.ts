@@ -7,7 +7,7 @@ import { publish } from '../../events/outbox';
 import type { Tx } from '../../db/client';
 import type { FabricJob, FabricJobNode, PrismaClient } from '../../generated/prisma/client';
 import { uuidv7 } from '../../ids';
-import { prismaExecutor } from '../../../jobs/send';
+import { abortRun, fabricRunId, startRun } from './runs';
 import { computeNodeByIp, listComputeNodes, type ComputeNode } from './compute-nodes';
 import type { RolloutStatus } from './validate';
 
@@ -15,8 +15,8 @@ import type { RolloutStatus } from './validate';
  * Fabric rollouts (issue 10 item 8), the request side: apply (every compute node or one),
  * teardown of one node, cancel, and the job views. A request records its intent in one
  * transaction (the fabric_job row, one fabric_job_node row per target, the rollout status, the
- * first event and the pg-boss job that names the row) and returns at once; jobs/fabric-rollout.ts
- * does the work. Reading needs a platform-scoped grant (as the fabric config); everything that
+ * first event and the workflow run that carries it out) and returns at once; the run
+ * (jobs/workflows/fabric-rollout.ts, on the workflow engine) does the work. Reading needs a platform-scoped grant (as the fabric config); everything that
  * changes nodes needs fabric:admin on the platform (platform admin holds it): a rollout touches
  * every compute node, more than the fabric:write that saves the intent.
  *
@@ -33,7 +33,6 @@ import type { RolloutStatus } from './validate';
  */
 
 export const FABRIC_ID = 1;
-export const ROLLOUT_QUEUE = 'fabric.rollout' as const;
 
 export type FabricJobType = 'fabric_apply' | 'fabric_teardown';
 export type FabricJobStatus = 'running' | 'completed' | 'failed' | 'partial';
@@ -301,8 +300,7 @@ async function createJob(ctx: Context, tx: Tx, job: NewJob, configVersion: numbe
     data: job.nodes.map((n, position) => ({ jobId: id, nodeId: n.nodeId, position, nodeIp: n.nodeIp, fqdn: n.fqdn })),
   });
   await publishJobEvent(tx, { jobId: id, jobType: job.jobType, state: job.state, progress: 0, total_nodes: job.nodes.length, strict: job.strict });
-  if (!ctx.queues) throw new AppError('INVALID_CONFIG', 'this process has no job queue');
-  await ctx.queues.send(ROLLOUT_QUEUE, { jobId: id }, { db: prismaExecutor(tx) });
+  await startRun(tx, { id: fabricRunId(id), subject: `fabric:${id}`, kind: job.jobType === 'fabric_apply' ? 'fabric-apply' : 'fabric-teardown', params: { fabricJobId: id } });
   const nodes = await tx.fabricJobNode.findMany({ where: { jobId: id } });
   return jobViewOf(row, nodes);
 }
@@ -409,6 +407,8 @@ export async function requestCancel(ctx: Context, jobId: string): Promise<Cancel
       return { jobId, state: job.state, message: `cancellation of fabric apply ${jobId} is already under way` };
     }
     await tx.fabricJob.update({ where: { id: jobId }, data: { cancelRequestedAt: new Date(), state: 'apply_cancelling', updatedAt: new Date() } });
+    // The cancel is the run's abort: its body stops the fan-out and runs its cleanup (the rollback).
+    await abortRun(tx, fabricRunId(jobId));
     await publishJobEvent(tx, { jobId, jobType: 'fabric_apply', state: 'apply_cancelling', progress: job.progress });
     return { jobId, state: 'apply_cancelling', message: `cancelling fabric apply ${jobId}: every touched node goes back to baseline` };
   });

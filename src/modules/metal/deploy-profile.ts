@@ -3,6 +3,7 @@ import { absent, decide } from '../../auth/decide';
 import { requirePrincipal, type Context } from '../../context';
 import { AppError, invalidInput } from '../../errors';
 import { checkName } from '../tenancy/validate';
+import type { Runner } from './node-store';
 
 /** What a deploy workflow can do, step by step. */
 export const STEP_KINDS = ['partition', 'image', 'configure', 'script', 'reboot'] as const;
@@ -91,4 +92,16 @@ export async function validateProfile(ctx: Context, profileId: string, profileVe
   if (!version) return { valid: false, problems: [`profileVersion: profile ${profile.id} has no such version`] };
   const problems = profileProblems(version.role, version.steps);
   return { valid: problems.length === 0, problems };
+}
+
+/** One saved profile version as a deploy runs it: its role and steps. */
+export interface ProfileVersionRow { profileId: string; version: number; role: string; steps: { name: string; kind?: string; params?: unknown }[] }
+
+/** A saved profile version (the deploy workflow reads the one its run recorded), or null. */
+export async function readProfileVersion(db: Pick<Runner, 'query'>, profileId: string, version: number): Promise<ProfileVersionRow | null> {
+  const { rows } = await db.query('SELECT profile_id, version, role, steps FROM deploy_profile_version WHERE profile_id = $1 AND version = $2', [profileId, version]);
+  const row = rows[0];
+  if (!row) return null;
+  const steps = Array.isArray(row.steps) ? (row.steps as ProfileVersionRow['steps']) : [];
+  return { profileId: row.profile_id as string, version: Number(row.version), role: row.role as string, steps };
 }

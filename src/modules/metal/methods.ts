@@ -13,7 +13,7 @@ export interface ApiMethod {
   phase: string;
 }
 
-const m = (name: string, kind: ApiMethod['kind'], permission: ApiMethod['permission'], scope: ApiMethod['scope'], phase: string): ApiMethod => ({
+const method = (name: string, kind: ApiMethod['kind'], permission: ApiMethod['permission'], scope: ApiMethod['scope'], phase: string): ApiMethod => ({
   name,
   path: `/api/compute/metal/${name}`,
   kind,
@@ -24,19 +24,19 @@ const m = (name: string, kind: ApiMethod['kind'], permission: ApiMethod['permiss
 });
 
 export const METAL_METHODS: readonly ApiMethod[] = [
-  m('enroll', 'mutation', 'compute:nodes:provision', 'compute-pool', 'v0.2'),
-  m('manage', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('inspect', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('provide', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('deploy', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('undeploy', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('rescue', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('unrescue', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('abort', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('recover', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('retire', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
-  m('power', 'mutation', 'compute:nodes:power', 'compute-node', 'v0.2'),
-  m('bulk', 'mutation', 'compute:nodes:provision', 'compute-pool', 'v1.0'),
-  m('confirmMac', 'mutation', 'compute:nodes:provision', 'compute-node', 'v1.0'),
-  m('discovered', 'read', 'compute:sites:read', 'compute-site', 'v1.0'),
+  method('enroll', 'mutation', 'compute:nodes:provision', 'compute-pool', 'v0.2'),
+  method('manage', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('inspect', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('provide', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('deploy', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('undeploy', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('rescue', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('unrescue', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('abort', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('recover', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('retire', 'mutation', 'compute:nodes:provision', 'compute-node', 'v0.2'),
+  method('power', 'mutation', 'compute:nodes:power', 'compute-node', 'v0.2'),
+  method('bulk', 'mutation', 'compute:nodes:provision', 'compute-pool', 'v1.0'),
+  method('confirmMac', 'mutation', 'compute:nodes:provision', 'compute-node', 'v1.0'),
+  method('discovered', 'read', 'compute:sites:read', 'compute-site', 'v1.0'),
 ];

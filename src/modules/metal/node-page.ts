@@ -31,14 +31,14 @@ export interface NodeListFilter {
  * The Prisma `where` of a `nodes` page: the caller's read scope and the filter, in the one shape
  * {@link whereSql} translates (anything else goes to Prisma as before).
  */
-export function nodeListWhere(access: object | null, f: NodeListFilter) {
+export function nodeListWhere(access: object | null, filter: NodeListFilter) {
   return {
     AND: [
       access ?? {},
-      f.siteId ? { siteId: f.siteId } : {},
-      f.poolId ? { poolId: f.poolId } : {},
-      f.provisionState ? { provisionState: f.provisionState } : {},
-      f.maintenance != null ? { maintenance: f.maintenance } : {},
+      filter.siteId ? { siteId: filter.siteId } : {},
+      filter.poolId ? { poolId: filter.poolId } : {},
+      filter.provisionState ? { provisionState: filter.provisionState } : {},
+      filter.maintenance != null ? { maintenance: filter.maintenance } : {},
     ],
   };
 }

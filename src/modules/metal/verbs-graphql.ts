@@ -133,12 +133,12 @@ builder.mutationField('enrollNode', (t) =>
     description: 'Creates a metal node in enrolling from its BMC, in the given pool. Decided as compute:nodes:provision on the pool. Publishes node.enrolled.',
     args: { input: t.arg({ type: EnrollInputRef, required: true }) },
     resolve: async (_root, { input }, ctx) => {
-      const c = input.bmc.credentials;
-      const given = [c.ref != null, c.username != null || c.password != null].filter(Boolean).length;
+      const credentialsInput = input.bmc.credentials;
+      const given = [credentialsInput.ref != null, credentialsInput.username != null || credentialsInput.password != null].filter(Boolean).length;
       if (given !== 1) {
         throw new AppError('INVALID_INPUT', 'bmc.credentials: give either ref or username and password', { field: 'bmc.credentials' });
       }
-      const credentials = c.ref != null ? c.ref : { username: c.username ?? '', password: c.password ?? '' };
+      const credentials = credentialsInput.ref != null ? credentialsInput.ref : { username: credentialsInput.username ?? '', password: credentialsInput.password ?? '' };
       return { nodeId: await enroll(ctx, { ...input, bmc: { ...input.bmc, credentials } }) };
     },
   }),

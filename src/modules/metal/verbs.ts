@@ -20,6 +20,13 @@ export interface VerbOptions {
   reason?: string | null;
   wipe?: WipeMode | null;
   profile?: { profileId: string; profileVersion: number };
+  /**
+   * Node fields the caller changes in the verb's own commit (unprovision's new BMC credentials and
+   * driver), so the change and the verb's run are written together or not at all.
+   */
+  nodeChange?: NodeChange;
+  /** The node's version as the caller read it: CONFLICT, with nothing written, if it moved since. */
+  expectedVersion?: number;
 }
 
 /**
@@ -92,7 +99,7 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
   }
   const from = node.provisionState as ProvisionState;
   const to = decision.to ?? from;
-  const data: NodeChange = { provisionState: to, ...clearedFailure(verb) };
+  const data: NodeChange = { ...opts.nodeChange, provisionState: to, ...clearedFailure(verb) };
   if (verb === 'abort') {
     data.failedFrom = from;
     data.lastErrorCode = 'ABORTED';
@@ -136,7 +143,7 @@ export async function runMoveVerb(ctx: Context, verb: MoveVerb, nodeId: string, 
     ...(wipe ? { wipe } : {}),
     ...(verb === 'deploy' && opts.profile ? { profileId: opts.profile.profileId, profileVersion: opts.profile.profileVersion } : {}),
   };
-  const row = await commitVerb(ctx, node, {
+  const row = await commitVerb(ctx, { id: node.id, version: opts.expectedVersion ?? node.version }, {
     data,
     // recover and retire (the verbs legal from failed) of a node whose aborted run still cleans
     // up are CONFLICT, with nothing written: the store's statement refuses to start a run then.

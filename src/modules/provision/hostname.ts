@@ -17,16 +17,16 @@ function label(text: string, max = 63): string {
 
 /** A NetBox device name as a host name: as it is when it is one (lowercased), else made one; null when nothing is left. */
 export function hostnameFromDeviceName(name: string | null | undefined): string | null {
-  const n = (name ?? '').trim().toLowerCase();
-  if (HOST.test(n)) return n;
-  const l = label(n);
-  return l === '' ? null : l;
+  const lowered = (name ?? '').trim().toLowerCase();
+  if (HOST.test(lowered)) return lowered;
+  const dnsLabel = label(lowered);
+  return dnsLabel === '' ? null : dnsLabel;
 }
 
 /** `node-<serial>` (a DNS label), or null for a serial with nothing usable in it. */
 export function hostnameFromSerial(serial: string | null | undefined): string | null {
-  const l = label((serial ?? '').trim(), 63 - 'node-'.length);
-  return l === '' ? null : `node-${l}`;
+  const dnsLabel = label((serial ?? '').trim(), 63 - 'node-'.length);
+  return dnsLabel === '' ? null : `node-${dnsLabel}`;
 }
 
 /** The serial the BMC reported (the out-of-band inventory enroll stores in node.inventory), or null. */

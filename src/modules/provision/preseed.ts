@@ -77,7 +77,7 @@ const TOKEN = /^[A-Za-z0-9_-]{16,128}$/;
 const JOB_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
 /** The request's name of a field (snake_case on REST), for errors. */
-const field = (r: Pick<PreseedRequest, 'fields'>, name: keyof NonNullable<PreseedRequest['fields']>) => r.fields?.[name] ?? name;
+const field = (request: Pick<PreseedRequest, 'fields'>, name: keyof NonNullable<PreseedRequest['fields']>) => request.fields?.[name] ?? name;
 
 /** A chosen disk as a device path: nvme0n1 -> /dev/nvme0n1; by-id paths stay. */
 export const devicePath = (disk: string) => (disk.startsWith('/dev/') ? disk : `/dev/${disk}`);
@@ -90,22 +90,22 @@ export function partitionPath(disk: string, n: number): string {
 }
 
 /** Checks the disks against the pool type (the counts are ZFS's), naming the field. */
-export function checkDisks(r: Pick<PreseedRequest, 'disks' | 'poolType' | 'fields'>): { disks: string[]; poolType: PoolType } {
-  if (!(POOL_TYPES as readonly string[]).includes(r.poolType)) throw invalidInput(field(r, 'poolType'), `must be one of ${POOL_TYPES.join(', ')}`);
-  const poolType = r.poolType as PoolType;
-  if (!Array.isArray(r.disks) || r.disks.length === 0) throw invalidInput(field(r, 'disks'), 'must name at least one disk');
-  if (r.disks.length > 64) throw invalidInput(field(r, 'disks'), 'may name at most 64 disks');
+export function checkDisks(request: Pick<PreseedRequest, 'disks' | 'poolType' | 'fields'>): { disks: string[]; poolType: PoolType } {
+  if (!(POOL_TYPES as readonly string[]).includes(request.poolType)) throw invalidInput(field(request, 'poolType'), `must be one of ${POOL_TYPES.join(', ')}`);
+  const poolType = request.poolType as PoolType;
+  if (!Array.isArray(request.disks) || request.disks.length === 0) throw invalidInput(field(request, 'disks'), 'must name at least one disk');
+  if (request.disks.length > 64) throw invalidInput(field(request, 'disks'), 'may name at most 64 disks');
   const seen = new Set<string>();
-  for (const [i, d] of r.disks.entries()) {
-    if (typeof d !== 'string' || !DISK.test(d)) throw invalidInput(`${field(r, 'disks')}[${i}]`, 'must be a disk name (nvme0n1, sda) or a /dev/disk/by-id path');
+  for (const [i, d] of request.disks.entries()) {
+    if (typeof d !== 'string' || !DISK.test(d)) throw invalidInput(`${field(request, 'disks')}[${i}]`, 'must be a disk name (nvme0n1, sda) or a /dev/disk/by-id path');
     const dev = devicePath(d);
-    if (seen.has(dev)) throw invalidInput(`${field(r, 'disks')}[${i}]`, 'is listed twice (the same device as an earlier entry)');
+    if (seen.has(dev)) throw invalidInput(`${field(request, 'disks')}[${i}]`, 'is listed twice (the same device as an earlier entry)');
     seen.add(dev);
   }
   const min = MIN_DISKS[poolType];
-  if (r.disks.length < min) throw invalidInput(field(r, 'poolType'), `${poolType} needs at least ${min} disks; ${r.disks.length} chosen`);
-  if (poolType === 'single' && r.disks.length !== 1) throw invalidInput(field(r, 'poolType'), `single takes exactly one disk; ${r.disks.length} chosen (stripe spans several)`);
-  return { disks: r.disks, poolType };
+  if (request.disks.length < min) throw invalidInput(field(request, 'poolType'), `${poolType} needs at least ${min} disks; ${request.disks.length} chosen`);
+  if (poolType === 'single' && request.disks.length !== 1) throw invalidInput(field(request, 'poolType'), `single takes exactly one disk; ${request.disks.length} chosen (stripe spans several)`);
+  return { disks: request.disks, poolType };
 }
 
 /** IOMMU and vfio-pci arguments from gpu_passthrough: true, or { iommu: intel|amd, pci_ids: [...] }. */
@@ -126,29 +126,29 @@ export function gpuKernelArgs(value: unknown, name = 'gpuPassthrough'): string[]
   return args;
 }
 
-function checkHostname(r: PreseedRequest): { host: string; domain: string } {
-  const name = field(r, 'hostname');
-  const full = r.hostname;
+function checkHostname(request: PreseedRequest): { host: string; domain: string } {
+  const name = field(request, 'hostname');
+  const full = request.hostname;
   if (typeof full !== 'string' || full.length === 0 || full.length > 253) throw invalidInput(name, 'must be a hostname of 1 to 253 characters');
   const labels = full.split('.');
   for (const l of labels) if (!HOST_LABEL.test(l)) throw invalidInput(name, 'each label must be 1-63 letters, digits or hyphens, not starting or ending with a hyphen');
-  const domain = r.domain ?? labels.slice(1).join('.');
+  const domain = request.domain ?? labels.slice(1).join('.');
   if (domain) for (const l of domain.split('.')) if (!HOST_LABEL.test(l)) throw invalidInput('domain', 'must be a DNS domain');
   return { host: labels[0]!.toLowerCase(), domain: domain.toLowerCase() };
 }
 
-function checkNetwork(r: PreseedRequest): PreseedRequest['network'] {
-  const name = field(r, 'network');
-  const n = r.network;
-  if (n.mode === 'dhcp') return n;
-  if (!ipaddr.IPv4.isValidFourPartDecimal(n.address)) throw invalidInput(`${name}.address`, 'must be an IPv4 address');
-  if (!Number.isInteger(n.prefixLength) || n.prefixLength < 1 || n.prefixLength > 32) throw invalidInput(`${name}.prefixLength`, 'must be 1..32');
-  if (!ipaddr.IPv4.isValidFourPartDecimal(n.gateway)) throw invalidInput(`${name}.gateway`, 'must be an IPv4 address');
-  const net = ipaddr.IPv4.parse(n.address);
-  if (!ipaddr.IPv4.parse(n.gateway).match(net, n.prefixLength)) throw invalidInput(`${name}.gateway`, 'must lie in the subnet of address/prefix_length');
-  if (!Array.isArray(n.nameservers) || n.nameservers.length > 3) throw invalidInput(`${name}.nameservers`, 'must list at most 3 addresses');
-  for (const [i, ns] of n.nameservers.entries()) if (!ipaddr.isValid(ns)) throw invalidInput(`${name}.nameservers[${i}]`, 'must be an IP address');
-  return n;
+function checkNetwork(request: PreseedRequest): PreseedRequest['network'] {
+  const name = field(request, 'network');
+  const network = request.network;
+  if (network.mode === 'dhcp') return network;
+  if (!ipaddr.IPv4.isValidFourPartDecimal(network.address)) throw invalidInput(`${name}.address`, 'must be an IPv4 address');
+  if (!Number.isInteger(network.prefixLength) || network.prefixLength < 1 || network.prefixLength > 32) throw invalidInput(`${name}.prefixLength`, 'must be 1..32');
+  if (!ipaddr.IPv4.isValidFourPartDecimal(network.gateway)) throw invalidInput(`${name}.gateway`, 'must be an IPv4 address');
+  const net = ipaddr.IPv4.parse(network.address);
+  if (!ipaddr.IPv4.parse(network.gateway).match(net, network.prefixLength)) throw invalidInput(`${name}.gateway`, 'must lie in the subnet of address/prefix_length');
+  if (!Array.isArray(network.nameservers) || network.nameservers.length > 3) throw invalidInput(`${name}.nameservers`, 'must list at most 3 addresses');
+  for (const [i, ns] of network.nameservers.entries()) if (!ipaddr.isValid(ns)) throw invalidInput(`${name}.nameservers[${i}]`, 'must be an IP address');
+  return network;
 }
 
 const macOf = (mac: string) => mac.toLowerCase().replace(/-/g, ':');
@@ -156,29 +156,29 @@ const macOf = (mac: string) => mac.toLowerCase().replace(/-/g, ':');
 /** One shell word in single quotes (the callback's URL and body; all are checked before). */
 const sq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
-export function renderPreseed(r: PreseedRequest): Preseed {
-  const { host, domain } = checkHostname(r);
-  const userField = field(r, 'osUsername');
-  if (typeof r.osUsername !== 'string' || !USERNAME.test(r.osUsername)) throw invalidInput(userField, 'must be a Linux user name: a lower-case letter or _, then up to 31 of a-z, 0-9, _ and -');
-  if (RESERVED_USERS.has(r.osUsername)) throw invalidInput(userField, 'is a system account; root\'s login is disabled and the user gets sudo');
-  const pwField = field(r, 'osPassword');
-  if (typeof r.osPassword !== 'string' || r.osPassword.length < 8 || r.osPassword.length > 256) throw invalidInput(pwField, 'must be 8 to 256 characters');
-  const { disks, poolType } = checkDisks(r);
-  if (r.nicMac != null && (typeof r.nicMac !== 'string' || !MAC.test(r.nicMac))) throw invalidInput(field(r, 'nicMac'), 'must be a MAC address (aa:bb:cc:dd:ee:ff)');
-  if (r.nicName != null && (typeof r.nicName !== 'string' || !NIC_NAME.test(r.nicName))) throw invalidInput(field(r, 'nicName'), 'must be an interface name such as enp65s0f0');
-  const network = checkNetwork(r);
-  const gpuArgs = gpuKernelArgs(r.gpuPassthrough, field(r, 'gpuPassthrough'));
-  const { baseUrl, jobId, token } = r.callback;
+export function renderPreseed(request: PreseedRequest): Preseed {
+  const { host, domain } = checkHostname(request);
+  const userField = field(request, 'osUsername');
+  if (typeof request.osUsername !== 'string' || !USERNAME.test(request.osUsername)) throw invalidInput(userField, 'must be a Linux user name: a lower-case letter or _, then up to 31 of a-z, 0-9, _ and -');
+  if (RESERVED_USERS.has(request.osUsername)) throw invalidInput(userField, 'is a system account; root\'s login is disabled and the user gets sudo');
+  const pwField = field(request, 'osPassword');
+  if (typeof request.osPassword !== 'string' || request.osPassword.length < 8 || request.osPassword.length > 256) throw invalidInput(pwField, 'must be 8 to 256 characters');
+  const { disks, poolType } = checkDisks(request);
+  if (request.nicMac != null && (typeof request.nicMac !== 'string' || !MAC.test(request.nicMac))) throw invalidInput(field(request, 'nicMac'), 'must be a MAC address (aa:bb:cc:dd:ee:ff)');
+  if (request.nicName != null && (typeof request.nicName !== 'string' || !NIC_NAME.test(request.nicName))) throw invalidInput(field(request, 'nicName'), 'must be an interface name such as enp65s0f0');
+  const network = checkNetwork(request);
+  const gpuArgs = gpuKernelArgs(request.gpuPassthrough, field(request, 'gpuPassthrough'));
+  const { baseUrl, jobId, token } = request.callback;
   const base = new URL(baseUrl);
   if (!['http:', 'https:'].includes(base.protocol) || base.username || base.password || /[\s'"\\]/.test(baseUrl)) throw new Error('the callback base URL must be a plain http(s) URL');
   if (!TOKEN.test(token) || !JOB_ID.test(jobId)) throw new Error('the callback token and job id must be URL-safe words');
-  if (!ipaddr.isValid(r.bmcIp)) throw new Error('bmcIp must be an IP address');
+  if (!ipaddr.isValid(request.bmcIp)) throw new Error('bmcIp must be an IP address');
 
-  const passwordHash = sha512Crypt(r.osPassword);
+  const passwordHash = sha512Crypt(request.osPassword);
   const api = `${base.origin}${base.pathname.replace(/\/+$/, '')}/controlnode`;
   const report = (step: string, percent: number) => `/metal/report ${step} ${percent}`;
-  const mirrorHost = r.mirror?.host ?? 'deb.debian.org';
-  const mirrorDir = r.mirror?.directory ?? '/debian';
+  const mirrorHost = request.mirror?.host ?? 'deb.debian.org';
+  const mirrorDir = request.mirror?.directory ?? '/debian';
   if (!/^[A-Za-z0-9.-]+(:\d+)?$/.test(mirrorHost) || !/^\/[A-Za-z0-9._/-]*$/.test(mirrorDir)) throw new Error('the mirror must be a host and a path');
 
   const lines: string[] = [
@@ -189,7 +189,7 @@ export function renderPreseed(r: PreseedRequest): Preseed {
     'd-i clock-setup/utc boolean true',
     'd-i clock-setup/ntp boolean true',
     // Network: the interface BOOTIF names (by MAC) or the one named; DHCP or static.
-    `d-i netcfg/choose_interface select ${r.nicName && !r.nicMac ? r.nicName : 'auto'}`,
+    `d-i netcfg/choose_interface select ${request.nicName && !request.nicMac ? request.nicName : 'auto'}`,
     `d-i netcfg/get_hostname string ${host}`,
     `d-i netcfg/get_domain string ${domain}`,
     `d-i netcfg/hostname string ${host}`,
@@ -211,8 +211,8 @@ export function renderPreseed(r: PreseedRequest): Preseed {
     // Accounts: no root login; the user, with a crypted password only, in sudo.
     'd-i passwd/root-login boolean false',
     'd-i passwd/make-user boolean true',
-    `d-i passwd/user-fullname string ${r.osUsername}`,
-    `d-i passwd/username string ${r.osUsername}`,
+    `d-i passwd/user-fullname string ${request.osUsername}`,
+    `d-i passwd/username string ${request.osUsername}`,
     `d-i passwd/user-password-crypted password ${passwordHash}`,
     'd-i passwd/user-default-groups string sudo',
     ...partitioning(disks, poolType),
@@ -231,8 +231,8 @@ export function renderPreseed(r: PreseedRequest): Preseed {
     'd-i cdrom-detect/eject boolean true',
   ];
   const bootArgs = ['auto=true', 'priority=critical', 'DEBIAN_FRONTEND=text', `hostname=${host}`, ...(domain ? [`domain=${domain}`] : []),
-    ...(r.nicMac ? [`BOOTIF=01-${macOf(r.nicMac).replace(/:/g, '-')}`] : []), '---', 'quiet'];
-  return { files: [{ path: 'preseed.cfg', mode: 0o644, content: lines.join('\n') + '\n' }, ...callbackFiles(api, jobId, token, r.bmcIp)], bootArgs, passwordHash };
+    ...(request.nicMac ? [`BOOTIF=01-${macOf(request.nicMac).replace(/:/g, '-')}`] : []), '---', 'quiet'];
+  return { files: [{ path: 'preseed.cfg', mode: 0o644, content: lines.join('\n') + '\n' }, ...callbackFiles(api, jobId, token, request.bmcIp)], bootArgs, passwordHash };
 }
 
 /** partman: md RAID over every chosen disk for the pool type, or one plain disk for single. */

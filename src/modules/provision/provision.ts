@@ -10,7 +10,8 @@ import { newId } from '../../ids';
 import { updateNode, type Runner } from '../metal/node-store';
 import type { NodeChange } from '../metal/node-rows';
 import { decideMove } from '../metal/states';
-import { runMoveVerb } from '../metal/verbs';
+import { runMoveVerb, type VerbResult } from '../metal/verbs';
+import { recordControlNodeOs } from './bmc-info';
 import { nodeResource, poolResource } from '../tenancy/resources';
 import { confinedPath } from './iso-store';
 import { refuseFullIsoDir } from './iso-janitor';
@@ -21,7 +22,7 @@ import { enroll } from '../metal/enroll';
 import { checkBmcNetwork } from '../metal/bmc-networks';
 import { decideOnControlnodePool } from './controlnode-pool';
 import { siteIsServed } from '../sites/agent';
-import type { InstallParams } from '../../../jobs/workflows/install';
+import type { InstallParams } from './install-params';
 import { hostnameFromDeviceName, hostnameFromSerial, type HostnameSource } from './hostname';
 
 /**
@@ -132,17 +133,17 @@ export async function nodesWithBmc(db: Pick<Runner, 'query'>, bmcIp: string, exc
 /** The vendors of the seed's provision/<vendor> routes. */
 export const PROVISION_VENDORS = ['cisco', 'dell', 'hp', 'lenovo', 'supermicro'] as const;
 
-const f = (name: keyof ProvisionInput) => `input.${name}`;
+const provisionField = (name: keyof ProvisionInput) => `input.${name}`;
 const HOST = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 const FACT = /^[\x20-\x7e]{0,128}$/;
 
 export async function provisionControlNode(ctx: Context, input: ProvisionInput, pathVendor: string | null = null): Promise<ProvisionResult> {
   const principal = requirePrincipal(ctx);
-  if (typeof input.bmcIp !== 'string' || !isIP(input.bmcIp.trim())) throw invalidInput(f('bmcIp'), 'is required: the BMC\'s IPv4 or IPv6 address');
+  if (typeof input.bmcIp !== 'string' || !isIP(input.bmcIp.trim())) throw invalidInput(provisionField('bmcIp'), 'is required: the BMC\'s IPv4 or IPv6 address');
   const bmcIp = input.bmcIp.trim().toLowerCase();
   const vendor = (pathVendor ?? input.vendor ?? '').trim().toLowerCase();
-  if (!vendor) throw invalidInput(f('vendor'), `is required: one of ${PROVISION_VENDORS.join(', ')} (or POST /controlnode/provision/<vendor>)`);
-  if (!/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(f('vendor'), 'must be a vendor name');
+  if (!vendor) throw invalidInput(provisionField('vendor'), `is required: one of ${PROVISION_VENDORS.join(', ')} (or POST /controlnode/provision/<vendor>)`);
+  if (!/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(provisionField('vendor'), 'must be a vendor name');
   const driver = driverOfVendor(vendor);
 
   // Every field as the ISO build will use it, before anything is looked up or written. hostname is
@@ -162,32 +163,32 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
     nicMac, nicName, network: { mode: 'dhcp' }, gpuPassthrough: input.gpuPassthrough ?? null,
     callback: { baseUrl: 'http://127.0.0.1', jobId: 'check', token: 'c'.repeat(32) }, bmcIp, fields,
   });
-  if (input.selectedNicLegacy != null && !/^[a-zA-Z][a-zA-Z0-9._-]{0,14}$/.test(input.selectedNicLegacy)) throw invalidInput(f('selectedNicLegacy'), 'must be an interface name such as eth0');
+  if (input.selectedNicLegacy != null && !/^[a-zA-Z][a-zA-Z0-9._-]{0,14}$/.test(input.selectedNicLegacy)) throw invalidInput(provisionField('selectedNicLegacy'), 'must be an interface name such as eth0');
   for (const name of ['cacheDir', 'outputIso', 'pxePath'] as const) {
     const v = input[name];
-    if (v !== undefined && v !== null && v !== '') await confinedPath(f(name), v, ctx.config.isoDir);
+    if (v !== undefined && v !== null && v !== '') await confinedPath(provisionField(name), v, ctx.config.isoDir);
   }
   let callbackBase: string | null = null;
   if (input.controlnodeHost) {
     const host = input.controlnodeHost.trim();
-    if (!HOST.test(host) && !isIP(host)) throw invalidInput(f('controlnodeHost'), 'must be a host name or IP address the installer reaches the service at');
+    if (!HOST.test(host) && !isIP(host)) throw invalidInput(provisionField('controlnodeHost'), 'must be a host name or IP address the installer reaches the service at');
     const port = (input.controlnodePort ?? '').trim();
-    if (port && (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535)) throw invalidInput(f('controlnodePort'), 'must be a port 1..65535');
+    if (port && (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535)) throw invalidInput(provisionField('controlnodePort'), 'must be a port 1..65535');
     callbackBase = `http://${isIP(host) === 6 ? `[${host}]` : host}${port ? `:${port}` : ''}`;
   } else if (input.controlnodePort) {
-    throw invalidInput(f('controlnodeHost'), 'is required with controlnode_port');
+    throw invalidInput(provisionField('controlnodeHost'), 'is required with controlnode_port');
   }
   const facts: Record<string, unknown> = {};
   for (const name of ['networkRole', 'kubernetesClusterName', 'kubernetesClusterType', 'location', 'zone', 'rackNumber', 'vmSlot', 'arch', 'branch', 'debianVersion', 'pxeServer', 'sysIuri'] as const) {
     const v = input[name];
     if (v === undefined || v === null || v === '') continue;
-    if (typeof v !== 'string' || !FACT.test(v)) throw invalidInput(f(name), 'must be at most 128 printable characters');
+    if (typeof v !== 'string' || !FACT.test(v)) throw invalidInput(provisionField(name), 'must be at most 128 printable characters');
     facts[name] = v;
   }
   for (const name of ['deviceId', 'prefixId'] as const) {
     const v = input[name];
     if (v === undefined || v === null) continue;
-    if (!Number.isInteger(v) || v < 1) throw invalidInput(f(name), 'must be a NetBox id (a positive integer)');
+    if (!Number.isInteger(v) || v < 1) throw invalidInput(provisionField(name), 'must be a NetBox id (a positive integer)');
     facts[name] = v;
   }
 
@@ -196,10 +197,10 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
   const nameIt = async (): Promise<Named> => {
     const named = askedHostname ? { hostname: askedHostname, source: 'request' as const } : await defaultHostname(ctx, bmcIp, node);
     if (named.hostname === null && node) {
-      throw invalidInput(f('hostname'), 'is required here: NetBox names no device for this BMC and the BMC has reported no serial to name it by');
+      throw invalidInput(provisionField('hostname'), 'is required here: NetBox names no device for this BMC and the BMC has reported no serial to name it by');
     }
     if (named.hostname === null && input.prefixId != null) {
-      throw invalidInput(f('hostname'), 'is required with prefix_id for a BMC no node has yet, unless NetBox names its device: the address is allocated under the host name before the BMC\'s serial is read');
+      throw invalidInput(provisionField('hostname'), 'is required with prefix_id for a BMC no node has yet, unless NetBox names its device: the address is allocated under the host name before the BMC\'s serial is read');
     }
     return named;
   };
@@ -242,7 +243,7 @@ export async function provisionControlNode(ctx: Context, input: ProvisionInput, 
         events: [{ type: move.event, payload: { verb: 'provision', from: node.provisionState, to: 'deploying', vendor, hostname } }],
       }, ctx.requestId);
       if (!updated) throw new AppError('CONFLICT', `node ${node.id} changed while the job was being recorded; provision again`, { nodeId: node.id });
-      await recordOs(tx, node.id, node.tenantId, vendor, hostname, osUsername, ref);
+      await recordControlNodeOs(tx, node.id, node.tenantId, vendor, hostname, osUsername, ref);
     });
   } catch (error) {
     await secrets.delete(ref, node.tenantId).catch(() => undefined);
@@ -265,7 +266,7 @@ type Named = { hostname: string | null; source: HostnameSource };
 async function defaultHostname(ctx: Context, bmcIp: string, node: BmcNode | undefined): Promise<Named> {
   if (ctx.inventory && ctx.config.netboxUrl) {
     try {
-      const name = hostnameFromDeviceName((await ctx.inventory.forBmc(bmcIp, f('bmcIp'))).deviceName);
+      const name = hostnameFromDeviceName((await ctx.inventory.forBmc(bmcIp, provisionField('bmcIp'))).deviceName);
       if (name) return { hostname: name, source: 'netbox' };
     } catch (error) {
       if (!(error instanceof AppError && error.code === 'NOT_FOUND')) throw error;
@@ -282,20 +283,10 @@ async function keepOsPassword(ctx: Context, tenantId: string, username: string, 
   return { secrets, ref, generated: password === null };
 }
 
-/** The node's control-node record: its vendor and installed system, the OS credentials by broker reference. */
-async function recordOs(tx: Pick<Runner, 'query'>, nodeId: string, tenantId: string, vendor: string, hostname: string | null, osUsername: string, ref: string): Promise<void> {
-  await tx.query(
-    `INSERT INTO bmc_info (node_id, tenant_id, vendor, os_hostname, os_username, os_credentials_ref) VALUES ($1, $2, $3, $4, $5, $6)
-     ON CONFLICT (node_id) DO UPDATE SET vendor = EXCLUDED.vendor, os_hostname = EXCLUDED.os_hostname, os_username = EXCLUDED.os_username,
-       os_credentials_ref = EXCLUDED.os_credentials_ref, version = bmc_info.version + 1, updated_at = now()`,
-    [nodeId, tenantId, vendor, hostname, osUsername, ref],
-  );
-}
-
 /** The BMC address inside its site's networks (issue 21 item 6), before anything is written. */
 async function refuseOutsideSite(ctx: Context, siteId: string, bmcIp: string): Promise<void> {
   const { rows: [site] } = await ctx.sql.query<{ bmcNetworks: string[] }>('SELECT bmc_networks AS "bmcNetworks" FROM site WHERE id = $1', [siteId]);
-  await checkBmcNetwork(bmcIp, site?.bmcNetworks ?? [], ctx.config.bmcNetworks, f('bmcIp'));
+  await checkBmcNetwork(bmcIp, site?.bmcNetworks ?? [], ctx.config.bmcNetworks, provisionField('bmcIp'));
 }
 
 /**
@@ -323,8 +314,8 @@ async function releaseUnused(ctx: Context, netboxIpId: number): Promise<void> {
 }
 
 /** The preseed's static network of an address from NetBox. */
-const networkOf = (a: StaticAddress) => ({ mode: 'static' as const, address: a.address, prefixLength: a.prefixLength, gateway: a.gateway, nameservers: a.nameservers });
-const addressNote = (a: StaticAddress | null) => (a ? `; OS address ${a.address}/${a.prefixLength} from NetBox's prefix ${a.prefix}${a.reused ? ' (the one it already holds for this host name)' : ''}, gateway ${a.gateway}` : '');
+const networkOf = (allocated: StaticAddress) => ({ mode: 'static' as const, address: allocated.address, prefixLength: allocated.prefixLength, gateway: allocated.gateway, nameservers: allocated.nameservers });
+const addressNote = (allocated: StaticAddress | null) => (allocated ? `; OS address ${allocated.address}/${allocated.prefixLength} from NetBox's prefix ${allocated.prefix}${allocated.reused ? ' (the one it already holds for this host name)' : ''}, gateway ${allocated.gateway}` : '');
 
 /**
  * prefix_id's static address (issue 11: "static addressing from the IPAM fields"), from NetBox;
@@ -391,43 +382,43 @@ interface NewBmc {
  * the engine starts when the chain reaches ready. Without both settings such an address is
  * NOT_FOUND, as is one a node the caller cannot see has (it is not enrolled twice).
  */
-async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult> {
+async function provisionNewBmc(ctx: Context, newBmc: NewBmc): Promise<ProvisionResult> {
   const { controlnodeBmcCredentialsFile: file, controlnodePoolId: poolId } = ctx.config;
-  const unknown = () => new AppError('NOT_FOUND', `no node has this BMC address (bmc_IP): register it (POST /controlnode/register) or enroll it (POST /api/compute/metal/enroll) first${file && poolId ? '' : ', or set CONTROLNODE_POOL_ID and CONTROLNODE_BMC_CREDENTIALS_FILE so provision enrolls new BMC addresses'}`, { field: f('bmcIp') });
+  const unknown = () => new AppError('NOT_FOUND', `no node has this BMC address (bmc_IP): register it (POST /controlnode/register) or enroll it (POST /api/compute/metal/enroll) first${file && poolId ? '' : ', or set CONTROLNODE_POOL_ID and CONTROLNODE_BMC_CREDENTIALS_FILE so provision enrolls new BMC addresses'}`, { field: provisionField('bmcIp') });
   if (!file || !poolId) throw unknown();
   // The caller must be allowed to enroll into that pool before anything is read, written or told.
   const { rows: [pool] } = await ctx.sql.query<{ id: string; tenantId: string; siteId: string }>('SELECT id, tenant_id AS "tenantId", site_id AS "siteId" FROM pool WHERE id = $1', [poolId]);
   if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
   decideOnControlnodePool(requirePrincipal(ctx), pool);
   // A node any tenant has at this address, in any of the forms enroll keeps, is never enrolled twice.
-  if (n.taken) throw unknown();
-  await refuseOutsideSite(ctx, pool.siteId, n.bmcIp);
-  const named = await n.name();
+  if (newBmc.taken) throw unknown();
+  await refuseOutsideSite(ctx, pool.siteId, newBmc.bmcIp);
+  const named = await newBmc.name();
   if (!ctx.secrets) throw new AppError('INVALID_CONFIG', 'no secret broker is configured: the OS password cannot be kept');
   const credentials = await defaultBmcCredentials(file);
   const driverOptions = await controlnodeBmcOptions(ctx.config);
   await refuseFullIsoDir(ctx.config.isoDir, ctx.config.isoDirMaxBytes);
   await refuseUnserved(ctx, pool.siteId);
-  const { secrets, ref, generated } = await keepOsPassword(ctx, pool.tenantId, n.osUsername, n.osPassword);
+  const { secrets, ref, generated } = await keepOsPassword(ctx, pool.tenantId, newBmc.osUsername, newBmc.osPassword);
   const jobId = newId('WorkflowRun');
   let nodeId: string;
   let network: StaticAddress | null = null;
   try {
-    network = await n.address(named.hostname, jobId);
+    network = await newBmc.address(named.hostname, jobId);
     nodeId = await enroll(ctx, {
       // The installer's NIC (selected_nic_mac / mac_address) is the operator's word for the machine's
       // MAC, as enroll's macs are; without one the enrollment waits for confirmMac like any other.
-      poolId, name: named.hostname, bmc: { address: n.bmcIp, driver: n.driver, credentials, driverOptions }, macs: n.nicMac ? [n.nicMac] : [],
+      poolId, name: named.hostname, bmc: { address: newBmc.bmcIp, driver: newBmc.driver, credentials, driverOptions }, macs: newBmc.nicMac ? [newBmc.nicMac] : [],
     }, {
-      runId: jobId, addressField: f('bmcIp'),
-      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: n.installParams(named, generated, network) } },
+      runId: jobId, addressField: provisionField('bmcIp'),
+      runParams: { verb: 'enroll', jobId, then: { kind: 'metal-install', params: newBmc.installParams(named, generated, network) } },
       inTransaction: async (tx, id) => {
         // One node per BMC address (locked by its canonical host): a concurrent provision of the same new address loses here.
-        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${bmcHostOf(n.bmcIp)}`]);
-        if ((await nodesWithBmc(tx, n.bmcIp, id)).length) {
-          throw new AppError('CONFLICT', 'this BMC address (bmc_IP) was enrolled concurrently; provision again', { field: f('bmcIp') });
+        await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`bmc-address:${bmcHostOf(newBmc.bmcIp)}`]);
+        if ((await nodesWithBmc(tx, newBmc.bmcIp, id)).length) {
+          throw new AppError('CONFLICT', 'this BMC address (bmc_IP) was enrolled concurrently; provision again', { field: provisionField('bmcIp') });
         }
-        await recordOs(tx, id, pool.tenantId, n.vendor, named.hostname, n.osUsername, ref);
+        await recordControlNodeOs(tx, id, pool.tenantId, newBmc.vendor, named.hostname, newBmc.osUsername, ref);
       },
     });
   } catch (error) {
@@ -437,7 +428,7 @@ async function provisionNewBmc(ctx: Context, n: NewBmc): Promise<ProvisionResult
   }
   return {
     jobId, nodeId,
-    message: `enrolling the new BMC ${n.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${named.hostname === null ? ' (its host name from the serial the BMC reports)' : ''}${addressNote(network)}${notesOf(generated, n.rootPass)}`,
+    message: `enrolling the new BMC ${newBmc.bmcIp} as node ${nodeId} (job ${jobId}): it is verified, inspected and commissioned, then installed${named.hostname === null ? ' (its host name from the serial the BMC reports)' : ''}${addressNote(network)}${notesOf(generated, newBmc.rootPass)}`,
   };
 }
 
@@ -452,15 +443,15 @@ export interface UnprovisionInput { bmcIp: string; bmcUser?: string | null; bmcP
  */
 export async function unprovisionControlNode(ctx: Context, input: UnprovisionInput): Promise<ProvisionResult> {
   const principal = requirePrincipal(ctx);
-  if (typeof input.bmcIp !== 'string' || !isIP(input.bmcIp.trim())) throw invalidInput(f2('bmcIp'), 'is required: the BMC\'s IPv4 or IPv6 address');
+  if (typeof input.bmcIp !== 'string' || !isIP(input.bmcIp.trim())) throw invalidInput(unprovisionField('bmcIp'), 'is required: the BMC\'s IPv4 or IPv6 address');
   const bmcIp = input.bmcIp.trim().toLowerCase();
   const user = (input.bmcUser ?? '').trim() || null;
   const pass = input.bmcPass ? input.bmcPass : null;
-  if ((user === null) !== (pass === null)) throw invalidInput(f2(user === null ? 'bmcUser' : 'bmcPass'), 'the BMC credentials are a pair: give bmc_user and bmc_pass together');
+  if ((user === null) !== (pass === null)) throw invalidInput(unprovisionField(user === null ? 'bmcUser' : 'bmcPass'), 'the BMC credentials are a pair: give bmc_user and bmc_pass together');
   const vendor = (input.vendor ?? '').trim().toLowerCase();
-  if (vendor && !/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(f2('vendor'), 'must be a vendor name');
+  if (vendor && !/^[a-z0-9 _-]{1,64}$/.test(vendor)) throw invalidInput(unprovisionField('vendor'), 'must be a vendor name');
   const { node } = await nodeByBmc(ctx, principal, bmcIp);
-  if (!node) throw new AppError('NOT_FOUND', 'no node has this BMC address (bmc_IP)', { field: f2('bmcIp') });
+  if (!node) throw new AppError('NOT_FOUND', 'no node has this BMC address (bmc_IP)', { field: unprovisionField('bmcIp') });
   const move = decideMove('undeploy', node.provisionState as never);
   if (!move.legal) throw new AppError('INVALID_STATE', `node ${node.id} is ${node.provisionState}: unprovisioning is an undeploy, legal from ${move.legalFrom.join(', ')}`, { nodeId: node.id, state: node.provisionState });
   const data: NodeChange = {};
@@ -475,20 +466,18 @@ export async function unprovisionControlNode(ctx: Context, input: UnprovisionInp
     ref = await ctx.secrets.put(node.tenantId, { username: user, password: pass });
     data.bmcCredentialsRef = ref;
   }
-  if (Object.keys(data).length) {
-    try {
-      const row = await ctx.sql.transaction((tx) => updateNode(tx, { id: node.id, version: node.version }, { data, run: null, events: [] }, ctx.requestId));
-      if (!row) throw new AppError('CONFLICT', `node ${node.id} changed concurrently; unprovision again`, { nodeId: node.id });
-    } catch (error) {
-      if (ref) await ctx.secrets!.delete(ref, node.tenantId).catch(() => undefined);
-      throw error;
-    }
-    if (ref && node.bmcCredentialsRef) await ctx.secrets!.delete(node.bmcCredentialsRef, node.tenantId).catch(() => undefined);
+  // The new credentials and driver are written in the undeploy's own commit: all of it or nothing.
+  let result: VerbResult;
+  try {
+    result = await runMoveVerb(ctx, 'undeploy', node.id, { wipe: 'quick', nodeChange: data, expectedVersion: node.version });
+  } catch (error) {
+    if (ref) await ctx.secrets!.delete(ref, node.tenantId).catch(() => undefined);
+    throw error;
   }
-  const result = await runMoveVerb(ctx, 'undeploy', node.id, { wipe: 'quick' });
+  if (ref && node.bmcCredentialsRef) await ctx.secrets!.delete(node.bmcCredentialsRef, node.tenantId).catch(() => undefined);
   const jobId = result.row?.workflowId;
   if (!jobId) throw new Error(`undeploy of node ${node.id} recorded no run`);
   return { jobId, nodeId: node.id, message: `unprovisioning node ${node.id} (job ${jobId}): wiping its disks (quick, attested per disk), then powering off` };
 }
 
-const f2 = (name: keyof UnprovisionInput) => `input.${name}`;
+const unprovisionField = (name: keyof UnprovisionInput) => `input.${name}`;

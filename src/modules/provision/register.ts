@@ -217,12 +217,12 @@ const systemIdOf = (n: Known): string | null => (typeof n.bmcDriverOptions?.syst
  * in): with a system id, the node of that system, else the one node of that BMC without one; with
  * none, the BMC's one node (a BMC several nodes share needs system_id to say which).
  */
-async function knownByAddress(ctx: Context, tenantId: string, c: { bmcIp: string; systemId: string | null }): Promise<Known | undefined> {
+async function knownByAddress(ctx: Context, tenantId: string, wanted: { bmcIp: string; systemId: string | null }): Promise<Known | undefined> {
   const host = (() => {
     try {
-      return new URL(bmcOrigin(c.bmcIp)).hostname.replace(/^\[|\]$/g, '');
+      return new URL(bmcOrigin(wanted.bmcIp)).hostname.replace(/^\[|\]$/g, '');
     } catch {
-      return c.bmcIp;
+      return wanted.bmcIp;
     }
   })();
   const { rows } = await ctx.sql.query<Known>(
@@ -231,10 +231,10 @@ async function knownByAddress(ctx: Context, tenantId: string, c: { bmcIp: string
       ORDER BY n.id`,
     [tenantId, host, ACTIVE_RUN_STATUSES],
   );
-  const same = rows.filter((n) => sameBmc(n.bmcAddress, c.bmcIp));
-  if (c.systemId !== null) {
+  const same = rows.filter((n) => sameBmc(n.bmcAddress, wanted.bmcIp));
+  if (wanted.systemId !== null) {
     const unset = same.filter((n) => systemIdOf(n) === null);
-    return same.find((n) => systemIdOf(n) === c.systemId) ?? (unset.length === 1 ? unset[0] : undefined);
+    return same.find((n) => systemIdOf(n) === wanted.systemId) ?? (unset.length === 1 ? unset[0] : undefined);
   }
   if (same.length > 1) {
     throw invalidInput(field('systemId'), `is required: ${same.length} nodes have this BMC (systems ${same.map((n) => systemIdOf(n) ?? '(none)').join(', ')}): name the one this is`);
@@ -250,36 +250,36 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
     'SELECT p.id, p.tenant_id AS "tenantId", p.site_id AS "siteId", s.bmc_networks AS "bmcNetworks" FROM pool p JOIN site s ON s.id = p.site_id WHERE p.id = $1', [poolId]);
   if (!pool) throw new AppError('INVALID_CONFIG', `CONTROLNODE_POOL_ID names no pool (${poolId})`);
   decideOnControlnodePool(principal, pool);
-  const c = check(input);
+  const checked = check(input);
   // The BMC's address inside its site's networks, before anything is written (issue 21 item 6).
-  await checkBmcNetwork(c.bmcIp, pool.bmcNetworks, ctx.config.bmcNetworks, field('bmcIp'));
+  await checkBmcNetwork(checked.bmcIp, pool.bmcNetworks, ctx.config.bmcNetworks, field('bmcIp'));
 
   // The node: by its serial within the tenant, else the one whose BMC has this address.
-  const bySerial = c.serialNumber
+  const bySerial = checked.serialNumber
     ? (await ctx.sql.query<Known>(
         `SELECT ${KNOWN_COLUMNS} FROM bmc_info b JOIN node n ON n.id = b.node_id WHERE b.tenant_id = $1 AND b.serial_number = $2`,
-        [pool.tenantId, c.serialNumber, ACTIVE_RUN_STATUSES])).rows[0]
+        [pool.tenantId, checked.serialNumber, ACTIVE_RUN_STATUSES])).rows[0]
     : undefined;
-  const byAddress = await knownByAddress(ctx, pool.tenantId, c);
+  const byAddress = await knownByAddress(ctx, pool.tenantId, checked);
   if (bySerial && byAddress && bySerial.id !== byAddress.id) {
-    throw new AppError('CONFLICT', `serial_number ${c.serialNumber} is node ${bySerial.id}'s, but bmc_ip ${c.bmcIp} is the BMC of node ${byAddress.id}: one machine cannot be both`, { nodeId: bySerial.id, otherNodeId: byAddress.id });
+    throw new AppError('CONFLICT', `serial_number ${checked.serialNumber} is node ${bySerial.id}'s, but bmc_ip ${checked.bmcIp} is the BMC of node ${byAddress.id}: one machine cannot be both`, { nodeId: bySerial.id, otherNodeId: byAddress.id });
   }
-  if (!bySerial && byAddress?.serialNumber && c.serialNumber) {
-    throw new AppError('CONFLICT', `bmc_ip ${c.bmcIp} is the BMC of node ${byAddress.id}, whose serial is ${byAddress.serialNumber}, not ${c.serialNumber}`, { nodeId: byAddress.id });
+  if (!bySerial && byAddress?.serialNumber && checked.serialNumber) {
+    throw new AppError('CONFLICT', `bmc_ip ${checked.bmcIp} is the BMC of node ${byAddress.id}, whose serial is ${byAddress.serialNumber}, not ${checked.serialNumber}`, { nodeId: byAddress.id });
   }
   const known = bySerial ?? byAddress;
   // What the call does not give is kept: without a vendor a known node keeps its flavour, without a system id its system.
-  const driver = c.vendor !== null || !known ? driverOfVendor(c.vendor) : known.bmcDriver;
-  const systemChanges = !!known && c.systemId !== null && c.systemId !== systemIdOf(known);
+  const driver = checked.vendor !== null || !known ? driverOfVendor(checked.vendor) : known.bmcDriver;
+  const systemChanges = !!known && checked.systemId !== null && checked.systemId !== systemIdOf(known);
   if (known) {
-    const bmcChanges = !sameBmc(known.bmcAddress, c.bmcIp) || c.bmc !== null || known.bmcDriver !== driver || systemChanges;
+    const bmcChanges = !sameBmc(known.bmcAddress, checked.bmcIp) || checked.bmc !== null || known.bmcDriver !== driver || systemChanges;
     if (bmcChanges && known.activeRun) {
       throw new AppError('CONFLICT', `node ${known.id} is running workflow ${known.activeRun}: its BMC cannot change under it; register again when it ends`, { nodeId: known.id, workflowId: known.activeRun });
     }
   }
 
   // A new node's TLS trust, from the configuration (an unreadable CA file is refused before any write).
-  const driverOptions = known ? {} : { ...(await controlnodeBmcOptions(ctx.config)), ...(c.systemId !== null ? { systemId: c.systemId } : {}) };
+  const driverOptions = known ? {} : { ...(await controlnodeBmcOptions(ctx.config)), ...(checked.systemId !== null ? { systemId: checked.systemId } : {}) };
 
   // Secrets first, as enroll does; removed again if nothing is written.
   const stored: string[] = [];
@@ -289,19 +289,19 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
     stored.push(ref);
     return ref;
   };
-  const bmcRef = c.bmc ? await put(c.bmc) : null;
-  const osRef = c.osPassword ? await put({ username: c.osUsername ?? 'root', password: c.osPassword }) : null;
+  const bmcRef = checked.bmc ? await put(checked.bmc) : null;
+  const osRef = checked.osPassword ? await put({ username: checked.osUsername ?? 'root', password: checked.osPassword }) : null;
   const info = [
-    pool.tenantId, c.serialNumber, c.vendor, c.osHostname, c.fqdn, c.osIp, c.osUsername, osRef, c.primaryMac,
-    c.atlas.deviceId, c.atlas.locationId, c.atlas.rackId, c.atlas.siteId,
+    pool.tenantId, checked.serialNumber, checked.vendor, checked.osHostname, checked.fqdn, checked.osIp, checked.osUsername, osRef, checked.primaryMac,
+    checked.atlas.deviceId, checked.atlas.locationId, checked.atlas.rackId, checked.atlas.siteId,
   ];
-  const name = c.osHostname ?? c.fqdn ?? null;
+  const name = checked.osHostname ?? checked.fqdn ?? null;
   const nodeId = known?.id ?? newId('MetalNode');
   const replaced: string[] = [];
   try {
     await ctx.sql.transaction(async (tx) => {
       if (!known) {
-        const macs = c.primaryMac ? [c.primaryMac] : [];
+        const macs = checked.primaryMac ? [checked.primaryMac] : [];
         if (macs.length) {
           await lockMacs(tx, pool.siteId, macs);
           await refuseTakenMacs(tx, pool.siteId, macs);
@@ -309,17 +309,17 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
         const bindings = { power: driver, management: driver, virtualMedia: driver };
         await createNode(tx, {
           id: nodeId, tenantId: pool.tenantId, siteId: pool.siteId, poolId: pool.id, name, provisionState: 'adopting',
-          bmcAddress: c.bmcIp, bmcDriver: driver, bmcDriverOptions: driverOptions, bmcCredentialsRef: bmcRef,
-          addresses: c.osIp ? [c.osIp] : [], macs, productUuid: null,
+          bmcAddress: checked.bmcIp, bmcDriver: driver, bmcDriverOptions: driverOptions, bmcCredentialsRef: bmcRef,
+          addresses: checked.osIp ? [checked.osIp] : [], macs, productUuid: null,
           hardwareProfileId: null, driverBindings: bindings,
         }, {
           run: { id: newId('WorkflowRun'), kind: 'metal-adopt', params: { verb: 'register' } satisfies RunParams },
-          events: [{ type: 'node.registered', payload: { verb: 'register', to: 'adopting', created: true, controlNode: true, bmc: { address: c.bmcIp, driver, ...(c.systemId !== null ? { systemId: c.systemId } : {}) } } }],
+          events: [{ type: 'node.registered', payload: { verb: 'register', to: 'adopting', created: true, controlNode: true, bmc: { address: checked.bmcIp, driver, ...(checked.systemId !== null ? { systemId: checked.systemId } : {}) } } }],
         }, ctx.requestId);
       } else {
         const data: NodeChange = {};
-        if (!sameBmc(known.bmcAddress, c.bmcIp)) data.bmcAddress = c.bmcIp;
-        if (systemChanges) data.bmcDriverOptions = { ...(known.bmcDriverOptions ?? {}), systemId: c.systemId };
+        if (!sameBmc(known.bmcAddress, checked.bmcIp)) data.bmcAddress = checked.bmcIp;
+        if (systemChanges) data.bmcDriverOptions = { ...(known.bmcDriverOptions ?? {}), systemId: checked.systemId };
         if (known.bmcDriver !== driver) {
           data.bmcDriver = driver;
           data.driverBindings = { power: driver, management: driver, virtualMedia: driver };
@@ -328,7 +328,7 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
         if (name && name !== known.name) data.name = name;
         const updated = await updateNode(tx, { id: known.id, version: known.version }, {
           data, run: null,
-          events: [{ type: 'node.registered', payload: { verb: 'register', created: false, controlNode: true, bmc: { address: data.bmcAddress ?? known.bmcAddress, driver, ...(c.systemId !== null ? { systemId: c.systemId } : {}) } } }],
+          events: [{ type: 'node.registered', payload: { verb: 'register', created: false, controlNode: true, bmc: { address: data.bmcAddress ?? known.bmcAddress, driver, ...(checked.systemId !== null ? { systemId: checked.systemId } : {}) } } }],
         }, ctx.requestId);
         if (!updated) throw new AppError('CONFLICT', `node ${known.id} changed while it was registered; register again`, { nodeId: known.id });
         if (bmcRef && known.bmcCredentialsRef) replaced.push(known.bmcCredentialsRef);
@@ -358,7 +358,7 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
         ctx.log.error({ err: cleanup, secret: ref }, 'register failed and a password it stored could not be removed'));
     }
     if (isUniqueViolation(error, 'bmc_info_tenant_id_serial_number_key')) {
-      throw new AppError('CONFLICT', `serial_number ${c.serialNumber} was registered for another node concurrently; register again`);
+      throw new AppError('CONFLICT', `serial_number ${checked.serialNumber} was registered for another node concurrently; register again`);
     }
     throw error;
   }
@@ -367,12 +367,12 @@ export async function registerControlNode(ctx: Context, input: RegisterInput): P
       ctx.log.warn({ err: cleanup, secret: ref }, 'a replaced password could not be removed from the broker'));
   }
   const notes: string[] = [];
-  if (!known && !c.bmc) notes.push('no BMC credentials were given, so its BMC cannot be verified: register again with bmc_username and bmc_password');
-  if (driver === 'redfish' && c.vendor) notes.push(`vendor "${c.vendor}" has no Redfish flavour here: the generic Redfish driver is used`);
+  if (!known && !checked.bmc) notes.push('no BMC credentials were given, so its BMC cannot be verified: register again with bmc_username and bmc_password');
+  if (driver === 'redfish' && checked.vendor) notes.push(`vendor "${checked.vendor}" has no Redfish flavour here: the generic Redfish driver is used`);
   const message = known
     ? `control node ${nodeId} updated${notes.length ? `; ${notes.join('; ')}` : ''}`
     : `control node ${nodeId} registered: adopting (its BMC is verified and read out of band; its OS is left as it is)${notes.length ? `; ${notes.join('; ')}` : ''}`;
-  return { created: !known, nodeId, hostname: c.osHostname ?? c.fqdn ?? '', nodeIp: c.osIp ?? '', message };
+  return { created: !known, nodeId, hostname: checked.osHostname ?? checked.fqdn ?? '', nodeIp: checked.osIp ?? '', message };
 }
 
 /**

@@ -56,7 +56,7 @@ const DISKS_VIEW = view({ ...DEVICE, bmc_interface: { ...nullable(str), descript
 const GPUS_VIEW = view({ ...DEVICE, gpus: { type: 'array', items: GPU } }, 'ControlNodeGpus');
 
 type Row = Record<string, unknown>;
-const device = (i: Row) => ({ bmc_ip: i.bmcIp, device_id: i.deviceId, device_name: i.deviceName, serial_number: i.serialNumber, fetched_at: i.fetchedAt });
+const device = (inventory: Row) => ({ bmc_ip: inventory.bmcIp, device_id: inventory.deviceId, device_name: inventory.deviceName, serial_number: inventory.serialNumber, fetched_at: inventory.fetchedAt });
 
 const exampleDevice = { bmc_ip: '10.20.0.11', device_id: 1742, device_name: 'cn-r12-07', serial_number: 'J30X8K2', fetched_at: '2026-12-02T02:40:00.000Z' };
 
@@ -64,13 +64,13 @@ const exampleDevice = { bmc_ip: '10.20.0.11', device_id: 1742, device_name: 'cn-
  * What both inventory routes share: GET by the path's bmc_ip (the resolver checks it; the router names
  * a refusal of it path.bmc_ip, as every route names its path parameters), the same refusals.
  */
-function inventoryRoute(r: Pick<Route, 'path' | 'operation' | 'summary' | 'description' | 'response' | 'example'> & { respond: (inventory: Row) => unknown }): Route {
+function inventoryRoute(route: Pick<Route, 'path' | 'operation' | 'summary' | 'description' | 'response' | 'example'> & { respond: (inventory: Row) => unknown }): Route {
   return {
     method: 'GET', tag: 'controlnode', params: BMC_IP,
     variables: ({ params }) => ({ bmcIp: params.bmc_ip }),
     refusals: ['PERMISSION_DENIED', 'NOT_FOUND', 'INVALID_CONFIG', 'UPSTREAM_UNAVAILABLE'],
-    ...r,
-    respond: (data) => r.respond(data.controlNodeInventory as Row),
+    ...route,
+    respond: (data) => route.respond(data.controlNodeInventory as Row),
   };
 }
 
@@ -226,9 +226,9 @@ const JOB_VIEW = view({
   last_error: { ...nullable(str), description: 'CODE: message once it failed or was cancelled' },
 }, 'ControlNodeJob');
 
-const jobOf = (j: Row) => ({
-  created_at: j.createdAt, id: j.id, job_status: String(j.jobStatus).toLowerCase(), job_type: j.jobType, metadata: j.metadata, node_ip: j.nodeIp,
-  parent_id: j.parentId, progress: j.progress, resource_name: j.resourceName, status: j.status, total_jobs: j.totalJobs, updated_at: j.updatedAt, last_error: j.lastError,
+const jobOf = (job: Row) => ({
+  created_at: job.createdAt, id: job.id, job_status: String(job.jobStatus).toLowerCase(), job_type: job.jobType, metadata: job.metadata, node_ip: job.nodeIp,
+  parent_id: job.parentId, progress: job.progress, resource_name: job.resourceName, status: job.status, total_jobs: job.totalJobs, updated_at: job.updatedAt, last_error: job.lastError,
 });
 const exampleJob = {
   created_at: '2026-12-02T04:30:00.000Z', id: 'wr_01KB3Q9XK7F2M4N6P8R0T2V4X7', job_status: 'running', job_type: 'provision',
@@ -282,9 +282,9 @@ const PROGRESS_RECORD = view({
   status: { type: 'string', enum: ['running', 'completed', 'failed', 'cancelled'] },
   updated_at: { type: 'string', format: 'date-time' },
 }, 'ProvisionProgress');
-const progressOf = (p: Row) => ({
-  bmc_ip: p.bmcIp, created_at: p.createdAt, id: p.id, job_id: p.activeJobId, message: p.message, percent_complete: p.percentComplete,
-  stage: p.stage, status: String(p.status).toLowerCase(), updated_at: p.updatedAt,
+const progressOf = (progress: Row) => ({
+  bmc_ip: progress.bmcIp, created_at: progress.createdAt, id: progress.id, job_id: progress.activeJobId, message: progress.message, percent_complete: progress.percentComplete,
+  stage: progress.stage, status: String(progress.status).toLowerCase(), updated_at: progress.updatedAt,
 });
 const PROGRESS_BODY: JsonSchema = { type: 'object', additionalProperties: false, required: ['bmc_ip'], properties: { bmc_ip: { ...str, description: 'the BMC address provisioned' } } };
 const exampleProgress = { bmc_ip: '10.20.0.11', created_at: '2026-12-02T04:31:05.000Z', id: 176465220000004, job_id: 'wr_01KB3Q9XK7F2M4N6P8R0T2V4X7', message: 'waiting for the installer (the last step was "installing-base" (50%), at 2026-12-02T04:36:40.120Z)', percent_complete: 64, stage: 'Installing OS', status: 'running', updated_at: '2026-12-02T04:36:40.130Z' };

@@ -77,8 +77,8 @@ export interface QueueCommand<K extends CommandKind = CommandKind> {
   ttlMs: number;
 }
 
-function rowOf(r: Record<string, unknown>): CommandRow {
-  return { id: r.id as string, kind: r.kind as string, status: r.status as CommandStatus, result: (r.result ?? null) as CommandResult | null, expiresAt: r.expires_at as Date };
+function rowOf(row: Record<string, unknown>): CommandRow {
+  return { id: row.id as string, kind: row.kind as string, status: row.status as CommandStatus, result: (row.result ?? null) as CommandResult | null, expiresAt: row.expires_at as Date };
 }
 
 /**
@@ -86,7 +86,7 @@ function rowOf(r: Record<string, unknown>): CommandRow {
  * one already queued under the same idempotency key (whatever its status). The node's tenant and
  * site are read from the node row.
  */
-export async function queueCommand<K extends CommandKind>(db: Runner, c: QueueCommand<K>): Promise<CommandRow> {
+export async function queueCommand<K extends CommandKind>(db: Runner, command: QueueCommand<K>): Promise<CommandRow> {
   const { rows } = await db.query(
     `WITH ins AS (
        INSERT INTO command (id, tenant_id, site_id, node_id, kind, params, status, idempotency_key, expires_at, run_id, step_idx)
@@ -98,10 +98,41 @@ export async function queueCommand<K extends CommandKind>(db: Runner, c: QueueCo
      SELECT * FROM ins
      UNION ALL
      SELECT id, kind, status, result, expires_at FROM command WHERE idempotency_key = $5 AND NOT EXISTS (SELECT 1 FROM ins)`,
-    [newId('Command'), c.nodeId, c.kind, JSON.stringify(c.params), c.idempotencyKey, Math.round(c.ttlMs), c.runId, c.stepIdx],
+    [newId('Command'), command.nodeId, command.kind, JSON.stringify(command.params), command.idempotencyKey, Math.round(command.ttlMs), command.runId, command.stepIdx],
   );
-  if (!rows[0]) throw new Error(`node ${c.nodeId} does not exist: command ${c.kind} not queued`);
+  if (!rows[0]) throw new Error(`node ${command.nodeId} does not exist: command ${command.kind} not queued`);
   return rowOf(rows[0]);
+}
+
+/** An EXPIRED failure a command is closed with, never retried. */
+const expiredResult = (message: string): string => JSON.stringify({ ok: false, code: 'EXPIRED', message, retryable: false });
+
+/** Expires one command still queued (no agent claimed it in time); false when it was claimed or settled first. */
+export async function expireQueuedCommand(db: Runner, commandId: string, message: string): Promise<boolean> {
+  const { rows } = await db.query(
+    `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now() WHERE id = $1 AND status = 'queued' RETURNING id`,
+    [commandId, expiredResult(message)],
+  );
+  return rows.length === 1;
+}
+
+/** Expires every command still queued for a node, but those of run `exceptRunId` (a retire withdraws the rest); how many. */
+export async function withdrawQueuedCommands(db: Runner, nodeId: string, exceptRunId: string | null, message: string): Promise<number> {
+  const { rows } = await db.query(
+    `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now()
+      WHERE node_id = $1 AND status = 'queued' AND (run_id IS DISTINCT FROM $3) RETURNING id`,
+    [nodeId, expiredResult(message), exceptRunId],
+  );
+  return rows.length;
+}
+
+/** Whether one of the run's boot-device commands set PXE and the BMC reported holding it Continuous. */
+export async function heldPxeContinuous(db: Runner, runId: string): Promise<boolean> {
+  const { rows } = await db.query(
+    `SELECT 1 FROM command WHERE run_id = $1 AND kind = 'bmc.boot-device' AND params->>'device' = 'pxe' AND result->'value'->>'enabled' = 'Continuous' LIMIT 1`,
+    [runId],
+  );
+  return rows.length > 0;
 }
 
 /** The command queued under `idempotencyKey`, or null. */

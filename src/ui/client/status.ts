@@ -58,13 +58,23 @@ let token = '';
 
 // ---------------------------------------------------------------- the API
 
+/** How long a read that failed below HTTP (fetch's TypeError) waits before its one retry. */
+const NETWORK_RETRY_MS = 500;
+
 async function gql<T>(query: string, variables: Record<string, unknown> = {}): Promise<T> {
-  const response = await fetch('/graphql', {
+  const send = () => fetch('/graphql', {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json', authorization: `Bearer ${token}` },
     body: JSON.stringify({ query, variables }),
     cache: 'no-store',
     credentials: 'omit',
+  });
+  // Every query here is a read: one that failed below HTTP (a connection dropped on a busy
+  // machine) is asked once more before the page says it cannot reach the service.
+  const response = await send().catch(async (error: unknown) => {
+    if (!(error instanceof TypeError)) throw error;
+    await new Promise((resolve) => setTimeout(resolve, NETWORK_RETRY_MS));
+    return send();
   });
   const body = (await response.json().catch(() => null)) as { data?: T; errors?: ApiErrorShape[] } | null;
   if (body?.errors?.length) throw apiError(body.errors[0], response.status);
