@@ -245,8 +245,6 @@ export interface DetachedDeps {
   leaseMs: number;
   /** How often a running body looks for an abort request. */
   abortPollMs?: number;
-  /** The one call site that wakes a run (jobs/wake.ts wakeRun: its due_at). */
-  wake(runId: string, afterMs: number): Promise<unknown>;
   defs: readonly DetachedDef[];
 }
 
@@ -316,13 +314,16 @@ export class DetachedRuns {
     }
   }
 
-  /** Hands the run back (lease released) and wakes it, so another worker takes it at once. */
+  /**
+   * Hands the run back (lease released) and wakes it (due now), so another worker takes it at once:
+   * one statement (a wake-up on another connection would wait for this row's lock).
+   */
   private async release(lease: DetachedLease): Promise<void> {
     // After any renewal in flight (it would change the token this compares with).
-    await lease.serial(() => this.deps.db.$transaction(async (tx) => {
-      const n = await tx.$executeRawUnsafe('UPDATE workflow_run SET lease_until = NULL, updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz', lease.run.id, lease.tokenIso);
-      if (n === 1) await this.deps.wake(lease.run.id, 0);
-    })).catch((error: unknown) => this.deps.log?.warn({ err: error, runId: lease.run.id }, 'could not hand a detached run back'));
+    await lease.serial(() => this.deps.db.$executeRawUnsafe(
+      'UPDATE workflow_run SET lease_until = NULL, due_at = LEAST(due_at, now()), updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz',
+      lease.run.id, lease.tokenIso,
+    )).catch((error: unknown) => this.deps.log?.warn({ err: error, runId: lease.run.id }, 'could not hand a detached run back'));
   }
 
   /** Waits for a run's body in this process to be over (tests; the preflight's answer). */

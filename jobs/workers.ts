@@ -10,7 +10,7 @@ import { buildRunIso, type IsoBuildDeps } from './iso-build';
 import { ISO_SWEEP_MS, sweepIsoDir } from '../src/modules/provision/iso-janitor';
 import { advanceLeased, LEASE_MS, sweepRuns } from './engine';
 import { DueRunLoop } from './due-runs';
-import { RUN_DUE_CHANNEL, wakeRun, type RunWaker } from './wake';
+import { RUN_DUE_CHANNEL, type RunWaker } from './wake';
 import type { Notifications } from '../src/db/listen';
 import type { DomainCounters } from '../src/ops/metrics';
 
@@ -71,7 +71,6 @@ export async function startWorkers(queues: Queues, log: Logger,
   // Runs not tied to a node (the fabric's rollout and preflight): their bodies run in the background under their lease.
   const detached = fabric ? new DetachedRuns({
     sql: engineSql, db: fabric.prisma, log, leaseMs: deps.workflow?.leaseMs ?? LEASE_MS,
-    wake: (runId, afterMs) => wakeRun(engineSql, runId, afterMs),
     defs: [...fabricRolloutWorkflows({ ...fabric, log }), fabricPreflightWorkflow({ ...fabric, log })],
   }) : null;
   const engine = { sql: engineSql, log, leaseMs: deps.workflow?.leaseMs, metrics: deps.metrics, detached };
