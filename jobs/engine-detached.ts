@@ -250,7 +250,7 @@ export interface DetachedDeps {
 
 /**
  * The detached runs this process holds. advanceRun calls take() with a lease it took; the body
- * runs in the background (a metal.advance loop is not held for minutes), and stop() (the worker's
+ * runs in the background (a slot of the due-run loop is not held for minutes), and stop() (the worker's
  * shutdown) stops every body and hands its run back at once.
  */
 export class DetachedRuns {
