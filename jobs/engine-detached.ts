@@ -14,8 +14,8 @@ import type { StepResult } from './steps';
  * - the lease is renewed every third of its length, fenced by its token (lease_until), and every
  *   write of the body is fenced by it too (fence()): a worker that lost the lease (a stall longer
  *   than the lease, and another worker took the run) stops, and nothing it still tries commits;
- * - a worker killed mid-run leaves the lease to lapse; the engine's sweep wakes the run, takeLease
- *   counts the resume, and the body runs again from the rows: a node whose step row is finished is
+ * - a worker killed mid-run leaves the lease to lapse; the run is then due (taking the lease set
+ *   its due_at to the lease's first end), and the engine's fetch takes it up and counts the resume, and the body runs again from the rows: a node whose step row is finished is
  *   not run again. After STUCK_RESUMES takeovers the run fails WORKER_LOST (def.lost);
  * - an abort is workflow_run.abort_requested_at (polled), handed to the body as a signal: the body
  *   runs its cleanup (recorded as cleanup step rows) and ends the run `aborted`;
