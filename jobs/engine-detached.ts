@@ -14,8 +14,8 @@ import type { StepResult } from './steps';
  * - the lease is renewed every third of its length, fenced by its token (lease_until), and every
  *   write of the body is fenced by it too (fence()): a worker that lost the lease (a stall longer
  *   than the lease, and another worker took the run) stops, and nothing it still tries commits;
- * - a worker killed mid-run leaves the lease to lapse; the engine's sweep wakes the run, takeLease
- *   counts the resume, and the body runs again from the rows: a node whose step row is finished is
+ * - a worker killed mid-run leaves the lease to lapse; the run is then due (taking the lease set
+ *   its due_at to the lease's first end), and the engine's fetch takes it up and counts the resume, and the body runs again from the rows: a node whose step row is finished is
  *   not run again. After STUCK_RESUMES takeovers the run fails WORKER_LOST (def.lost);
  * - an abort is workflow_run.abort_requested_at (polled), handed to the body as a signal: the body
  *   runs its cleanup (recorded as cleanup step rows) and ends the run `aborted`;
@@ -225,7 +225,7 @@ export class DetachedLease {
     await this.fence(db);
     await this.skipPending(db);
     await db.$executeRawUnsafe(
-      `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, wait_until = NULL, waiting_for = NULL,
+      `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, due_at = NULL, wait_until = NULL, waiting_for = NULL,
               last_error_code = $3, last_error_message = $4, updated_at = now(), version = version + 1
         WHERE id = $1`,
       this.run.id, end.status, end.status === 'succeeded' ? null : end.code, end.status === 'succeeded' ? null : clip(end.message));
@@ -245,14 +245,12 @@ export interface DetachedDeps {
   leaseMs: number;
   /** How often a running body looks for an abort request. */
   abortPollMs?: number;
-  /** The one call site that wakes a run (the engine's queue today). */
-  wake(runId: string, afterMs: number): Promise<unknown>;
   defs: readonly DetachedDef[];
 }
 
 /**
  * The detached runs this process holds. advanceRun calls take() with a lease it took; the body
- * runs in the background (a metal.advance loop is not held for minutes), and stop() (the worker's
+ * runs in the background (a slot of the due-run loop is not held for minutes), and stop() (the worker's
  * shutdown) stops every body and hands its run back at once.
  */
 export class DetachedRuns {
@@ -316,13 +314,16 @@ export class DetachedRuns {
     }
   }
 
-  /** Hands the run back (lease released) and wakes it, so another worker takes it at once. */
+  /**
+   * Hands the run back (lease released) and wakes it (due now), so another worker takes it at once:
+   * one statement (a wake-up on another connection would wait for this row's lock).
+   */
   private async release(lease: DetachedLease): Promise<void> {
     // After any renewal in flight (it would change the token this compares with).
-    await lease.serial(() => this.deps.db.$transaction(async (tx) => {
-      const n = await tx.$executeRawUnsafe('UPDATE workflow_run SET lease_until = NULL, updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz', lease.run.id, lease.tokenIso);
-      if (n === 1) await this.deps.wake(lease.run.id, 0);
-    })).catch((error: unknown) => this.deps.log?.warn({ err: error, runId: lease.run.id }, 'could not hand a detached run back'));
+    await lease.serial(() => this.deps.db.$executeRawUnsafe(
+      'UPDATE workflow_run SET lease_until = NULL, due_at = LEAST(due_at, now()), updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz',
+      lease.run.id, lease.tokenIso,
+    )).catch((error: unknown) => this.deps.log?.warn({ err: error, runId: lease.run.id }, 'could not hand a detached run back'));
   }
 
   /** Waits for a run's body in this process to be over (tests; the preflight's answer). */

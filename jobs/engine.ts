@@ -11,7 +11,7 @@ import {
   ACTIVE_RUN_STATUSES, decideWorkflowMove, isWorkflowKind, STUCK_RESUMES, WAITS, WORKFLOW_CHAINS, WORKFLOW_KINDS,
   type ProvisionState, type WorkflowKind, type WorkflowOutcome,
 } from '../src/modules/metal/states';
-import { ADVANCE_PARTITION, insertJobsSql, queueAdvance, wakeRunCtes } from './registry';
+import { wakeRun } from './wake';
 import { retryDelayMs, type StepResult } from './steps';
 import { buildContext, STEP_COMMAND_TTL_MS } from './engine-context';
 import { StepInterrupt, type RunInfo, type RunParams, type StepDef, type WorkflowDef } from './engine-types';
@@ -21,40 +21,32 @@ import { newObservations, type DomainCounters, type EngineObservations } from '.
 import type { DetachedRuns } from './engine-detached';
 
 /**
- * The workflow engine (issue 9 item 1): `advanceRun(runId)` is all a metal.advance job does. It
- * takes the run's lease, then runs one step at a time, each in one transaction that locks the node
+ * The workflow engine (issue 9 item 1): `advanceRun(runId)` advances one run (the fetch loops of
+ * jobs/due-runs.ts take due runs with their lease and call advanceLeased). It takes the run's lease, then runs one step at a time, each in one transaction that locks the node
  * and the run, marks the step started (attempts, idempotency key, message cleared) before its body
- * queues anything, runs the body, and records the body's StepResult with its events and the timer
- * job that wakes the run again. Everything the engine knows is in workflow_run / workflow_step,
+ * queues anything, runs the body, and records the body's StepResult with its events and the run's
+ * next due time (workflow_run.due_at: a wait's end, a retry's). Everything the engine knows is in workflow_run / workflow_step,
  * so a worker killed at any point leaves rows the next one carries on from: a commit not made is
  * a step not started, and a step started is found again by its key.
  *
  * Leases: `lease_until` is both the lease and its fencing token (a step transaction whose token
  * is no longer the row's aborts). lease_until is a timestamptz(3), so the token, which travels as
- * a JS Date (milliseconds), compares equal in SQL (`lease_until = $2`). A job that finds the lease held re-queues itself shortly, so a
- * wake-up that arrives while another worker holds the run is never lost; a lease found expired
+ * a JS Date (milliseconds), compares equal in SQL (`lease_until = $2`). Taking the lease sets due_at to the lease's end, so a
+ * worker that dies leaves its run due when the lease runs out. A wake-up that arrives while a worker
+ * holds the run sets due_at earlier than that (jobs/wake.ts); the step's commit keeps it (due_at is
+ * then no longer the lease's end), so the run is fetched again once the lease is released and never
+ * loses a wake-up. A lease found expired
  * means its worker died mid-step: the run is taken up again (resumes + 1) until STUCK_RESUMES,
- * then fails WORKER_LOST. A dead worker's runs are found by the next job that wakes them, or by
- * sweepRuns (every worker, every few seconds), without waiting for pg-boss to expire the dead job.
+ * then fails WORKER_LOST.
  */
 
 export const LEASE_MS = 60_000;
-/** How soon a job that found the run's lease held tries again (at most). */
+/** What advanceRun answers when it found the run's lease held (the run is then woken: due once it is released). */
 export const BUSY_RETRY_MS = 1_000;
-/** How soon a job that found the run's row locked (a step transaction under way) tries again. */
-const LOCKED_RETRY_MS = 200;
 /** A cleanup waits at most this long (its command's expiry usually ends it sooner). */
 const CLEANUP_DEADLINE_MS = 15 * 60 * 1000;
 const DEFAULT_ATTEMPTS = 3;
 const DEFAULT_DEADLINE_S = 3600;
-/**
- * A wait due within this long gets a metal.advance job due at its end (a retry's backoff, a
- * `continue`, a short deadline). A longer one (a command's 5-minute expiry, a ramdisk's 30-minute
- * deadline) gets none: what ends it early wakes the run anyway (the result, the report), and a wait
- * that runs out is found by the workflow sweep (sweepRuns: wait_until passed), at most about 25 s
- * late. In the lifecycle bench, a third of all jobs were such timers, none of them ever due.
- */
-export const TIMER_JOB_MAX_MS = 60_000;
 const MAX_MESSAGE = 1000;
 
 export interface EngineDeps {
@@ -133,23 +125,34 @@ class LeaseLost extends Error {
 
 const clip = (text: string) => (text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text);
 
+/** A run's lease as its taker holds it: the token, and whether a dead worker's lease lapsed on it. */
+export interface Lease { leaseUntil: Date; workerLost: boolean; previousResumes: number }
+
+/**
+ * What taking a run's lease writes (`w` the run, `cur.prev` its lease before, `$2` the lease's
+ * length in ms): the lease, and due_at at the lease's end, so the run is due again if its worker
+ * dies; the wake-up that made it due is consumed (a wait's own timer is written again by the step).
+ * Shared by takeLease and the fetch of due runs (jobs/due-runs.ts).
+ */
+export const LEASE_SET = `lease_until = now() + $2::int * interval '1 millisecond',
+              due_at = now() + $2::int * interval '1 millisecond',
+              status = CASE WHEN w.status = 'queued' THEN 'running' ELSE w.status END,
+              started_at = COALESCE(w.started_at, now()),
+              resumes = w.resumes + CASE WHEN cur.prev IS NOT NULL THEN 1 ELSE 0 END,
+              updated_at = now()`;
+
 /** Takes the run's lease, or says why not. */
 async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
-  | { taken: true; leaseUntil: Date; workerLost: boolean; previousResumes: number }
+  | ({ taken: true } & Lease)
   | { taken: false; outcome: AdvanceOutcome }
 > {
   // SKIP LOCKED: a run whose row is locked is in a step transaction (or a verb's) right now, so
-  // the job is busy at once instead of waiting for that commit (the lifecycle bench: 2.8 ms of lock
-  // wait per lease, holding back the pg-boss batch it came in).
+  // the call is busy at once instead of waiting for that commit.
   const { rows } = await sql.query(
     `WITH cur AS (
        SELECT id, status, lease_until AS prev, resumes AS prev_resumes FROM workflow_run WHERE id = $1 FOR UPDATE SKIP LOCKED
      ), taken AS (
-       UPDATE workflow_run w SET lease_until = now() + $2::int * interval '1 millisecond',
-              status = CASE WHEN w.status = 'queued' THEN 'running' ELSE w.status END,
-              started_at = COALESCE(w.started_at, now()),
-              resumes = w.resumes + CASE WHEN cur.prev IS NOT NULL THEN 1 ELSE 0 END,
-              updated_at = now()
+       UPDATE workflow_run w SET ${LEASE_SET}
          FROM cur
         WHERE w.id = cur.id AND w.status = ANY($3::text[]) AND (cur.prev IS NULL OR cur.prev <= now())
        RETURNING w.lease_until, cur.prev, cur.prev_resumes
@@ -163,9 +166,9 @@ async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
   );
   const row = rows[0];
   if (!row) return { taken: false, outcome: { kind: 'idle', status: 'missing' } };
-  // Locked by another transaction: this wake-up may carry news that transaction did not see, so it
-  // comes back shortly (a run that just ended then finds nothing to do).
-  if (row.locked) return { taken: false, outcome: ACTIVE.includes(row.status as string) ? { kind: 'busy', retryInMs: LOCKED_RETRY_MS } : { kind: 'idle', status: row.status as string } };
+  // Locked by another transaction: this call may carry news that transaction did not see, so the
+  // run is woken (advanceRun) and fetched once that transaction ends.
+  if (row.locked) return { taken: false, outcome: ACTIVE.includes(row.status as string) ? { kind: 'busy', retryInMs: BUSY_RETRY_MS } : { kind: 'idle', status: row.status as string } };
   if (row.taken) {
     return { taken: true, leaseUntil: row.lease_until as Date, workerLost: row.prev != null, previousResumes: Number(row.prev_resumes) };
   }
@@ -177,15 +180,21 @@ async function takeLease(sql: Sql, runId: string, leaseMs: number): Promise<
 
 /**
  * Advances one run as far as it can go now. Safe to call any number of times, from any number
- * of workers at once: one holds the lease, the others re-queue themselves.
+ * of workers at once: one holds the lease; the others wake the run, which is then fetched again
+ * once the lease is released (its due_at is earlier than the lease's end: see jobs/wake.ts).
  */
 export async function advanceRun(deps: EngineDeps, runId: string): Promise<AdvanceOutcome> {
   const leaseMs = deps.leaseMs ?? LEASE_MS;
   const lease = await takeLease(deps.sql, runId, leaseMs);
   if (!lease.taken) {
-    if (lease.outcome.kind === 'busy') await queueAdvance(deps.sql, runId, lease.outcome.retryInMs);
+    if (lease.outcome.kind === 'busy') await wakeRun(deps.sql, runId);
     return lease.outcome;
   }
+  return advanceLeased(deps, runId, lease);
+}
+
+/** Advances a run whose lease the caller took (advanceRun, or the fetch of due runs). */
+export async function advanceLeased(deps: EngineDeps, runId: string, lease: Lease): Promise<AdvanceOutcome> {
   let token = lease.leaseUntil;
   let lostResumes: number | null = lease.workerLost ? lease.previousResumes : null;
   const takenLost = lostResumes;
@@ -226,20 +235,17 @@ export async function advanceRun(deps: EngineDeps, runId: string): Promise<Advan
       }
       return next.step.outcome;
     }
-    // A long run yields to the queue between budgets, so one run never starves the others.
-    await deps.sql.transaction(async (tx) => {
-      await tx.query('UPDATE workflow_run SET lease_until = NULL WHERE id = $1 AND lease_until = $2', [runId, token]);
-      await queueAdvance(tx, runId);
-    });
+    // A long run yields between budgets (due again now, behind the runs due before it), so one run never starves the others.
+    await deps.sql.query('UPDATE workflow_run SET lease_until = NULL, due_at = now() WHERE id = $1 AND lease_until = $2', [runId, token]);
     return { kind: 'waiting', until: null, for: 'its next turn (one advance runs at most a budget of steps)' };
   } catch (error) {
     if (error instanceof LeaseLost) return { kind: 'busy', retryInMs: BUSY_RETRY_MS };
-    // Leave the run to be taken up again at once rather than after the lease: a deadlock lost
-    // to a verb's write is a retry, anything else is logged and retried by pg-boss.
-    await deps.sql.transaction(async (tx) => {
-      const { rows } = await tx.query('UPDATE workflow_run SET lease_until = NULL WHERE id = $1 AND lease_until = $2 RETURNING id', [runId, token]);
-      if (rows[0]) await queueAdvance(tx, runId, 200);
-    }).catch(() => undefined);
+    // Leave the run to be taken up again shortly rather than after the lease: a deadlock lost
+    // to a verb's write is a retry, anything else is logged and retried the same way.
+    await deps.sql.query(
+      `UPDATE workflow_run SET lease_until = NULL, due_at = LEAST(due_at, now() + interval '200 milliseconds') WHERE id = $1 AND lease_until = $2`,
+      [runId, token],
+    ).catch(() => undefined);
     if (error instanceof AppError && error.code === 'CONFLICT') return { kind: 'busy', retryInMs: 200 };
     throw error;
   }
@@ -289,11 +295,6 @@ interface Loaded {
   dirty: Set<StepRow>;
   /** The run's pending update (the last step's end: waiting, or running the next step). */
   runWrite: RunWrite | null;
-  /**
-   * A metal.advance job to queue at the flush, due then (a short wait's timer): the wait's own end,
-   * to the millisecond, so a later early wake-up finds this timer as due by then and adds none.
-   */
-  wakeAt: Date | null;
   injected: Injected | null;
   /** What the transaction did, for the metrics once it committed (advanceRun). */
   observed: EngineObservations;
@@ -357,7 +358,7 @@ async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Pr
     commands: new Map((row['run.commands'] as { id: string; kind: string; status: CommandRow['status']; result: CommandRow['result']; expiresAt: string; key: string }[])
       .map((c) => [c.key, { id: c.id, kind: c.kind, status: c.status, result: c.result, expiresAt: new Date(c.expiresAt) }])),
     now: row['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
-    dirty: new Set(), runWrite: null, wakeAt: null,
+    dirty: new Set(), runWrite: null,
   };
 }
 
@@ -533,18 +534,14 @@ function saveStep(l: Loaded, step: StepRow, finished: boolean): void {
 }
 
 /**
- * Ends the transaction's work with the run waiting (lease released), and a timer job when the wait
- * is short (TIMER_JOB_MAX_MS). Asked for at every short wait, not only a new one: the flush queues
- * none when a job of the run due by then is there already (the timer queued when the wait began),
- * and a wait whose first wake-up was such a job due sooner (then fetched to bring the run here
- * early) needs its own.
+ * Ends the transaction's work with the run waiting (lease released), due at the wait's end (the
+ * flush writes due_at = until, or keeps an earlier wake-up that arrived while the run was leased).
  */
 function stopWaiting(l: Loaded, until: Date, waitingFor: string): Step {
   l.runWrite = { ...l.runWrite, status: 'waiting', waitUntil: until, waitingFor: clip(waitingFor), leaseUntil: null };
   if (l.run.status !== 'aborting') l.run.status = 'waiting';
   l.run.waitUntil = until;
   l.run.leaseUntil = null;
-  if (until.getTime() - l.now.getTime() <= TIMER_JOB_MAX_MS) l.wakeAt = until;
   return { kind: 'stop', outcome: { kind: 'waiting', until, for: waitingFor } };
 }
 
@@ -734,7 +731,8 @@ async function enterCleanup(l: Loaded): Promise<Step> {
   );
   const { rows: lease } = await l.tx.query(
     `UPDATE workflow_run SET status = 'aborting', step_index = $2, wait_until = NULL, waiting_for = NULL,
-            lease_until = now() + $3::int * interval '1 millisecond', updated_at = now(), version = version + 1
+            lease_until = now() + $3::int * interval '1 millisecond', ${DUE_WITH('now() + $3::int * interval \'1 millisecond\'')},
+            updated_at = now(), version = version + 1
       WHERE id = $1 RETURNING lease_until`,
     [l.run.id, first, l.leaseMs],
   );
@@ -805,7 +803,7 @@ async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 's
   // What this transaction changed so far goes to the rows first: the statements below read them.
   await flush(l);
   await l.tx.query(
-    `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, wait_until = NULL, waiting_for = NULL,
+    `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, due_at = NULL, wait_until = NULL, waiting_for = NULL,
             attempt = COALESCE($3::int, attempt), updated_at = now(), version = version + 1
       WHERE id = $1`,
     [l.run.id, status, l.attempt ?? null],
@@ -831,10 +829,18 @@ async function endRun(l: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 's
 }
 
 /**
+ * The run's next due time as a step transaction of the lease holder writes it (an UPDATE's SET
+ * item; `next` an SQL expression: the wait's end, or the renewed lease's end while the run goes
+ * on): `next`, unless a wake-up arrived while the run was leased (due_at is then no longer the
+ * lease's end, which taking the lease wrote): that earlier due time stays, so the run is fetched
+ * again once the lease is released, and reads what woke it.
+ */
+const DUE_WITH = (next: string) => `due_at = CASE WHEN due_at IS NOT DISTINCT FROM lease_until THEN ${next} ELSE LEAST(due_at, ${next}) END`;
+
+/**
  * Writes what the transaction changed in memory, in one statement: the step rows, the run's update
- * (the last step's end), the events, and the run's timer job when its wait is short (a job of the
- * run already due by then does instead, as queueAdvance). One statement where there were five to
- * nine (each step's start, its end, the run, the events, the job), for the engine's hot path.
+ * (the last step's end, with its next due time) and the events. One statement where there were
+ * five to nine (each step's start, its end, the run, the events, the job), for the engine's hot path.
  */
 const FLUSH_SQL = `WITH steps AS (
     UPDATE workflow_step s SET status = v.status, attempts = v.attempts, idempotency_key = v.key, state = v.state, message = v.message,
@@ -846,23 +852,22 @@ const FLUSH_SQL = `WITH steps AS (
   ), run AS (
     UPDATE workflow_run SET step_index = COALESCE($12::int, step_index), attempt = COALESCE($13::int, attempt),
            status = CASE WHEN status = 'aborting' THEN status ELSE $14::text END,
-           wait_until = $15::timestamptz, waiting_for = $16::text, lease_until = $17::timestamptz, updated_at = now(), version = version + 1
+           wait_until = $15::timestamptz, waiting_for = $16::text, lease_until = $17::timestamptz,
+           ${DUE_WITH('COALESCE($15::timestamptz, $17::timestamptz)')}, updated_at = now(), version = version + 1
      WHERE id = $1::text AND $11::boolean
     RETURNING 1
   ), ev AS (
     INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-    SELECT e.type, $18::text, $19::text, $20::text, $21::text, $25::text, e.payload
+    SELECT e.type, $18::text, $19::text, $20::text, $21::text, $24::text, e.payload
       FROM unnest($22::text[], $23::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n
     RETURNING 1
-  ), ${wakeRunCtes('$1::text', { at: '$24::timestamptz', when: '$24::timestamptz IS NOT NULL' })}
-  SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run,
-         (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`;
+  )
+  SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run`;
 
 async function flush(l: Loaded): Promise<void> {
   const steps = [...l.dirty];
   const run = l.runWrite;
-  const wake = l.wakeAt;
-  if (steps.length === 0 && !run && l.events.length === 0 && wake === null) return;
+  if (steps.length === 0 && !run && l.events.length === 0) return;
   for (const e of l.events) checkEventPayload(e.payload);
   const { rows } = await l.tx.query(FLUSH_SQL, [
     l.run.id,
@@ -872,48 +877,42 @@ async function flush(l: Loaded): Promise<void> {
     run !== null, run?.stepIndex ?? null, run ? (l.attempt ?? null) : null, run?.status ?? null,
     run?.waitUntil ?? null, run?.waitingFor ?? null, run?.leaseUntil ?? null,
     l.node.tenantId, l.node.siteId, l.node.poolId, l.node.id, l.events.map((e) => e.type), l.events.map((e) => JSON.stringify(e.payload)),
-    wake,
     // The events' subject: the run, or the control-node job its chain belongs to (jobProgress(jobId)
     // then shows every run of the job; workflowProgress(runId) finds them by payload.workflowId).
     l.run.params.jobId ?? l.run.id,
   ]);
   const r = rows[0]!;
   if (Number(r.steps) !== steps.length || (run && Number(r.run) !== 1)) throw new Error(`run ${l.run.id}: its rows changed under the step's lock`);
-  if (wake !== null && Number(r.woken) !== 1) throw new Error('the metal.advance queue is missing: the run\'s timer was not queued');
   l.dirty.clear();
   l.runWrite = null;
-  l.wakeAt = null;
   l.events = [];
 }
 
 /**
- * Wakes the active runs whose wake-up may have been lost: a metal.advance job fetched by a worker
- * that died before taking the run's lease stays "active" in pg-boss until its expiry (15 min), and
- * nothing else would wake a run that was not leased. A run is overdue when no live worker holds
- * it, it has not changed for `graceMs`, and it has something to do: it is not waiting, or a dead
- * worker's lease lapsed on it, or its wait is over, or a command result or ramdisk report arrived
- * after its last change. Queues one
- * job per overdue run (a run that is not overdue after all does nothing with it). Resolves to
- * how many it woke.
+ * A safety net, every few seconds in every worker: makes due the active runs that look overdue
+ * but are not due (due_at NULL or later): no live worker holds them, they have not changed for
+ * `graceMs`, and they have something to do: not waiting, or a dead worker's lease lapsed on them,
+ * or their wait is over, or a command result or ramdisk report arrived after their last change.
+ * Every writer wakes the runs it makes due in its own transaction (jobs/wake.ts), and taking a
+ * lease makes the run due at the lease's end, so this finds a run only when a writer forgot to
+ * wake it (a row written by hand, a bug). Resolves to how many it woke.
  */
 export async function sweepRuns(sql: Sql, graceMs: number, limit = 1000): Promise<number> {
   const { rows } = await sql.query(
     `WITH overdue AS (
        SELECT w.id FROM workflow_run w
         WHERE w.status = ANY($1::text[]) AND (w.lease_until IS NULL OR w.lease_until < now())
+          AND (w.due_at IS NULL OR w.due_at > now())
           AND w.updated_at < now() - $2::int * interval '1 millisecond'
           AND (w.status <> 'waiting' OR w.lease_until IS NOT NULL OR w.wait_until IS NULL OR w.wait_until < now()
                OR EXISTS (SELECT 1 FROM command c WHERE c.run_id = w.id AND c.status IN ('succeeded', 'unverified', 'failed', 'expired') AND c.updated_at > w.updated_at)
                OR EXISTS (SELECT 1 FROM ramdisk_report r WHERE r.run_id = w.id AND r.created_at > w.updated_at))
-          -- A run whose wake-up is queued and due is late only because the queue is: another job
-          -- would only lengthen it (a saturated worker saw each sweep add ~900 to the backlog).
-          AND NOT EXISTS (SELECT 1 FROM ${ADVANCE_PARTITION} j WHERE j.state < 'active'
-                             AND j.start_after <= now() AND j.data->>'runId' = w.id)
         LIMIT $3
-     ), queued AS (
-       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', overdue.id)", 'overdue')} RETURNING 1
+        FOR UPDATE SKIP LOCKED
+     ), woke AS (
+       UPDATE workflow_run w SET due_at = now() FROM overdue WHERE w.id = overdue.id RETURNING 1
      )
-     SELECT count(*)::int AS n FROM queued`,
+     SELECT count(*)::int AS n FROM woke`,
     [ACTIVE, Math.max(0, Math.round(graceMs)), limit],
   );
   return Number(rows[0]?.n ?? 0);

@@ -5,9 +5,12 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Sql } from '../src/db/sql';
 import type { SecretBroker } from '../clients/secrets/broker';
-import { queueAdvance } from './registry';
+import { randomUUID } from 'node:crypto';
+import { wakeRun } from './wake';
+import { sendInTx } from './send';
+import type { Runner } from '../src/modules/metal/node-store';
 import { buildInstallerIso, findBaseImage, type BaseImage } from '../src/modules/provision/iso';
-import { publishIso, recordIsoReport } from '../src/modules/provision/iso-store';
+import { endIsoBuilds, markIsoBuildStarted, publishIso, recordIsoBuildQueued, recordIsoReport } from '../src/modules/provision/iso-store';
 import { ISO_DIR_FULL_MESSAGE, isoDirHasRoom } from '../src/modules/provision/iso-janitor';
 import { renderPreseed } from '../src/modules/provision/preseed';
 import { installHostname } from '../src/modules/provision/hostname';
@@ -53,7 +56,28 @@ function baseImage(dir: string | undefined): Promise<BaseImage> {
 
 const clip = (s: string) => (s.length > 500 ? `${s.slice(0, 499)}…` : s);
 
-export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'built' | 'failed' | 'skipped'> {
+/**
+ * Queues the ISO build of metal-install run `runId` in the caller's transaction (its Building ISO
+ * step): the provision.iso job (pg-boss's send) and its iso_build_job row, which is what GET
+ * /controlnode/provision/queue lists (when it was queued, when a worker started it); the worker
+ * ends the row when it records the build's outcome. Resolves to the job's id.
+ */
+export async function queueIsoBuild(db: Pick<Runner, 'query'>, runId: string): Promise<string> {
+  const id = randomUUID();
+  await sendInTx(db, 'provision.iso', { runId }, { id });
+  await recordIsoBuildQueued(db, id, runId);
+  return id;
+}
+
+export async function buildRunIso(deps: IsoBuildDeps, runId: string, jobId?: string): Promise<'built' | 'failed' | 'skipped'> {
+  if (jobId) await markIsoBuildStarted(deps.sql, jobId);
+  const outcome = await buildOnce(deps, runId);
+  // Built or failed: the outcome is recorded (record(), with the row ended in its transaction); skipped: nothing to build.
+  if (outcome === 'skipped') await endIsoBuilds(deps.sql, runId);
+  return outcome;
+}
+
+async function buildOnce(deps: IsoBuildDeps, runId: string): Promise<'built' | 'failed' | 'skipped'> {
   const { rows: [run] } = await deps.sql.query(
     `SELECT w.id, w.kind, w.status, w.params, n.id AS node_id, n.tenant_id, n.bmc_address, n.inventory, b.os_credentials_ref,
             EXISTS (SELECT 1 FROM install_report r WHERE r.run_id = w.id AND r.kind = 'iso') AS built
@@ -72,7 +96,8 @@ export async function buildRunIso(deps: IsoBuildDeps, runId: string): Promise<'b
         body = { ...payload, imageUrl: `${publicUrl!.replace(/\/+$/, '')}${published.urlPath}` };
       }
       await recordIsoReport(tx, runId, isoId, body);
-      await queueAdvance(tx, runId);
+      await endIsoBuilds(tx, runId);
+      await wakeRun(tx, runId);
     });
   };
   const started = Date.now();

@@ -1,8 +1,8 @@
-import { createHash } from 'node:crypto';
 import PgBoss from 'pg-boss';
 import type { Logger } from 'pino';
 import pg from 'pg';
 import { statementName } from '../src/db/sql';
+import type { SqlExecutor } from './send';
 
 const QUEUE_CREATION_LOCK = 7243916082;
 
@@ -12,15 +12,7 @@ const QUEUE_CREATION_LOCK = 7243916082;
  */
 export interface QueueData {
   /**
-   * "Advance workflow run R": everything else (kind, params, step, attempts, waits) is in the
-   * workflow_run and workflow_step rows. Queued by the node store when a run starts, by a command
-   * result or a ramdisk callback that a waiting run may be waiting for, and by the engine itself
-   * for a delayed retry or a deadline. Several jobs for one run are harmless: the run's lease
-   * lets one worker at a time advance it, and a job that finds nothing to do does nothing.
-   */
-  'metal.advance': { runId: string };
-  /**
-   * "Release batch B": start the workflow run (and its metal.advance job) of each node of a
+   * "Release batch B": start the workflow run of each node of a
    * destructive bulk batch still in the verb's target state, once (command_batch.released_at). Queued by bulk for a batch without approver keys and by the
    * approval that reaches the quorum; the node list is the batch row's, never the job's.
    */
@@ -41,7 +33,6 @@ export interface QueueData {
 export type QueueName = keyof QueueData;
 
 export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
-  'metal.advance': { name: 'metal.advance', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 15 * 60 },
   'metal.batch': { name: 'metal.batch', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
   // One prune at a time is enough; a missed one is caught up by the next.
   'events.prune': { name: 'events.prune', policy: 'singleton', retryLimit: 1, expireInSeconds: 10 * 60 },
@@ -53,51 +44,14 @@ export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
   'provision.iso': { name: 'provision.iso', policy: 'standard', retryLimit: 3, retryBackoff: true, expireInSeconds: 10 * 60 },
 };
 
-/** Something that runs SQL, e.g. an open transaction: jobs sent through it commit or roll back with it. */
-export interface SqlExecutor {
-  executeSql(text: string, values: unknown[]): Promise<{ rows: unknown[] }>;
-}
-
 /**
- * metal.advance's partition of pgboss.job: pg-boss 10 names a queue's table 'j' and the hex SHA-224
- * of the queue's name (create_queue in its plans.js); start() checks it against pgboss.queue. The
- * wake-up lookups read it directly: through pgboss.job the planner took the fetch index
- * (name, start_after), whose estimate from stale statistics of a table that churns this fast was
- * 2 rows, and read every due job (1.3 ms at 300 machines) instead of the run's own.
+ * The queue the engine's wake-ups used before the engine kept its own due-run index (issue 23).
+ * Its runs were made due by the migration that added workflow_run.due_at; its jobs not yet fetched
+ * are purged at start (pg-boss's purgeQueue). The queue itself stays: pg-boss's deleteQueue
+ * refuses a queue that still holds fetched or finished jobs (a foreign key), and its own
+ * maintenance ends those within their retention.
  */
-const advancePartitionName = `j${createHash('sha224').update('metal.advance').digest('hex')}`;
-export const ADVANCE_PARTITION = `pgboss.${advancePartitionName}`;
-
-/**
- * What a statement that queues metal.advance jobs notifies at its commit (a row trigger on the
- * partition; one notification per transaction, PostgreSQL folds the repeats): the workers'
- * fetch loops LISTEN for it and fetch at once instead of at their next poll.
- */
-export const ADVANCE_QUEUED_CHANNEL = 'metal_advance_queued';
-
-/**
- * An index of metal.advance's own partition (pg-boss 10 keeps each queue's jobs in a table of its
- * own, named in pgboss.queue.partition_name) on the run a job wakes, over the jobs not yet
- * fetched: what wakeRunCtes and the workflow sweep look up for every wake-up. Without it each
- * lookup read every job of the queue not yet fetched (the lifecycle bench: 3 ms each, a third of
- * PostgreSQL's time at 300 machines, more as the backlog grew). pg-boss knows nothing of it: it
- * only ever inserts, updates and deletes rows, which keep it up to date. Created once, here,
- * under the queue creation lock (IF NOT EXISTS: every later start finds it), with the trigger
- * that notifies ADVANCE_QUEUED_CHANNEL.
- */
-const ADVANCE_RUN_INDEX_SQL = `DO $$
-  DECLARE part text := (SELECT partition_name FROM pgboss.queue WHERE name = 'metal.advance');
-  BEGIN
-    IF part IS DISTINCT FROM '${advancePartitionName}' THEN
-      RAISE EXCEPTION 'pg-boss keeps metal.advance in %, not in ${advancePartitionName} as this version expects', part;
-    END IF;
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON pgboss.%I ((data->>''runId'')) WHERE state < ''active''', part || '_run', part);
-    CREATE OR REPLACE FUNCTION public.metal_advance_queued_notify() RETURNS trigger LANGUAGE plpgsql AS $f$
-      BEGIN PERFORM pg_notify('${ADVANCE_QUEUED_CHANNEL}', ''); RETURN NULL; END $f$;
-    -- FOR EACH ROW: an insert through pgboss.job fires a partition's row triggers, never its
-    -- statement triggers. Repeats within a transaction fold into one notification at the commit.
-    EXECUTE format('CREATE OR REPLACE TRIGGER metal_advance_queued AFTER INSERT ON pgboss.%I FOR EACH ROW EXECUTE FUNCTION public.metal_advance_queued_notify()', part);
-  END $$`;
+const RETIRED_QUEUES = ['metal.advance'];
 
 export type Handler<K extends QueueName> = (jobs: PgBoss.Job<QueueData[K]>[]) => Promise<void>;
 
@@ -139,7 +93,7 @@ export class Queues {
   private readonly db: BossDb;
   private workers: string[] = [];
 
-  constructor(private databaseUrl: string, private log: Logger, private pollSeconds = 1) {
+  constructor(private databaseUrl: string, private log: Logger, readonly pollSeconds = 1) {
     this.db = new BossDb(databaseUrl, log);
     this.boss = new PgBoss({ db: this.db });
     this.boss.on('error', (error) => this.log.error({ err: error }, 'queue error'));
@@ -156,7 +110,9 @@ export class Queues {
       for (const queue of Object.values(QUEUES)) {
         if (!(await this.boss.getQueue(queue.name))) await this.boss.createQueue(queue.name, queue);
       }
-      await lock.query(ADVANCE_RUN_INDEX_SQL);
+      for (const name of RETIRED_QUEUES) {
+        if (await this.boss.getQueue(name)) await this.boss.purgeQueue(name);
+      }
     } finally {
       await lock.query('SELECT pg_advisory_unlock($1)', [QUEUE_CREATION_LOCK]).catch(() => undefined);
       await lock.end();
@@ -202,87 +158,4 @@ export class Queues {
   }
 }
 
-/** Runs pg-boss's SQL inside a Prisma interactive transaction. */
-export function prismaExecutor(tx: { $queryRawUnsafe<T = unknown>(sql: string, ...values: unknown[]): Promise<T> }): SqlExecutor {
-  return {
-    async executeSql(text, values) {
-      const rows = await tx.$queryRawUnsafe<unknown[]>(text, ...values);
-      return { rows };
-    },
-  };
-}
-
-/**
- * SQL that queues one job on `queue` per row of `from`, with `data` (a jsonb expression over those
- * rows): for set-based writers that queue thousands of jobs inside the statement that makes them
- * necessary (a verb's compare-and-set), instead of building a JSON array for `boss.insert`.
- * It is pg-boss 10's own insertJobs (src/plans.js) for a job with no per-job options: every
- * setting comes from the queue's row, then pg-boss's defaults. test/jobs-sql.test.ts checks that
- * its jobs equal boss.insert's and that pg-boss fetches and completes them.
- *
- * pg-boss ends it with ON CONFLICT DO NOTHING, which lets its unique indexes drop a singleton's
- * duplicate. Those indexes all name another policy (short, singleton, stately) or a singleton_on,
- * so a standard queue's job (singleton_on NULL, a fresh uuid) can meet none of them: there the
- * clause only turns every row into a speculative insertion (probes of every unique index, a lock
- * and one more WAL record per row), which was a third of 10,000 jobs' time. Without it, a row
- * that did conflict would fail the statement instead of being dropped silently.
- */
-export function insertJobsSql(queue: QueueName, data: string, from: string, startAfter = 'now()'): string {
-  const onConflict = QUEUES[queue].policy === 'standard' ? '' : '\n    ON CONFLICT DO NOTHING';
-  return `INSERT INTO pgboss.job (id, name, data, priority, start_after, singleton_key, singleton_on, dead_letter,
-                          expire_in, keep_until, retry_limit, retry_delay, retry_backoff, policy)
-    SELECT gen_random_uuid(), q.name, ${data}, 0, ${startAfter}, NULL, NULL, q.dead_letter,
-           CASE WHEN q.expire_seconds IS NOT NULL THEN q.expire_seconds * interval '1s' ELSE interval '15 minutes' END,
-           now() + CAST(COALESCE((q.retention_minutes * 60)::text, '14 days') AS interval),
-           COALESCE(q.retry_limit, 2),
-           CASE WHEN COALESCE(q.retry_backoff, false) THEN GREATEST(COALESCE(q.retry_delay, 0), 1) ELSE COALESCE(q.retry_delay, 0) END,
-           COALESCE(q.retry_backoff, false),
-           q.policy
-      FROM ${from} JOIN pgboss.queue q ON q.name = '${queue}'${onConflict}`;
-}
-
-/** Something that runs SQL in an open transaction (the node store's Runner). */
-export interface QueryRunner {
-  query(text: string, values?: unknown[]): Promise<{ rows: Record<string, unknown>[] }>;
-}
-
-/**
- * Two CTEs, `due` and `job`, for a statement that wakes the run `runIdSql` (an SQL expression, null
- * for none): `due` row-locks a job of the run that no worker has fetched yet and that is due by
- * `at`, else `job` queues one due at `at`; nothing when `when` (an SQL condition) is false. A due,
- * unfetched job already wakes the run after the caller's commit, so a second one would only cost
- * a fetch and a lease round trip (the lifecycle bench: 2.8 to 3.8 jobs per step, most of them
- * wake-ups of a run already due). The lock is what makes this safe: pg-boss fetches with SKIP
- * LOCKED, so it cannot take the job before the caller's transaction (and what it wrote for the run)
- * commits; and a job a worker is fetching right now is skipped here (SKIP LOCKED), so the caller
- * queues its own. Exactly one of them
- * has a row when the run is woken: `(SELECT count(*) FROM job) + (SELECT count(*) FROM due)`.
- * queueAdvance, the command results, the ramdisk reports and the engine's flush all wake this way.
- */
-export function wakeRunCtes(runIdSql: string, opts: { at?: string; when?: string } = {}): string {
-  const at = opts.at ?? 'now()';
-  const when = opts.when ?? 'true';
-  return `due AS (
-       SELECT j.id FROM ${ADVANCE_PARTITION} j
-        WHERE ${when} AND j.state < 'active' AND j.start_after <= ${at} AND j.data->>'runId' = ${runIdSql}
-        LIMIT 1 FOR UPDATE SKIP LOCKED
-     ), job AS (
-       ${insertJobsSql('metal.advance', `jsonb_build_object('runId', ${runIdSql})`, `(SELECT 1 WHERE ${when} AND ${runIdSql} IS NOT NULL AND NOT EXISTS (SELECT 1 FROM due)) AS one`, at)}
-       RETURNING id
-     )`;
-}
-
-/**
- * Queues "advance run R" inside the caller's transaction, now or after `afterMs`: what a command
- * result, a ramdisk callback or the engine's own timer does to wake a run. A job of the run not
- * yet fetched and due by then does it instead (wakeRunCtes). Resolves to the job id.
- */
-export async function queueAdvance(db: QueryRunner, runId: string, afterMs = 0): Promise<string> {
-  const { rows } = await db.query(
-    `WITH ${wakeRunCtes('$1::text', { at: "now() + $2::int * interval '1 millisecond'" })}
-     SELECT COALESCE((SELECT id FROM job), (SELECT id FROM due))::text AS id`,
-    [runId, Math.max(0, Math.round(afterMs))],
-  );
-  if (!rows[0]?.id) throw new Error('the metal.advance queue is missing: the job was not queued');
-  return rows[0].id as string;
-}
+export { prismaExecutor, type SqlExecutor } from './send';

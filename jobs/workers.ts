@@ -8,29 +8,23 @@ import { DetachedRuns } from './engine-detached';
 import { fabricPreflightWorkflow } from './workflows/fabric-preflight';
 import { buildRunIso, type IsoBuildDeps } from './iso-build';
 import { ISO_SWEEP_MS, sweepIsoDir } from '../src/modules/provision/iso-janitor';
-import { advanceRun, LEASE_MS, sweepRuns } from './engine';
-import { ADVANCE_QUEUED_CHANNEL, queueAdvance } from './registry';
-import { LocalAdvancer, type RunWaker } from './local-wake';
+import { advanceLeased, LEASE_MS, sweepRuns } from './engine';
+import { DueRunLoop } from './due-runs';
+import { RUN_DUE_CHANNEL, type RunWaker } from './wake';
 import type { Notifications } from '../src/db/listen';
 import type { DomainCounters } from '../src/ops/metrics';
 
-/** How often a worker looks for runs whose wake-up a dead worker took with it, and how quiet they must be. */
+/** How often a worker looks for runs that look overdue but are not due (sweepRuns, a safety net), and how quiet they must be. */
 const SWEEP_EVERY_MS = 15_000;
 const SWEEP_GRACE_MS = 10_000;
 
-/** metal.advance jobs a worker takes at once: each advances its own run, side by side. */
-const ADVANCE_BATCH = 16;
 /**
- * pg-boss fetch loops on metal.advance. A loop takes a batch, waits for its slowest run, then
- * sleeps out the rest of QUEUE_POLL_SECONDS unless it is notified: by the commit of a statement
- * that queued jobs (ADVANCE_QUEUED_CHANNEL, a trigger on the queue's table), or by itself when its
- * batch was full (more are waiting). Without the notifications a loop drained at most 16 jobs a
- * second (the lifecycle bench: hundreds due and none active); with them two loops suffice, one
- * slow run holding back only its own batch, and an idle service polls twice a second.
+ * Runs this process advances at once (DueRunLoop): each fetch takes due runs for the free slots,
+ * with their leases, in one statement. The loop fetches when a commit made a run due (a trigger on
+ * workflow_run notifies RUN_DUE_CHANNEL; this process's own commits kick it directly), when a slot
+ * frees while more were due, and at QUEUE_POLL_SECONDS (a wait's end, a retry's backoff).
  */
-const ADVANCE_WORKERS = 2;
-/** Runs this process advances at once when it woke them itself (LocalAdvancer), beside the loops' batches. */
-const LOCAL_ADVANCE_CONCURRENCY = 16;
+const ADVANCE_CONCURRENCY = 32;
 /** The ISO-build queue's poll: a build takes about a second, so two more to start it are not felt. */
 const ISO_POLL_SECONDS = 2;
 
@@ -51,7 +45,7 @@ export const PRUNE_CRON = '*/10 * * * *';
 export async function startWorkers(queues: Queues, log: Logger,
   deps: {
     sql: Sql; retentionHours: number; fabric?: Omit<RolloutDeps, 'log'>; engineSql?: Sql;
-    /** The process's LISTEN connection, whose metal_advance_queued wakes the metal.advance loops; without it they poll only. */
+    /** The process's LISTEN connection, whose workflow_run_due wakes the engine's fetch loop; without it, it polls only. */
     notifications?: Notifications;
     /** config.workflowEngine (WORKFLOW_ENGINE) and config.workflowLeaseMs (WORKFLOW_LEASE_MS). */
     workflow?: { engine: boolean; leaseMs?: number };
@@ -77,7 +71,6 @@ export async function startWorkers(queues: Queues, log: Logger,
   // Runs not tied to a node (the fabric's rollout and preflight): their bodies run in the background under their lease.
   const detached = fabric ? new DetachedRuns({
     sql: engineSql, db: fabric.prisma, log, leaseMs: deps.workflow?.leaseMs ?? LEASE_MS,
-    wake: (runId, afterMs) => queueAdvance(engineSql, runId, afterMs),
     defs: [...fabricRolloutWorkflows({ ...fabric, log }), fabricPreflightWorkflow({ ...fabric, log })],
   }) : null;
   const engine = { sql: engineSql, log, leaseMs: deps.workflow?.leaseMs, metrics: deps.metrics, detached };
@@ -87,32 +80,23 @@ export async function startWorkers(queues: Queues, log: Logger,
   const engineOn = deps.workflow?.engine ?? true;
   let timer: NodeJS.Timeout | null = null;
   let listener: { stop(): void } | null = null;
-  let local: LocalAdvancer | null = null;
+  let loop: DueRunLoop | null = null;
   if (engineOn) {
-    // The runs this process's own commits wake (the built-in agent's results, the ramdisk reports
-    // its API stores) are advanced here at once, with no metal.advance job (see local-wake.ts).
-    local = new LocalAdvancer((runId) => advanceRun(engine, runId), (runId) => queueAdvance(engineSql, runId, 1000), LOCAL_ADVANCE_CONCURRENCY, log);
-    const loops: string[] = [];
-    for (let i = 0; i < ADVANCE_WORKERS; i += 1) {
-      let id = '';
-      id = await queues.work('metal.advance', async (jobs) => {
-        try {
-          await eachSettled(jobs, (job) => advanceRun(engine, job.data.runId));
-        } finally {
-          // A full batch: more are likely due, fetch again without the poll's pause.
-          if (jobs.length >= ADVANCE_BATCH && id) queues.notify(id);
-        }
-      }, { batchSize: ADVANCE_BATCH });
-      loops.push(id);
-    }
-    if (deps.notifications) listener = await deps.notifications.subscribe(ADVANCE_QUEUED_CHANNEL, () => { for (const id of loops) queues.notify(id); });
-    // A worker starting after a crash wakes at once every run nobody holds; then, every few
-    // seconds, the runs that stayed quiet with something to do (see sweepRuns).
+    loop = new DueRunLoop(engineSql, (run) => advanceLeased(engine, run.runId, run), log, {
+      concurrency: ADVANCE_CONCURRENCY, pollMs: queues.pollSeconds * 1000, leaseMs: deps.workflow?.leaseMs,
+    });
+    if (deps.notifications) listener = await deps.notifications.subscribe(RUN_DUE_CHANNEL, () => loop?.kick());
+    const dueLoop = loop;
+    // Every few seconds, the runs that look overdue but are not due (see sweepRuns).
     const sweep = async (graceMs: number) => {
       const woken = await sweepRuns(engineSql, graceMs);
-      if (woken) log.info({ woken }, 'woke workflow runs whose wake-up was lost');
+      if (woken) {
+        log.info({ woken }, 'woke workflow runs nothing had made due');
+        dueLoop.kick();
+      }
     };
-    await sweep(0);
+    await sweep(SWEEP_GRACE_MS);
+    loop.start();
     let sweeping: Promise<void> | null = null;
     timer = setInterval(() => {
       sweeping ??= sweep(SWEEP_GRACE_MS).catch((error: unknown) => log.warn({ err: error }, 'workflow sweep failed')).finally(() => { sweeping = null; });
@@ -131,7 +115,7 @@ export async function startWorkers(queues: Queues, log: Logger,
     const { concurrency, ...rest } = iso;
     let isoLoop: string | null = null;
     isoLoop = await queues.work('provision.iso', async (jobs) => {
-      await eachSettled(jobs, (job) => buildRunIso({ ...rest, sql: deps.sql, log }, job.data.runId));
+      await eachSettled(jobs, (job) => buildRunIso({ ...rest, sql: deps.sql, log }, job.data.runId, job.id));
       if (isoLoop && jobs.length >= concurrency) queues.notify(isoLoop);
     }, { batchSize: concurrency, pollSeconds: ISO_POLL_SECONDS });
     // Ended jobs' ISOs off the disk (issue 21 item 12): what a crash left, now, then every ISO_SWEEP_MS.
@@ -146,12 +130,12 @@ export async function startWorkers(queues: Queues, log: Logger,
   }
   log.info('queue workers started');
   return {
-    waker: local,
+    waker: loop,
     stop: async () => {
       if (timer) clearInterval(timer);
       if (isoTimer) clearInterval(isoTimer);
       listener?.stop();
-      await local?.stop();
+      await loop?.stop();
       // Bodies still running hand their runs back (lease released, woken) for another worker.
       await detached?.stop();
     },

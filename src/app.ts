@@ -14,7 +14,8 @@ import { databaseFailure } from './db/failure';
 import { TokenStore, generateToken } from './auth/tokens';
 import { Queues } from '../jobs/registry';
 import { startWorkers } from '../jobs/workers';
-import type { RunWaker } from '../jobs/local-wake';
+import { dueRunCount } from '../jobs/due-runs';
+import type { RunWaker } from '../jobs/wake';
 import { createGraphqlServer, type GraphqlServer } from './graphql/yoga';
 import { ResponseCache } from './graphql/response-cache';
 import { RestRouter } from './rest/router';
@@ -119,7 +120,7 @@ async function readiness(database: Database, queues: Queues, log: Logger): Promi
       checks.writes = 'unknown';
     },
   );
-  await within(queues.boss.getQueueSize('metal.advance'), READY_CHECK_MS).then(() => (checks.queue = 'ok'), (error: unknown) => (checks.queue = said(error)));
+  await within(queues.boss.getQueueSize('metal.batch'), READY_CHECK_MS).then(() => (checks.queue = 'ok'), (error: unknown) => (checks.queue = said(error)));
   return { ok: Object.values(checks).every((v) => v === 'ok'), checks };
 }
 
@@ -198,7 +199,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     // read from the database only in processes that serve the API (a worker would export the same
     // values again), at scrape time, at most once per METRICS_CACHE_MS.
     const metrics = new Metrics({
-      readDepths: () => queues.depths(),
+      readDepths: async () => ({ ...(await queues.depths()), 'metal.advance': await dueRunCount(database.backgroundSql) }),
       readStatements: () => database.statements.count,
       readSubscribers: () => events?.subscriberCount ?? 0,
       // backgroundSql: the scrape's statement is not a request's.
@@ -207,7 +208,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
       onDomainError: (error) => log.warn({ err: error }, 'reading the domain gauges for /metrics failed; they keep their last values'),
     });
     const services: Services = { config, prisma: database.prisma, sql: database.sql, tokens, queues, secrets, events, inventory, log, metrics };
-    // This process's engine, when it runs one: what its own agent and API commit wakes runs here (jobs/local-wake.ts).
+    // This process's engine, when it runs one: told at once of the runs its own agent and API wake (jobs/wake.ts RunWaker).
     let waker: RunWaker | null = null;
     if (config.role !== 'api') {
       const workers = await startWorkers(queues, log, { sql: database.sql, engineSql: database.backgroundSql, notifications, retentionHours: config.eventRetentionHours, workflow: { engine: config.workflowEngine, leaseMs: config.workflowLeaseMs }, metrics, iso: { secrets, isoDir: config.isoDir, publicUrl: () => config.publicUrl, baseDir: config.installerBaseDir, concurrency: config.controlnodeIsoConcurrency, maxBytes: config.isoDirMaxBytes }, fabric: { prisma: database.prisma, secrets, bgpWaitMs: config.fabricBgpWaitMs, connectTimeoutMs: config.fabricSshConnectTimeoutMs, nodeTimeoutMs: config.fabricNodeTimeoutMs } });

@@ -281,7 +281,8 @@ describe('the job\'s callbacks and its refusals', () => {
     // Every build is done: the queue is empty; one waiting shows with its job.
     expect((await rest(t.url, token, 'GET', '/controlnode/provision/queue')).body).toEqual([]);
     const run = (await t.app.services.sql.query(`SELECT id FROM workflow_run WHERE kind = 'metal-install' ORDER BY created_at LIMIT 1`)).rows[0]!.id as string;
-    await t.app.services.sql.query(`INSERT INTO pgboss.job (id, name, data, state, start_after) VALUES (gen_random_uuid(), 'provision.iso', jsonb_build_object('runId', $1::text), 'created', now() + interval '1 hour')`, [run]);
+    // A build queued and not started yet, as the Building ISO step records it (jobs/iso-build.ts queueIsoBuild).
+    await t.app.services.sql.query(`INSERT INTO iso_build_job (id, run_id) VALUES (gen_random_uuid(), $1)`, [run]);
     const queue = (await rest(t.url, token, 'GET', '/controlnode/provision/queue')).body;
     expect(queue).toEqual([expect.objectContaining({ job_id: run, state: 'pending', bmc_ip: bmc, hostname: 'cn-dell', started_at: null })]);
     const elsewhere = await makeTenantTree(t.app.services.prisma, 'prov-queue', { pools: 1, nodesPerPool: 0 });
@@ -296,7 +297,7 @@ describe('the job\'s callbacks and its refusals', () => {
       all: all.body.map((p: { stage: string }) => ({ stage: p.stage })),
       provisionIsoQueue: [{ jobId: run, state: 'pending', bmcIp: bmc }],
     });
-    await t.app.services.sql.query(`DELETE FROM pgboss.job WHERE name = 'provision.iso' AND state = 'created'`);
+    await t.app.services.sql.query(`DELETE FROM iso_build_job WHERE ended_at IS NULL`);
   });
 
   it('the installer\'s steps reach the REST SSE channel provision (provision_step) and the jobProgress subscription, replayed from the start', async () => {

@@ -8,11 +8,12 @@ import { startTestApp, type TestApp } from './helpers/app';
 import {
   commandsOf, expireCommands, expireTimers, makeNode, makeWorld, nodeOf, playAgent, queuedCommands, reportCommand, runOf, startRun, stepsOf, type World,
 } from './helpers/engine';
-import { advanceRun, sweepRuns, TIMER_JOB_MAX_MS, type EngineDeps } from '../jobs/engine';
+import { advanceLeased, advanceRun, sweepRuns, type EngineDeps } from '../jobs/engine';
+import { fetchDueRuns } from '../jobs/due-runs';
 import { recordResult } from '../src/modules/sites/claims';
 import type { StepDef, WorkflowDef } from '../jobs/engine-types';
 import { complete, continueAfter, failed } from '../jobs/steps';
-import { queueAdvance } from '../jobs/registry';
+import { wakeRun as queueAdvance } from '../jobs/wake';
 import { STUCK_RESUMES, WORKFLOW_CHAINS, WORKFLOW_KINDS } from '../src/modules/metal/states';
 import { WORKFLOWS } from '../jobs/workflows';
 import { loadConfig } from '../src/config';
@@ -67,8 +68,9 @@ async function enrollingRun(): Promise<{ nodeId: string; runId: string }> {
 
 const ok = (value?: unknown) => ({ ok: true as const, value });
 
+/** 1 when the run is due now (the engine's fetch would take it once its lease is free), else 0. */
 async function advanceJobs(runId: string): Promise<number> {
-  const { rows } = await sql().query(`SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId]);
+  const { rows } = await sql().query(`SELECT count(*)::int AS n FROM workflow_run WHERE id = $1 AND due_at <= now()`, [runId]);
   return rows[0]!.n as number;
 }
 
@@ -105,7 +107,7 @@ describe('advanceRun', () => {
     expect(events.find((e) => e.type === 'node.provision.inspecting')!.payload).toMatchObject({ workflowId: runId, from: 'enrolling', to: 'inspecting', next: { kind: 'metal-inspect' } });
   });
 
-  it('a wake-up while the run is leased is not lost: the job re-queues itself, and the run goes on once the lease is free', async () => {
+  it('a wake-up while the run is leased is not lost: the run stays due, and goes on once the lease is free', async () => {
     const d = deps([powerStateStep]);
     const { runId } = await enrollingRun();
     await advanceRun(d, runId);
@@ -115,12 +117,9 @@ describe('advanceRun', () => {
     const jobs = await advanceJobs(runId);
     const busy = await advanceRun(d, runId);
     expect(busy).toEqual({ kind: 'busy', retryInMs: 1000 });
-    // The result's own job is not fetched yet and is due: it wakes the run, so none is added.
-    expect(await advanceJobs(runId)).toBe(jobs);
-    const { rows: [soon] } = await sql().query(
-      `SELECT start_after <= now() + interval '2 seconds' AS soon FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1 ORDER BY created_on DESC LIMIT 1`, [runId],
-    );
-    expect(soon!.soon).toBe(true);
+    // The result's wake-up made the run due; the busy call leaves it so.
+    expect(jobs).toBe(1);
+    expect(await advanceJobs(runId)).toBe(1);
     expect((await stepsOf(sql(), runId))[0]!.status).toBe('waiting');
     // The holder lets go without having seen the result; the re-queued job finds it.
     await sql().query(`UPDATE workflow_run SET lease_until = NULL WHERE id = $1`, [runId]);
@@ -383,79 +382,77 @@ describe('advanceRun', () => {
   });
 });
 
+describe('the due-run index and the engine (jobs/due-runs.ts)', () => {
+  it('a wake-up that arrives while a fetched run is leased survives the step\'s commit: the run is fetched again once released', async () => {
+    const d = deps([powerStateStep]);
+    const { runId } = await enrollingRun();
+    await sql().query(`UPDATE workflow_run SET due_at = NULL WHERE id <> $1`, [runId]);
+    const [lease] = (await fetchDueRuns(sql(), 10, 60_000)).runs;
+    expect(lease!.runId).toBe(runId);
+    // News for the run (a report, an abort) commits while its worker holds the lease, before its step reads anything.
+    await queueAdvance(sql(), runId);
+    expect(await advanceLeased(d, runId, lease!)).toMatchObject({ kind: 'waiting' });
+    expect((await fetchDueRuns(sql(), 10, 60_000)).runs.map((r) => r.runId)).toEqual([runId]);
+    // Without news, the step's commit leaves the run due at its wait's end only.
+    await sql().query(`UPDATE workflow_run SET lease_until = NULL WHERE id = $1`, [runId]);
+    await queueAdvance(sql(), runId);
+    const [again] = (await fetchDueRuns(sql(), 10, 60_000)).runs;
+    expect(await advanceLeased(d, runId, again!)).toMatchObject({ kind: 'waiting' });
+    expect((await fetchDueRuns(sql(), 10, 60_000)).runs).toEqual([]);
+    const { rows: [run] } = await sql().query(`SELECT due_at, wait_until FROM workflow_run WHERE id = $1`, [runId]);
+    expect((run!.due_at as Date).getTime()).toBe((run!.wait_until as Date).getTime());
+  });
+});
+
 describe('sweepRuns', () => {
-  it('wakes a quiet run with something to do (a result arrived after its last change), and leaves a waiting one alone', async () => {
+  it('makes due a quiet run with something to do that nothing woke (a result written without a wake-up), and leaves a waiting one alone', async () => {
     const d = deps([powerStateStep]);
     const { runId } = await enrollingRun();
     await advanceRun(d, runId);
     const quiet = () => sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
     await quiet();
-    const before = await advanceJobs(runId);
+    expect(await advanceJobs(runId)).toBe(0);
     await sweepRuns(sql(), 30_000);
-    expect(await advanceJobs(runId)).toBe(before);
-    // The result's own wake-up was taken by a worker that died: the sweep wakes the run.
+    expect(await advanceJobs(runId)).toBe(0);
+    // A writer that forgot to wake the run: the sweep makes it due.
     const cmd = (await queuedCommands(sql(), runId))[0]!;
     await sql().query(`UPDATE command SET status = 'succeeded', result = '{"ok":true,"value":"on"}', updated_at = now() WHERE id = $1`, [cmd.id]);
-    // The run's jobs were fetched by that worker (a due, unfetched one would wake it: no sweep needed).
-    await sql().query(`UPDATE pgboss.job SET state = 'active', started_on = now() WHERE name = 'metal.advance' AND data->>'runId' = $1 AND state < 'active'`, [runId]);
-    await sweepRuns(sql(), 30_000);
-    expect(await advanceJobs(runId)).toBe(before + 1);
+    expect(await sweepRuns(sql(), 30_000)).toBe(1);
+    expect(await advanceJobs(runId)).toBe(1);
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'succeeded' });
   });
 });
 
-describe('waking a run in the process that committed the news (jobs/local-wake.ts)', () => {
-  it('a result recorded with a waker queues no job and hands the run to it; if that process died first, the sweep wakes the run', async () => {
+describe('waking a run in the process that committed the news (RunWaker)', () => {
+  it('a result recorded with a waker makes the run due in its statement and tells the waker after it', async () => {
     const d = deps([powerStateStep]);
     const { runId } = await enrollingRun();
     await advanceRun(d, runId);
     const cmd = (await queuedCommands(sql(), runId))[0]!;
     await sql().query(`UPDATE command SET status = 'claimed', claimed_by = 'agent-x', claimed_at = now(), lease_expires_at = now() + interval '1 minute' WHERE id = $1`, [cmd.id]);
-    // The run's start job was fetched and completed long ago, and the run has been quiet since.
-    await sql().query(`DELETE FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId]);
-    await sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
+    expect(await advanceJobs(runId)).toBe(0);
     const woken: string[] = [];
     expect(await recordResult(sql(), cmd.id, 'agent-x', ok('on'), { wake: (id) => woken.push(id) })).toBe(true);
     expect(woken).toEqual([runId]);
-    expect(await advanceJobs(runId)).toBe(0);
-    // The waker's process died before it advanced the run: the committed result is what the sweep finds.
-    expect(await sweepRuns(sql(), 30_000)).toBeGreaterThanOrEqual(1);
     expect(await advanceJobs(runId)).toBe(1);
     expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'succeeded' });
+    expect(await advanceJobs(runId)).toBe(0);
   });
 
-  it('a wait longer than TIMER_JOB_MAX_MS queues no timer job; the sweep wakes the run once it has run out', async () => {
+  it('every wait is due at its end (no timer job, no sweep): a long wait that ran out is due and fails as a deadline passed', async () => {
     const long: StepDef = { name: 'await', title: 'Waiting for a long time', deadlineSeconds: 3600, async run(ctx) { return ctx.waitFor('a report that never comes'); } };
-    const short: StepDef = { name: 'await', title: 'Waiting a little', deadlineSeconds: TIMER_JOB_MAX_MS / 1000 - 1, async run(ctx) { return ctx.waitFor('a report that never comes'); } };
-    const timers = (runId: string) => sql().query(`SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1 AND start_after > now()`, [runId]).then((r) => r.rows[0]!.n as number);
-    // Each run's start job was fetched by the worker advancing it (a due one would stand in for the timer).
-    const fetched = (runId: string) => sql().query(`DELETE FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId]);
-    const shortRun = await enrollingRun();
-    await fetched(shortRun.runId);
-    expect(await advanceRun(deps([short]), shortRun.runId)).toMatchObject({ kind: 'waiting' });
-    expect(await timers(shortRun.runId)).toBe(1);
-    // Its wake-up was a job due sooner after all (fetched now, to bring the run here early): the
-    // early wake-up queues the timer again; with the timer there, another adds none.
-    await fetched(shortRun.runId);
-    expect(await advanceRun(deps([short]), shortRun.runId)).toMatchObject({ kind: 'waiting' });
-    expect(await timers(shortRun.runId)).toBe(1);
-    expect(await advanceRun(deps([short]), shortRun.runId)).toMatchObject({ kind: 'waiting' });
-    expect(await timers(shortRun.runId)).toBe(1);
     const { runId } = await enrollingRun();
-    await fetched(runId);
     const d = deps([long]);
     expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting' });
-    expect(await timers(runId)).toBe(0);
-    // Not run out yet: the sweep leaves it alone.
-    await sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
-    await sweepRuns(sql(), 30_000);
+    const { rows: [run] } = await sql().query(`SELECT due_at, wait_until, lease_until FROM workflow_run WHERE id = $1`, [runId]);
+    expect(run!.lease_until).toBeNull();
+    expect((run!.due_at as Date).getTime()).toBe((run!.wait_until as Date).getTime());
     expect(await advanceJobs(runId)).toBe(0);
-    // Run out: woken, and the step fails as a deadline that passed.
     await expireTimers(sql(), runId, { deadlines: true });
-    await sql().query(`UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE id = $1`, [runId]);
-    await sweepRuns(sql(), 30_000);
     expect(await advanceJobs(runId)).toBe(1);
     expect(await advanceRun(d, runId)).toMatchObject({ kind: 'finished', status: 'failed' });
     expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'failed', errorCode: 'CALLBACK_TIMEOUT' });
+    expect(await advanceJobs(runId)).toBe(0);
   });
 });
 

@@ -57,7 +57,7 @@ describe('no existence oracle across tenants', () => {
     const batch = await prisma.commandBatch.create({
       data: { id: newId('CommandBatch'), tenantId: a.tenant.id, poolId: a.pools[0]!.id, verb: 'retire', reason: 'r', nodeIds: [node.id], digest: 'd', quorum: 0, status: 'recorded', createdBy: 'x' },
     });
-    const run = await prisma.workflowRun.create({ data: { id: newId('WorkflowRun'), nodeId: node.id, kind: 'metal-rescue', status: 'queued' } });
+    const run = await prisma.workflowRun.create({ data: { id: newId('WorkflowRun'), nodeId: node.id, kind: 'metal-rescue', status: 'queued', dueAt: null } });
     Object.assign(theirs, {
       WorkflowRun: run.id,
       Tenant: a.tenant.id, Site: a.site.id, Pool: a.pools[0]!.id, MetalNode: node.id, ApiToken: await viewerId(ownerToken),

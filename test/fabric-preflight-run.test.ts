@@ -60,7 +60,7 @@ describe('the preflight as a workflow run', () => {
         },
       },
     });
-    const detached = new DetachedRuns({ sql, db: prisma, log, leaseMs: 5000, wake: async () => undefined, defs: [fabricPreflightWorkflow({ prisma, secrets, log })] });
+    const detached = new DetachedRuns({ sql, db: prisma, log, leaseMs: 5000, defs: [fabricPreflightWorkflow({ prisma, secrets, log })] });
     await advanceRun({ sql, log, leaseMs: 5000, detached }, runId);
     await detached.settled(runId);
     const run = await prisma.workflowRun.findUniqueOrThrow({ where: { id: runId }, include: { steps: { orderBy: { idx: 'asc' } } } });

@@ -409,7 +409,7 @@ describe('fabric rollout over real sshd', () => {
     const services = t.app.services;
     // The engine as a worker runs it, driven by hand here: advanceRun leases the run, its body runs under the lease.
     const deps = { prisma: services.prisma, secrets: services.secrets, log: services.log, bgpWaitMs: 1000, connectTimeoutMs: 1500, nodeTimeoutMs: 30_000 };
-    const detached = new DetachedRuns({ sql: services.sql, db: services.prisma, log: services.log, leaseMs: 5000, wake: async () => undefined, defs: fabricRolloutWorkflows(deps) });
+    const detached = new DetachedRuns({ sql: services.sql, db: services.prisma, log: services.log, leaseMs: 5000, defs: fabricRolloutWorkflows(deps) });
     const engine = { sql: services.sql, log: services.log, leaseMs: 5000, detached };
     const newRun = async (jobId: string, fields: { leaseUntil?: Date; resumes?: number; status?: string } = {}) => {
       await prisma().workflowRun.create({

@@ -183,7 +183,7 @@ describe('fuzz', () => {
     const renamed = await fingerprint.take();
     expect(Object.keys(before).filter((k) => before[k] !== renamed[k])).toEqual(['site']);
     await t.app.services.secrets!.put(null, { username: 'u', password: 'p' });
-    await t.app.queues.send('metal.advance', { runId: 'run_fingerprint_check' });
+    await t.app.queues.send('metal.batch', { batchId: 'batch_fingerprint_check' });
     const after = await fingerprint.take();
     expect(Object.keys(after).filter((k) => renamed[k] !== after[k]).sort()).toEqual(['pgboss.job', 'secret']);
     last = null;

@@ -136,7 +136,7 @@ describe('a worker sweeps what a crash left when it starts', () => {
       const active = newId('WorkflowRun');
       await db.prisma.workflowRun.create({ data: { id: ended, nodeId: tree.nodes[0]!.id, kind: 'metal-install', status: 'failed', params: { verb: 'provision' } } });
       // Parked (waiting on nothing due): the engine does not pick it up while the test looks.
-      await db.prisma.workflowRun.create({ data: { id: active, nodeId: tree.nodes[1]!.id, kind: 'metal-install', status: 'waiting', params: { verb: 'provision' }, waitUntil: new Date(Date.now() + 3_600_000) } });
+      await db.prisma.workflowRun.create({ data: { id: active, nodeId: tree.nodes[1]!.id, kind: 'metal-install', status: 'waiting', params: { verb: 'provision' }, waitUntil: new Date(Date.now() + 3_600_000), dueAt: new Date(Date.now() + 3_600_000) } });
       left = isoName(ended);
       kept = isoName(active);
       fs.writeFileSync(path.join(dir, left), 'x');

@@ -96,8 +96,9 @@ describe('simulated machines: Redfish power-on into PXE, iPXE fetch, ramdisk rep
     return runId;
   }
   const kinds = async (runId: string) => (await reportsOf(t.app.database.sql, runId)).map((r) => r.kind);
+  /** 1 when the run is due (woken), else 0. */
   const advanceJobs = async (runId: string) =>
-    Number((await sql.query(`SELECT count(*) FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId])).rows[0].count);
+    Number((await sql.query(`SELECT count(*) FROM workflow_run WHERE id = $1 AND due_at <= now()`, [runId])).rows[0].count);
 
   it('inspect: the inventory of the machine itself (its UUID and MACs, the mockup\'s CPUs, memory and drives) lands for the run', async () => {
     const m = sim.machine('local');

@@ -47,13 +47,13 @@ describe('bulk', () => {
     (await sql.query(`SELECT (SELECT json_agg(json_build_array(id, provision_state, version) ORDER BY id) FROM node WHERE id = ANY($1)) AS nodes,
        (SELECT count(*) FROM event WHERE node_id = ANY($1)) AS events,
        (SELECT count(*) FROM workflow_run WHERE node_id = ANY($1)) AS runs,
-       (SELECT count(*) FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId' WHERE j.name = 'metal.advance' AND r.node_id = ANY($1)) AS jobs,
+       (SELECT count(*) FROM workflow_run r WHERE r.due_at <= now() AND r.node_id = ANY($1)) AS jobs,
        (SELECT count(*) FROM command_batch) AS batches`, [ids])).rows[0];
 
-  /** The metal.advance jobs of the nodes' runs: each names only its run. */
+  /** The nodes' runs that are due (what the engine's fetch takes), as { runId }. */
   const jobsOf = async (ids: string[]) =>
-    (await sql.query(`SELECT j.data FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId'
-                       WHERE j.name = 'metal.advance' AND r.node_id = ANY($1)`, [ids])).rows.map((r) => r.data as { runId: string });
+    (await sql.query(`SELECT jsonb_build_object('runId', r.id) AS data FROM workflow_run r
+                       WHERE r.due_at <= now() AND r.node_id = ANY($1)`, [ids])).rows.map((r) => r.data as { runId: string });
   const runsOf = (ids: string[]) => t.app.database.prisma.workflowRun.findMany({ where: { nodeId: { in: ids } } });
   /** The batch's metal.batch jobs, each played as the worker does (releaseBatch): the runs started. */
   async function playRelease(batchId: string): Promise<number> {

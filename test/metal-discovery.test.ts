@@ -21,7 +21,8 @@ describe('PXE discovery: discovered and confirmMac', () => {
   let sql: pg.Client;
 
   beforeAll(async () => {
-    t = await startTestApp();
+    // No engine: a woken run stays due for the test to see.
+    t = await startTestApp({ workflowEngine: false });
     tree = await makeTenantTree(t.app.database.prisma, 'disc', { pools: 2, nodesPerPool: 0 });
     other = await makeTenantTree(t.app.database.prisma, 'disc-other', { pools: 1, nodesPerPool: 0 });
     token = await makeToken(t.app.database.prisma, tree.tenant.id, [{ permission: 'admin', scopeType: 'tenant', scopeId: tree.tenant.id }]);
@@ -53,13 +54,13 @@ describe('PXE discovery: discovered and confirmMac', () => {
   /** Gives the node the enroll run that waits for its MAC (as the engine leaves it). */
   async function waitingRun(nodeId: string): Promise<string> {
     const id = newId('WorkflowRun');
-    await t.app.database.prisma.workflowRun.create({ data: { id, nodeId, kind: 'metal-enroll', status: 'waiting', waitingFor: 'its MAC to be confirmed', params: { verb: 'enroll' } } });
+    await t.app.database.prisma.workflowRun.create({ data: { id, nodeId, kind: 'metal-enroll', status: 'waiting', waitingFor: 'its MAC to be confirmed', params: { verb: 'enroll' }, dueAt: null } });
     await t.app.database.prisma.node.update({ where: { id: nodeId }, data: { workflowId: id } });
     return id;
   }
-  /** The metal.advance jobs naming the run: what wakes it. */
+  /** The run, as { runId }, when it is due (woken). */
   const wakes = async (runId: string) =>
-    (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [runId])).rows.map((r) => r.data);
+    (await sql.query(`SELECT jsonb_build_object('runId', id) AS data FROM workflow_run WHERE id = $1 AND due_at <= now()`, [runId])).rows.map((r) => r.data);
   const sighting = (mac: string, productUuid: string | null, firstSeenMin: number, extra: Record<string, unknown> = {}) =>
     ({ mac, productUuid, arch: 'x86_64', firstSeen: min(firstSeenMin), lastSeen: min(0), requestCount: 3, relays: ['10.0.0.1'], ...extra });
   const eventsOf = async (nodeId: string, type: string) => (await sql.query('SELECT payload FROM event WHERE node_id = $1 AND type = $2', [nodeId, type])).rows.map((r) => r.payload);

@@ -48,17 +48,17 @@ describe('enroll', () => {
     });
     const events = (await sql.query('SELECT type, payload FROM event WHERE node_id = $1', [node.id])).rows;
     expect(events.map((e) => e.type)).toEqual(['node.enrolled']);
-    // The intent is the node's metal-enroll run; its one job names only the run.
+    // The intent is the node's metal-enroll run, due at once.
     const runs = (await sql.query('SELECT id, kind, params FROM workflow_run WHERE node_id = $1', [node.id])).rows;
     expect(runs).toEqual([{ id: node.workflowId, kind: 'metal-enroll', params: { verb: 'enroll', requestId: 'enroll-1' } }]);
     expect(events[0].payload.workflowId).toBe(node.workflowId);
-    const jobs = (await sql.query(`SELECT data FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1`, [node.workflowId])).rows;
-    expect(jobs.map((j) => j.data)).toEqual([{ runId: node.workflowId }]);
+    const due = (await sql.query(`SELECT id FROM workflow_run WHERE id = $1 AND due_at <= now()`, [node.workflowId])).rows;
+    expect(due.map((j) => j.id)).toEqual([node.workflowId]);
     const row = (await sql.query('SELECT * FROM node WHERE id = $1', [node.id])).rows[0];
     expect(row.bmc_credentials_ref).toMatch(/^secret:\/\/sec_/);
     // Everything a caller or an operator can read: responses, the node row, events, job data, logs.
     const gqlView = await gql(t.url, token, '{ nodes(first: 50) { edges { node { id bmc { address driver driverOptions credentialsSet } } } } }');
-    const everything = [JSON.stringify(response.body), JSON.stringify(gqlView), JSON.stringify(row), JSON.stringify(events), JSON.stringify(runs), JSON.stringify(jobs), ...logLines].join('\n');
+    const everything = [JSON.stringify(response.body), JSON.stringify(gqlView), JSON.stringify(row), JSON.stringify(events), JSON.stringify(runs), JSON.stringify(due), ...logLines].join('\n');
     expect(everything).not.toContain(PASSWORD);
     expect(logLines.length).toBeGreaterThan(0);
     // ...while the broker can give them back to the drivers.

@@ -91,7 +91,7 @@ describe('power and site agents', () => {
   it('is INVALID_STATE naming the run while a failed or aborted run\'s cleanup still sends power commands, and accepted once it ended', async () => {
     const nodeId = await nodeIn('failed');
     const runId = newId('WorkflowRun');
-    await t.app.database.prisma.workflowRun.create({ data: { id: runId, nodeId, kind: 'metal-inspect', status: 'aborting', params: { verb: 'inspect' } } });
+    await t.app.database.prisma.workflowRun.create({ data: { id: runId, nodeId, kind: 'metal-inspect', status: 'aborting', params: { verb: 'inspect' }, dueAt: null } });
     for (const via of ['rest', 'graphql'] as const) {
       if (via === 'rest') {
         const refused = await powerVia(powerToken, nodeId, 'on');

@@ -58,10 +58,10 @@ describe('metal verbs that move a node (manage, inspect, provide, recover, retir
     return id;
   }
   const eventsOf = async (nodeId: string) => (await sql.query('SELECT type, payload FROM event WHERE node_id = $1 ORDER BY id', [nodeId])).rows;
-  /** The metal.advance jobs of the node's runs: a job names only its run. */
+  /** The node's runs that are due (what the engine's fetch takes), oldest first, as { data: { runId } }. */
   const jobsOf = async (nodeId: string) =>
-    (await sql.query(`SELECT j.data FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId'
-                       WHERE j.name = 'metal.advance' AND r.node_id = $1 ORDER BY j.created_on, j.id`, [nodeId])).rows;
+    (await sql.query(`SELECT jsonb_build_object('runId', r.id) AS data FROM workflow_run r
+                       WHERE r.due_at <= now() AND r.node_id = $1 ORDER BY r.created_at, r.id`, [nodeId])).rows;
   const runsOf = async (nodeId: string) => t.app.database.prisma.workflowRun.findMany({ where: { nodeId }, orderBy: { createdAt: 'asc' } });
 
   const verbs: Verb[] = ['manage', 'inspect', 'provide', 'recover', 'retire', 'abort', 'undeploy', 'deploy', 'rescue'];

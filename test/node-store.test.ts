@@ -78,11 +78,11 @@ describe('node writes', () => {
     expect(await advanceJobs(node.id)).toEqual([]);
   });
 
-  /** The metal.advance jobs of a node's runs, oldest first: their data is all a worker gets. */
+  /** A node's runs that are due (what the engine's fetch takes), oldest first, as { runId }. */
   async function advanceJobs(nodeId: string): Promise<unknown[]> {
     const { rows } = await t.app.services.sql.query(
-      `SELECT j.data FROM pgboss.job j JOIN workflow_run r ON r.id = j.data->>'runId'
-        WHERE j.name = 'metal.advance' AND r.node_id = $1 ORDER BY j.created_on, j.id`, [nodeId]);
+      `SELECT jsonb_build_object('runId', r.id) AS data FROM workflow_run r
+        WHERE r.due_at <= now() AND r.node_id = $1 ORDER BY r.created_at, r.id`, [nodeId]);
     return rows.map((r) => r.data);
   }
   async function freshNode() {
@@ -148,13 +148,15 @@ describe('node writes', () => {
     const node = await freshNode();
     const runId = newId('WorkflowRun');
     await sql.transaction((tx) => updateNode(tx, node, { data: {}, run: { id: runId, kind: 'metal-enroll' }, events: [] }, null));
-    await prisma.workflowRun.update({ where: { id: runId }, data: { status: 'waiting', waitingFor: 'a command' } });
+    // Waiting with nothing due, as a step's commit leaves it.
+    await prisma.workflowRun.update({ where: { id: runId }, data: { status: 'waiting', waitingFor: 'a command', dueAt: null } });
+    expect(await advanceJobs(node.id)).toEqual([]);
     const row = await sql.transaction((tx) => updateNode(tx, { id: node.id, version: node.version + 1 }, {
       data: { provisionState: 'failed', failedFrom: 'enrolling' }, run: null, events: [], activeRun: 'abort',
     }, null));
     expect(row).toMatchObject({ provisionState: 'failed', workflowId: runId });
     expect(await runOf(runId)).toMatchObject({ status: 'aborting', abortRequestedAt: expect.any(Date), finishedAt: null });
-    expect(await advanceJobs(node.id)).toEqual([{ runId }, { runId }]);
+    expect(await advanceJobs(node.id)).toEqual([{ runId }]);
     expect(await prisma.workflowRun.count({ where: { nodeId: node.id } })).toBe(1);
   });
 
@@ -162,7 +164,7 @@ describe('node writes', () => {
     const { prisma, sql } = t.app.services;
     const node = await freshNode();
     const aborting = newId('WorkflowRun');
-    await prisma.workflowRun.create({ data: { id: aborting, nodeId: node.id, kind: 'metal-deploy', status: 'aborting', abortRequestedAt: new Date() } });
+    await prisma.workflowRun.create({ data: { id: aborting, nodeId: node.id, kind: 'metal-deploy', status: 'aborting', abortRequestedAt: new Date(), dueAt: null } });
     const before = await prisma.node.findUniqueOrThrow({ where: { id: node.id } });
     const retire = { data: { provisionState: 'retiring' }, run: { id: newId('WorkflowRun'), kind: 'metal-retire' as const }, events: [{ type: 'node.provision.retiring', payload: {} }] };
     for (const version of [before.version, null]) {
@@ -178,14 +180,15 @@ describe('node writes', () => {
     expect(await sql.transaction((tx) => updateNode(tx, before, { data: { maintenance: true }, run: null, events: [] }, null))).not.toBeNull();
   });
 
-  it("wake: a metal.advance for the node's active run, none when it has no active run", async () => {
+  it("wake: the node's active run is made due, nothing when it has no active run", async () => {
     const { prisma, sql } = t.app.services;
     const node = await freshNode();
     const wake = { data: {}, run: null, events: [], activeRun: 'wake' as const };
     await prisma.$transaction((tx) => updateNode(prismaRunner(tx), { id: node.id, version: null }, wake, null));
     expect(await advanceJobs(node.id)).toEqual([]);
     const runId = newId('WorkflowRun');
-    await prisma.workflowRun.create({ data: { id: runId, nodeId: node.id, kind: 'metal-enroll', status: 'waiting', waitingFor: 'its MAC' } });
+    await prisma.workflowRun.create({ data: { id: runId, nodeId: node.id, kind: 'metal-enroll', status: 'waiting', waitingFor: 'its MAC', dueAt: null } });
+    expect(await advanceJobs(node.id)).toEqual([]);
     await prisma.$transaction((tx) => updateNode(prismaRunner(tx), { id: node.id, version: null }, wake, null));
     expect(await advanceJobs(node.id)).toEqual([{ runId }]);
   });

@@ -22,18 +22,18 @@ describe('ROLE splits the API and the workers over one database', () => {
 
       const prisma = api.app.database.prisma;
       const queues = api.app.queues;
-      const before = await queues.boss.getQueueSize('metal.advance');
+      const before = await queues.boss.getQueueSize('metal.batch');
       await expect(
         prisma.$transaction(async (tx) => {
-          await queues.send('metal.advance', { runId: 'run_x' }, { db: prismaExecutor(tx) });
+          await queues.send('metal.batch', { batchId: 'batch_x' }, { db: prismaExecutor(tx) });
           throw new Error('roll back');
         }),
       ).rejects.toThrow('roll back');
-      expect(await queues.boss.getQueueSize('metal.advance')).toBe(before);
-      const id = await prisma.$transaction((tx) => queues.send('metal.advance', { runId: 'run_y' }, { db: prismaExecutor(tx) }));
+      expect(await queues.boss.getQueueSize('metal.batch')).toBe(before);
+      const id = await prisma.$transaction((tx) => queues.send('metal.batch', { batchId: 'batch_y' }, { db: prismaExecutor(tx) }));
       // Visible to the other process through the shared database.
-      const job = await worker.app.queues.boss.getJobById('metal.advance', id);
-      expect(job?.data).toEqual({ runId: 'run_y' });
+      const job = await worker.app.queues.boss.getJobById('metal.batch', id);
+      expect(job?.data).toEqual({ batchId: 'batch_y' });
     } finally {
       await Promise.all([api.stop(), worker.stop(), ...more.map((m) => m.stop())]);
     }

@@ -128,11 +128,15 @@ describe('a remote site agent process', () => {
 
   it('runs a run\'s inventory command and wakes the run; a wrong password is BMC_AUTH_FAILED without the password anywhere', async () => {
     const nodeId = await nodeFor(1);
-    const inv = await queueCommand(t.app.services.sql, { kind: 'bmc.inventory', params: {}, nodeId, runId: 'run_inv', stepIdx: 2, idempotencyKey: `inv-${randomBytes(4).toString('hex')}`, ttlMs: 60000 });
+    // A run waiting for the command (and for nothing else for an hour): the result wakes it, and the engine (role all) takes it.
+    const runId = `run_inv_${randomBytes(4).toString('hex')}`;
+    await t.app.services.sql.query(`INSERT INTO workflow_run (id, node_id, kind, status, wait_until, waiting_for, due_at) VALUES ($1, $2, 'metal-inspect', 'waiting', now() + interval '1 hour', 'the command', now() + interval '1 hour')`, [runId, nodeId]);
+    const inv = await queueCommand(t.app.services.sql, { kind: 'bmc.inventory', params: {}, nodeId, runId, stepIdx: 2, idempotencyKey: `inv-${randomBytes(4).toString('hex')}`, ttlMs: 60000 });
     const done = await until('the inventory command to finish', () => command(inv.id), (c) => c.status === 'succeeded' || c.status === 'failed', agent);
     expect(done.result).toMatchObject({ ok: true, value: { uuid: sim.machines[1]!.state().uuid.toLowerCase(), macs: sim.machines[1]!.state().macs.map((m) => m.toLowerCase()) } });
-    const { rows } = await t.app.services.sql.query("SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = 'run_inv'");
-    expect(rows[0].n).toBe(1);
+    // Woken: the engine advanced it (its node is not inspecting, so the run ends superseded).
+    const run = await until('the run to be woken', async () => (await t.app.services.sql.query('SELECT status FROM workflow_run WHERE id = $1', [runId])).rows[0]!, (r) => r.status !== 'waiting', agent);
+    expect(run.status).toBe('superseded');
 
     const wrong = await nodeFor(1, `${PASSWORD}-wrong`);
     const bad = await queueCommand(t.app.services.sql, { kind: 'bmc.power', params: { action: 'off' }, nodeId: wrong, runId: 'run_bad', stepIdx: 0, idempotencyKey: `bad-${randomBytes(4).toString('hex')}`, ttlMs: 60000 });

@@ -55,6 +55,7 @@ describe('site agent protocol', () => {
   async function queue(kind: CommandKind, opts: { node?: string; runId?: string; ttlMs?: number } = {}) {
     const params = kind === 'bmc.power' ? { action: 'on' as const } : {};
     keyCounter += 1;
+    if (opts.runId) await waitingRun(opts.runId);
     const row = await queueCommand(t.app.services.sql, {
       kind, params: params as never, nodeId: opts.node ?? nodeId, runId: opts.runId ?? `run_${keyCounter}`, stepIdx: 0,
       idempotencyKey: `test-${keyCounter}-${randomBytes(4).toString('hex')}`, ttlMs: opts.ttlMs ?? 300000,
@@ -62,13 +63,25 @@ describe('site agent protocol', () => {
     return row.id;
   }
   const command = (id: string) => t.app.database.prisma.command.findUniqueOrThrow({ where: { id } });
+  /**
+   * A run waiting for its command with nothing due (as the engine leaves it), on a node of its own
+   * (one active run per node): what a result, a lapsed claim or an expiry wakes. No engine runs
+   * here (WORKFLOW_ENGINE off), so a woken run stays due for the test to see.
+   */
+  async function waitingRun(runId: string): Promise<void> {
+    const prisma = t.app.database.prisma;
+    const owner = newId('MetalNode');
+    await prisma.node.create({ data: { id: owner, tenantId: tree.tenant.id, siteId: tree.site.id, poolId: tree.pools[0]!.id, provisionState: 'inspecting', bmcAddress: '127.9.9.11', bmcDriver: 'redfish', bmcCredentialsRef: 'secret://none' } });
+    await prisma.workflowRun.create({ data: { id: runId, nodeId: owner, kind: 'metal-inspect', status: 'waiting', waitingFor: 'the command', dueAt: null } });
+  }
+  /** 1 when the run is due (woken), else 0. */
   async function advanceJobs(runId: string): Promise<number> {
-    const { rows } = await t.app.services.sql.query("SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'metal.advance' AND data->>'runId' = $1", [runId]);
+    const { rows } = await t.app.services.sql.query('SELECT count(*)::int AS n FROM workflow_run WHERE id = $1 AND due_at <= now()', [runId]);
     return rows[0].n as number;
   }
 
   beforeAll(async () => {
-    t = await startTestApp({ builtinAgent: false, tokenCacheMs: 0, agentLeaseMs: 20000 }, { log: capturingLogger(lines) });
+    t = await startTestApp({ builtinAgent: false, tokenCacheMs: 0, agentLeaseMs: 20000, workflowEngine: false }, { log: capturingLogger(lines) });
     const prisma = t.app.database.prisma;
     tree = await makeTenantTree(prisma, 'sa', { pools: 1, nodesPerPool: 0 });
     site2 = await prisma.site.create({ data: { id: newId('Site'), tenantId: tree.tenant.id, name: 'sa-site-2' } });

@@ -11,7 +11,7 @@ import {
   type World,
 } from './helpers/engine';
 import { advanceRun, type EngineDeps } from '../jobs/engine';
-import { queueAdvance } from '../jobs/registry';
+import { wakeRun as queueAdvance } from '../jobs/wake';
 import { updateNode } from '../src/modules/metal/node-store';
 import type { CommandResult } from '../src/modules/sites/commands';
 

@@ -1,6 +1,6 @@
 import { complete, waitUntil } from '../steps';
 import type { StepContext, WorkflowDef } from '../engine-types';
-import { insertJobsSql } from '../registry';
+import { queueIsoBuild } from '../iso-build';
 import { fail } from './common';
 import { installReports } from '../../src/modules/provision/callbacks';
 import { revokeIsos } from '../../src/modules/provision/iso-store';
@@ -42,7 +42,7 @@ export const installWorkflow: WorkflowDef = {
         if (iso?.ok) return complete(`the job's installer ISO is built (${Math.round((iso.bytes ?? 0) / 1048576)} MiB, ${iso.uefi === false ? `BIOS only: ${iso.note ?? 'no EFI boot image'}` : 'BIOS and UEFI'})`);
         if (iso) fail(iso.code === 'ISO_DIR_FULL' ? 'ISO_DIR_FULL' : 'ISO_BUILD_FAILED', `the installer ISO could not be built: ${iso.error ?? 'unknown error'}`);
         if (!ctx.memo.queued) {
-          await ctx.db.query(`WITH j AS (${insertJobsSql('provision.iso', "jsonb_build_object('runId', $1::text)", '(SELECT 1) AS one')} RETURNING 1) SELECT count(*)::int AS n FROM j`, [ctx.run.id]);
+          await queueIsoBuild(ctx.db, ctx.run.id);
           ctx.memo.queued = true;
         }
         return ctx.waitFor('the ISO build (the ISO-build queue)');

@@ -11,7 +11,7 @@ import { AppError } from '../errors';
 import { databaseFailure } from '../db/failure';
 import { DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from '../modules/sites/commands';
 import { executeCommand } from './execute';
-import type { RunWaker } from '../../jobs/local-wake';
+import type { RunWaker } from '../../jobs/wake';
 import { CommandPump } from './pump';
 import type { DomainCounters } from '../ops/metrics';
 
@@ -34,7 +34,7 @@ export interface BuiltinAgentOptions {
   concurrency: number;
   /** With it, the agent hears of queued commands (the command_queued_notify trigger) and claims at once; AGENT_POLL_MS stays the fallback. */
   notifications?: Notifications;
-  /** This process's engine: a result's run is woken here, not through a metal.advance job (jobs/local-wake.ts). */
+  /** This process's engine: told at once of a run a result woke (jobs/wake.ts RunWaker). */
   waker?: RunWaker | null;
   /** Default CREDENTIALS_RETRY_MS. */
   credentialsRetryMs?: number;

@@ -21,8 +21,8 @@ export const LISTEN_APPLICATION = 'metal-listen';
 /**
  * The process's one LISTEN connection, shared by everything that waits for a notification: the
  * response cache (metal_cache), the event hub (metal_events, metal_cache), the sequencer
- * (metal_event_pending), the built-in agent (metal_command_queued) and the metal.advance fetch
- * loops (metal_advance_queued).
+ * (metal_event_pending), the built-in agent (metal_command_queued) and the engine's fetch
+ * loop (workflow_run_due).
  *
  * One connection, not one each: at every commit that notifies, PostgreSQL (18) signals every
  * backend of the database that listens on any channel, and each wakes to read the queue (about

@@ -166,17 +166,16 @@ async function states(sql: Sql, nodeIds: string[]): Promise<Record<string, numbe
   return Object.fromEntries(rows.map((r) => [r.s, r.n]));
 }
 
-/** Where the work waits: metal.advance jobs due / delayed / running, commands queued / claimed, runs waiting. */
+/** Where the work waits: runs due now / later (the engine's due-run index), commands queued / claimed, runs waiting. */
 async function backlog(sql: Sql): Promise<string> {
   const r = (await sql.query(`SELECT
-      (SELECT count(*)::int FROM pgboss.job WHERE name = 'metal.advance' AND state IN ('created', 'retry') AND start_after <= now()) AS due,
-      (SELECT count(*)::int FROM pgboss.job WHERE name = 'metal.advance' AND state IN ('created', 'retry') AND start_after > now()) AS delayed,
-      (SELECT count(*)::int FROM pgboss.job WHERE name = 'metal.advance' AND state = 'active') AS active,
+      (SELECT count(*)::int FROM workflow_run WHERE due_at <= now() AND (lease_until IS NULL OR lease_until <= now())) AS due,
+      (SELECT count(*)::int FROM workflow_run WHERE due_at > now() AND (lease_until IS NULL OR lease_until <= now())) AS later,
       (SELECT count(*)::int FROM command WHERE status = 'queued') AS queued,
       (SELECT count(*)::int FROM command WHERE status = 'claimed') AS claimed,
       (SELECT count(*)::int FROM workflow_run WHERE status = 'waiting') AS waiting,
       (SELECT count(*)::int FROM workflow_run WHERE lease_until > now()) AS leased`)).rows[0]!;
-  return `advance jobs due ${r.due}, delayed ${r.delayed}, active ${r.active}; commands queued ${r.queued}, claimed ${r.claimed}; runs waiting ${r.waiting}, leased ${r.leased}`;
+  return `runs due ${r.due}, due later ${r.later}; commands queued ${r.queued}, claimed ${r.claimed}; runs waiting ${r.waiting}, leased ${r.leased}`;
 }
 
 const fmt = (counts: Record<string, number>) => Object.entries(counts).map(([s, n]) => `${s} ${n}`).join(', ');
@@ -284,7 +283,6 @@ async function run(argv: string[]): Promise<number> {
         (SELECT count(*)::int FROM workflow_run w JOIN node n ON n.id = w.node_id WHERE n.pool_id = $1) AS runs,
         (SELECT count(*)::int FROM command c JOIN node n ON n.id = c.node_id WHERE n.pool_id = $1) AS commands,
         (SELECT count(*)::int FROM ramdisk_report r JOIN node n ON n.id = r.node_id WHERE n.pool_id = $1) AS reports,
-        (SELECT count(*)::int FROM pgboss.job WHERE name = 'metal.advance') + (SELECT count(*)::int FROM pgboss.archive WHERE name = 'metal.advance') AS advances,
         (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.finished_at - s.started_at)) FROM workflow_step s JOIN workflow_run w ON w.id = s.run_id JOIN node n ON n.id = w.node_id WHERE n.pool_id = $1 AND s.finished_at IS NOT NULL) AS step_p50_s`,
       [createPool.id])).rows[0]!;
     const perStep = await sql.query<{ kind: string; name: string; n: number; p50: number; p95: number }>(
@@ -327,7 +325,7 @@ async function run(argv: string[]): Promise<number> {
     console.log(`nodes:              ${fmt(last.counts)}${failed.length ? ` (failed: ${failed.map((f) => `${f.n} from ${f.failed_from} ${f.last_error_code}`).join(', ')})` : ''}`);
     console.log(`wall:               ${wallS.toFixed(1)} s from the first enroll call to the last node settled (enrolling ${machines}: ${(enrolledMs / 1000).toFixed(1)} s of it)`);
     console.log(`steps:              ${steps} workflow steps ran (${figures.skipped} of them skipped), ${figures.runs} runs: ${(steps / wallS).toFixed(1)} steps/s; median step ${(Number(figures.step_p50_s) * 1000).toFixed(0)} ms`);
-    console.log(`work:               ${figures.commands} BMC commands, ${figures.reports} ramdisk reports, ${figures.advances} metal.advance jobs (${(Number(figures.advances) / steps).toFixed(2)} per step)`);
+    console.log(`work:               ${figures.commands} BMC commands, ${figures.reports} ramdisk reports`);
     console.log(`machines:           ${totals.pxeBoots} PXE boots, ${totals.ramdiskBoots} ramdisk boots, ${totals.wipesPerformed} disk wipes, ${totals.refused} calls refused, ${totals.failedCalls} failed; ${duplicates} idempotency keys accepted twice`);
     console.log(`BMC requests:       ${bmcTotal} (${(bmcTotal / Number(figures.commands)).toFixed(2)} per BMC command): ${[...bmcRequests].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, n]) => `${n} ${k}`).join(', ')}`);
     if (split) {

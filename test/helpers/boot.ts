@@ -9,8 +9,9 @@ import type { TestApp } from './app';
  */
 export async function makeRun(sql: pg.Client, nodeId: string, kind: string): Promise<string> {
   const id = newId('WorkflowRun');
-  await sql.query(`UPDATE workflow_run SET status = 'superseded', finished_at = now() WHERE node_id = $1 AND status IN ('queued', 'running', 'waiting')`, [nodeId]);
-  await sql.query(`INSERT INTO workflow_run (id, node_id, kind, status) VALUES ($1, $2, $3, 'waiting')`, [id, nodeId, kind]);
+  await sql.query(`UPDATE workflow_run SET status = 'superseded', finished_at = now(), due_at = NULL WHERE node_id = $1 AND status IN ('queued', 'running', 'waiting')`, [nodeId]);
+  // Waiting with nothing due (as a step's commit leaves it): a report that wakes it makes it due.
+  await sql.query(`INSERT INTO workflow_run (id, node_id, kind, status, due_at) VALUES ($1, $2, $3, 'waiting', NULL)`, [id, nodeId, kind]);
   return id;
 }
 

@@ -5,14 +5,14 @@ import { newId } from '../../src/ids';
 import { updateNode } from '../../src/modules/metal/node-store';
 import { resultStatus, type CommandResult } from '../../src/modules/sites/commands';
 import type { ReportKind } from '../../src/modules/boot/entries';
-import { queueAdvance } from '../../jobs/registry';
+import { wakeRun as queueAdvance } from '../../jobs/wake';
 import { advanceRun, type AdvanceOutcome, type EngineDeps } from '../../jobs/engine';
 import type { WorkflowKind } from '../../src/modules/metal/states';
 
 /**
  * Test stand-ins for the two parties outside the engine, writing exactly the rows their modules
  * write (so the real site agent and the simulated machine can replace them): the site agent
- * claims a command, then sets its status and result and wakes the run (queueAdvance, in the same
+ * claims a command, then sets its status and result and wakes the run (wakeRun, in the same
  * transaction); the ramdisk's callback stores a ramdisk_report for the run's live boot entry with
  * its boot token and wakes the run. Time passing is moved in the rows (expireTimers), never slept.
  */
@@ -165,7 +165,8 @@ export async function ramdiskReport(sql: Sql, runId: string, kind: ReportKind, p
 
 /** Time passes for the run: its retry and continue delays, its wait and every step deadline are now. */
 export async function expireTimers(sql: Sql, runId: string, what: { deadlines?: boolean } = {}): Promise<void> {
-  await sql.query(`UPDATE workflow_run SET wait_until = now() - interval '1 second' WHERE id = $1 AND wait_until IS NOT NULL`, [runId]);
+  // The run's due time was its wait's end (or earlier): it has come too.
+  await sql.query(`UPDATE workflow_run SET wait_until = now() - interval '1 second', due_at = LEAST(due_at, now() - interval '1 second') WHERE id = $1 AND wait_until IS NOT NULL`, [runId]);
   await sql.query(
     `UPDATE workflow_step SET state = state
         || CASE WHEN state ? 'retryAt' THEN jsonb_build_object('retryAt', to_jsonb(now() - interval '1 second')) ELSE '{}'::jsonb END

@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
-import { wakeRunCtes } from '../../../jobs/registry';
-import { afterWake, type RunWaker } from '../../../jobs/local-wake';
+import { afterWake, wakeRunsSql, type RunWaker } from '../../../jobs/wake';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -218,15 +217,15 @@ export async function bootSession(db: Runner, token: string): Promise<BootSessio
 }
 
 /**
- * Stores one report of the boot of `token` with its entry's run, and wakes that run (metal.advance)
+ * Stores one report of the boot of `token` with its entry's run, and wakes that run (due_at)
  * unless `wake` is false (reportWakesRun: a report nothing waits for), in one statement: the token is checked again there, under a share lock, so a revocation or a new
  * iPXE fetch that commits first wins and nothing is stored (null). Only the token row is locked:
  * every revocation (a new fetch, a new entry, revokeNodeBoot) updates the tokens it ends, so the
  * token alone orders a report against them, and no lock is taken on the entry beyond the foreign
  * key's KEY SHARE. `payload` is already checked
  * (reports.ts). One round trip: the callbacks of 1,000 machines are most of a lifecycle's requests.
- * With `waker` (this process runs the engine), the run is woken here after the commit instead of
- * by a job: `db` must not be a transaction.
+ * With `waker` (this process runs the engine), that engine is also told after the statement (it
+ * fetches at once): `db` must not be a transaction then.
  */
 export async function storeReport(db: Runner, token: string, kind: ReportKind, payload: object, wake = true, waker?: RunWaker | null): Promise<{ id: string; createdAt: Date; session: Pick<BootSession, 'tokenId' | 'entryId' | 'nodeId' | 'runId'> } | null> {
   const { rows } = await db.query(
@@ -240,13 +239,15 @@ export async function storeReport(db: Runner, token: string, kind: ReportKind, p
        INSERT INTO ramdisk_report (boot_entry_id, boot_token_id, node_id, run_id, kind, payload)
        SELECT entry_id, token_id, node_id, run_id, $2, $3::jsonb FROM s
        RETURNING id, run_id, created_at
-     ), ${wakeRunCtes('(SELECT run_id FROM rep)', { when: '$4::boolean' })}
-     SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM job) + (SELECT count(*)::int FROM due) AS jobs FROM rep, s`,
-    [hashToken(token), kind, JSON.stringify(payload), wake && !waker],
+     ), woke AS (
+       ${wakeRunsSql('SELECT run_id FROM rep', { when: '$4::boolean' })}
+     )
+     SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM woke) AS woken FROM rep, s`,
+    [hashToken(token), kind, JSON.stringify(payload), wake],
   );
   const r = rows[0];
   if (!r) return null;
-  afterWake(wake ? ((r.run_id ?? null) as string | null) : null, Number(r.jobs), waker);
+  afterWake(Number(r.woken) ? (r.run_id as string) : null, waker);
   return {
     id: r.id as string,
     createdAt: r.created_at as Date,

@@ -115,7 +115,7 @@ export function bootOpenApiPaths(): Record<string, Record<string, unknown>> {
       post: {
         operationId: `BootReport${kind[0]!.toUpperCase()}${kind.slice(1)}`,
         summary: `Report ${kind === 'step' ? 'a step' : kind === 'heartbeat' ? 'a heartbeat' : kind === 'inventory' ? 'the inventory' : kind === 'dcgm' ? 'DCGM diagnostics' : 'per-disk wipe results'}`,
-        description: `${DESCRIPTIONS[kind]} Stored with the entry's workflow run, which it wakes (metal.advance), in one transaction.`,
+        description: `${DESCRIPTIONS[kind]} Stored with the entry's workflow run, which it wakes (due_at), in one transaction.`,
         tags: ['boot'],
         security: [{ bootToken: [] }],
         parameters: [entryParam],

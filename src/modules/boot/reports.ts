@@ -127,7 +127,7 @@ export function reportAllowed(purpose: BootPurpose, kind: ReportKind): boolean {
 }
 
 /**
- * Whether a report may end what its run waits for, so it wakes the run (a metal.advance job): a
+ * Whether a report may end what its run waits for, so it wakes the run (due_at): a
  * heartbeat only for a rescue boot (the rescue workflow waits for the ramdisk's first call), a
  * step report only when the step ended (deploy's profile steps and a wipe's erase-devices are
  * read by their outcome, never by their start), anything else always. The others are stored

@@ -11,7 +11,7 @@ import { ISO_URL_PREFIX, liveIso } from '../provision/iso-store';
 import { checkString } from '../../limits';
 import { normalizeMac } from '../metal/mac';
 import { bootSession, startBoot, storeReport, type BootSession, type ReportKind } from './entries';
-import type { RunWaker } from '../../../jobs/local-wake';
+import type { RunWaker } from '../../../jobs/wake';
 import { checkReport, reportAllowed, reportWakesRun, REPORTS_BY_PURPOSE } from './reports';
 
 /**
@@ -31,7 +31,7 @@ export interface BootHttpOptions {
   ramdiskDir?: string;
   /** ISO_DIR: where the installer ISOs published at /boot/iso/<token>/<name>.iso lie. */
   isoDir?: string;
-  /** This process's engine (ROLE all): a report's run is woken here, not through a metal.advance job. */
+  /** This process's engine (ROLE all): told at once of a run a report woke (jobs/wake.ts RunWaker). */
   waker?: RunWaker | null;
 }
 

@@ -11,7 +11,7 @@ import { readPolicy } from '../tenancy/pool';
 import { clearedFailure, decideMove, runKindOf, VERBS, type ProvisionState, type Verb } from './states';
 import { isDestructive } from './step-facts';
 import type { RunParams, WipeMode } from './verbs';
-import { insertJobsSql } from '../../../jobs/registry';
+import { sendInTx } from '../../../jobs/send';
 import type { NodeRow } from './node-rows';
 import { releaseBatchRuns, updateNodesOfPool } from './node-store';
 import { agentlessRescue } from './verbs';
@@ -129,7 +129,7 @@ export async function bulk(ctx: Context, input: BulkInput): Promise<BulkResult> 
       ]
     : [{ type: VERBS[input.verb].event, payload: { ...common, to } }];
   // Each node exactly as its own verb, with its intent in a workflow run. A verb that sends
-  // nothing destructive starts each node's run (and its metal.advance job) here. A destructive
+  // nothing destructive starts each node's run (due at once) here. A destructive
   // one records a batch and starts nothing: seed, "with approver keys they wait for its approval".
   // Its runs are created by the batch's release (releaseBatch, the metal.batch job), queued here
   // when the batch needs no approval and by the approval that reaches the quorum otherwise.
@@ -193,20 +193,14 @@ export async function approveBatch(ctx: Context, batchId: string, keyId: string,
   // The approval that reaches the quorum releases the batch (its metal.batch job) in the same
   // transaction: the batch's destructive work starts only once it is approved, and then surely.
   await ctx.sql.transaction(async (tx) => {
-    const { rows } = await tx.query<{ queued: number }>(
-      `WITH b AS (
-         UPDATE command_batch SET approvals = $2::jsonb, status = $3::text
-          WHERE id = $1::text AND status = 'awaiting-approval' AND approvals = $4::jsonb
-         RETURNING id
-       ), j AS (
-         ${insertJobsSql('metal.batch', `jsonb_build_object('batchId', b.id)`, "(SELECT * FROM b WHERE $3::text = 'approved') AS b")} RETURNING 1
-       )
-       SELECT (SELECT count(*) FROM b)::int AS updated, (SELECT count(*) FROM j)::int AS queued`,
+    const { rows } = await tx.query<{ updated: number }>(
+      `UPDATE command_batch SET approvals = $2::jsonb, status = $3::text
+        WHERE id = $1::text AND status = 'awaiting-approval' AND approvals = $4::jsonb
+       RETURNING 1 AS updated`,
       [batch.id, JSON.stringify(next), status, JSON.stringify(batch.approvals)],
     );
-    const { updated, queued } = rows[0] as unknown as { updated: number; queued: number };
-    if (updated !== 1) throw new AppError('CONFLICT', `batch ${batch.id} changed concurrently; retry`);
-    if (status === 'approved' && queued !== 1) throw new Error('the metal.batch queue is missing: the approved batch was not released');
+    if (rows.length !== 1) throw new AppError('CONFLICT', `batch ${batch.id} changed concurrently; retry`);
+    if (status === 'approved') await sendInTx(tx, 'metal.batch', { batchId: batch.id });
   });
   return batch.id;
 }
@@ -215,7 +209,7 @@ export async function approveBatch(ctx: Context, batchId: string, keyId: string,
  * The metal.batch job: starts the workflow run of every node of a destructive batch that may run
  * (recorded, or approved), once, through the node store (releaseBatchRuns): the batch row says
  * which nodes and with what (verb, reason, wipe), each run's params and batch_id carry them, and
- * each run gets its metal.advance job. A node no longer in the verb's target state, or whose
+ * each run is due at once. A node no longer in the verb's target state, or whose
  * intent moved on since the batch (another run), is left out. The statement that starts them also
  * sets released_at, so a retried or duplicated release starts nothing more. Returns how many runs
  * (and jobs) it started.

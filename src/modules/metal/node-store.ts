@@ -3,7 +3,8 @@ import type { Sql } from '../../db/sql';
 import { AppError } from '../../errors';
 import { newId } from '../../ids';
 import { checkEventPayload } from '../../events/outbox';
-import { insertJobsSql } from '../../../jobs/registry';
+import { wakeRunsSql } from '../../../jobs/wake';
+import { sendInTx } from '../../../jobs/send';
 import { ACTIVE_RUN_STATUSES, runKindOf, VERBS, type Verb, type WorkflowKind } from './states';
 import { nodeArrayView, nodeViewColumns, nodeViewFrom, setClause, toNodeRow, type NodeChange, type NodeRow } from './node-rows';
 
@@ -12,8 +13,8 @@ import { nodeArrayView, nodeViewColumns, nodeViewFrom, setClause, toNodeRow, typ
  * verbs, bulk and a bulk batch's release, enroll, discovery, confirmMac, and the workflow engine)
  * changes a node here, and each write is one statement: the compare-and-set on the node's version,
  * the workflow run it starts (its intent in the run's params), the node's other active runs
- * superseded, its outbox events and the metal.advance job that names the run, all of it or
- * nothing. Event payloads and run params are checked here (checkEventPayload): no credential
+ * superseded, its outbox events and the run due at once (workflow_run.due_at, jobs/wake.ts), all
+ * of it or nothing. Event payloads and run params are checked here (checkEventPayload): no credential
  * reaches the outbox or a run row through a node write.
  */
 
@@ -58,15 +59,15 @@ export interface NodeWrite {
   data: NodeChange;
   /**
    * The workflow run the write starts, in the same statement: the node's workflow_id is set to it,
-   * the node's other active runs are marked superseded, and one `metal.advance {runId}` is queued.
+   * the node's other active runs are marked superseded, and the new run is due at once (due_at).
    */
   run: NodeRun | null;
   /** Published in this order. */
   events: NodeEvent[];
   /**
    * What the write does to the node's active run, if it has one. 'abort': it becomes aborting
-   * (abort_requested_at) and is woken, so the engine runs its cleanup and ends it. 'wake': a
-   * metal.advance is queued for it (a MAC was bound that its enroll run may be waiting for).
+   * (abort_requested_at) and is woken, so the engine runs its cleanup and ends it. 'wake': it is
+   * woken (a MAC was bound that its enroll run may be waiting for).
    */
   activeRun?: 'abort' | 'wake' | null;
 }
@@ -109,19 +110,18 @@ async function storeQuery<R extends Record<string, unknown>>(db: Runner, text: s
 
 /**
  * The CTEs a single-node write ends with, after the CTE `source` that wrote the node: the node's
- * active runs superseded (a run starts) or aborted, the run it starts, its events in order and the
- * metal.advance jobs of every run it started or woke. Parameters $r to $r+6: run id, run kind, run
- * params, run batch id, event types, event payloads, the active-run action ('abort', 'wake' or
- * null). The statement ends with `SELECT ... (SELECT count(*) FROM job) AS jobs, (SELECT count(*)
- * FROM woke) AS wanted`: fewer jobs than runs means the queue is missing.
+ * active runs superseded (a run starts) or aborted, the run it starts, its events in order, and
+ * every run it started or woke due at once (a new run by due_at's default). Parameters $r to $r+6:
+ * run id, run kind, run params, run batch id, event types, event payloads, the active-run action
+ * ('abort', 'wake' or null).
  */
 function runEventsJob(source: string, r: number): string {
   return `sup AS (
-       UPDATE workflow_run SET status = 'superseded', finished_at = now(), lease_until = NULL, updated_at = now(), version = version + 1
+       UPDATE workflow_run SET status = 'superseded', finished_at = now(), lease_until = NULL, due_at = NULL, updated_at = now(), version = version + 1
         WHERE $${r}::text IS NOT NULL AND node_id IN (SELECT id FROM ${source}) AND status IN ${SUPERSEDABLE}
        RETURNING id
      ), ab AS (
-       UPDATE workflow_run SET status = 'aborting', abort_requested_at = now(), updated_at = now(), version = version + 1
+       UPDATE workflow_run SET status = 'aborting', abort_requested_at = now(), due_at = LEAST(due_at, now()), updated_at = now(), version = version + 1
         WHERE $${r + 6}::text = 'abort' AND node_id IN (SELECT id FROM ${source}) AND status IN ${SUPERSEDABLE}
        RETURNING id
      ), run AS (
@@ -132,17 +132,12 @@ function runEventsJob(source: string, r: number): string {
          FROM ${source} WHERE $${r}::text IS NOT NULL AND (SELECT count(*) FROM sup) >= 0
        RETURNING id
      ), woke AS (
-       SELECT id FROM run
-       UNION ALL SELECT id FROM ab
-       UNION ALL SELECT w.id FROM workflow_run w
-        WHERE $${r + 6}::text = 'wake' AND w.node_id IN (SELECT id FROM ${source}) AND w.status IN ${ACTIVE}
+       ${wakeRunsSql(`SELECT w.id FROM workflow_run w WHERE w.node_id IN (SELECT id FROM ${source})`, { when: `$${r + 6}::text = 'wake' AND $${r}::text IS NULL` })}
      ), ev AS (
        INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
        SELECT e.type, ${source}.tenant_id, ${source}.site_id, ${source}.pool_id, ${source}.id, ${source}.id, e.payload
          FROM ${source}, unnest($${r + 4}::text[], $${r + 5}::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
         ORDER BY e.n
-     ), job AS (
-       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', woke.id)", 'woke')} RETURNING 1
      )`;
 }
 
@@ -158,10 +153,8 @@ function runValues(nodeId: string, write: Pick<NodeWrite, 'run' | 'events' | 'ac
   ];
 }
 
-const COUNTS = '(SELECT count(*) FROM job)::int AS "jobs", (SELECT count(*) FROM woke)::int AS "wanted"';
-function checkJobs(row: Record<string, unknown>): void {
-  if (Number(row.jobs) !== Number(row.wanted)) throw new Error('the metal.advance queue is missing: the job was not queued');
-}
+/** Read so that the statement's waking CTEs are run (and their count is there for a test to read). */
+const COUNTS = '(SELECT count(*) FROM woke)::int AS "woken", (SELECT count(*) FROM run)::int + (SELECT count(*) FROM ab)::int AS "started"';
 
 /**
  * Changes one node. `version` is the compare-and-set (null: no check, for writers that hold the
@@ -188,7 +181,6 @@ export async function updateNode(db: Runner, node: { id: string; version: number
     if (write.run) await refuseWhileAborting(db, node.id);
     return null;
   }
-  checkJobs(rows[0]);
   return toNodeRow(rows[0]);
 }
 
@@ -226,7 +218,7 @@ export interface NewNode {
 
 /** Creates a node with its events and the run it starts (and that run's job), in one statement. */
 export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrite, 'data' | 'activeRun'>, requestId: string | null): Promise<void> {
-  const rows = await storeQuery<{ jobs: number; wanted: number; created: number }>(db,
+  const rows = await storeQuery<{ created: number }>(db,
     `WITH ins AS (
        INSERT INTO node (id, tenant_id, site_id, pool_id, name, provision_state, bmc_address, bmc_driver, bmc_driver_options,
                          bmc_credentials_ref, addresses, macs, product_uuid, hardware_profile_id, driver_bindings, workflow_id)
@@ -243,7 +235,6 @@ export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrit
     `node ${node.id}`,
   );
   if (Number(rows[0]?.created) !== 1) throw new Error(`node ${node.id} was not created`);
-  checkJobs(rows[0]!);
 }
 
 /** First key of the per-pool advisory lock bulk writes take (the second is the pool id's hash). */
@@ -271,13 +262,13 @@ export interface BulkWrite {
   data: NodeChange;
   /**
    * The run each node starts, for a verb that sends nothing destructive (ids in the order of
-   * nodes.ids): each with its metal.advance job. Null for a destructive verb, whose runs the
+   * nodes.ids): each due at once. Null for a destructive verb, whose runs the
    * batch's release creates ({@link releaseBatchRuns}), and when there is nothing to run.
    */
   runs: { ids: string[]; kind: WorkflowKind; params: Record<string, unknown> } | null;
   /** Payloads common to every node; each gets nodeId, from and workflowId added. */
   events: NodeEvent[];
-  /** The command batch recorded with the change; releaseNow queues its metal.batch job in the statement. */
+  /** The command batch recorded with the change; releaseNow queues its metal.batch job in the transaction. */
   batch: {
     id: string; tenantId: string; verb: string; reason: string; wipe: string | null; digest: string;
     quorum: number; status: string; createdBy: string | null; releaseNow: boolean;
@@ -295,12 +286,9 @@ export async function updateNodesOfPool(sql: Sql, write: BulkWrite): Promise<{ r
   if (runs && batch) throw new Error('a bulk write starts its runs or records a batch whose release starts them, not both');
   for (const e of events) checkEventPayload(e.payload);
   if (runs) checkEventPayload(runs.params, 'params');
-  const jobSql = runs
-    ? insertJobsSql('metal.advance', "jsonb_build_object('runId', run.id)", 'run')
-    : insertJobsSql('metal.batch', `jsonb_build_object('batchId', $5::text)`, '(SELECT 1 WHERE $5::text IS NOT NULL AND $19::int = 1) AS one');
   const extra = setClause(write.data, 20);
   const ids = nodes.ids;
-  const expectedJobs = runs ? ids.length : batch?.releaseNow ? 1 : 0;
+  const expectedRuns = runs ? ids.length : 0;
   return sql.transaction(async (tx) => {
     // Two bulk calls over overlapping nodes listed in different orders would lock them in join
     // order and could deadlock. Bulk calls are the only writers that change more than one node
@@ -340,10 +328,8 @@ export async function updateNodesOfPool(sql: Sql, write: BulkWrite): Promise<{ r
                     || e.payload
              FROM upd, unnest($15::text[], $16::jsonb[]) WITH ORDINALITY AS e(type, payload, n)
             ${events.length > 1 ? 'ORDER BY upd.id, e.n' : ''}
-         ), job AS (
-           ${jobSql} RETURNING 1
          )
-         SELECT ${BULK_VIEW.columns}, (SELECT count(*) FROM job)::int, $19::int, (SELECT created_at FROM batch) FROM ${nodeViewFrom('upd', 'u')}`,
+         SELECT ${BULK_VIEW.columns}, (SELECT count(*) FROM run)::int, $19::int, (SELECT created_at FROM batch) FROM ${nodeViewFrom('upd', 'u')}`,
         [
           arrayLiteral(nodes.froms), arrayLiteral(ids), arrayLiteral(nodes.versions), write.poolId,
           batch?.id ?? null, batch?.tenantId ?? null, batch?.verb ?? null, batch?.reason ?? null, batch?.wipe ?? null,
@@ -354,7 +340,7 @@ export async function updateNodesOfPool(sql: Sql, write: BulkWrite): Promise<{ r
           runs ? arrayLiteral(runs.ids) : '{}',
           events.map((e) => e.type), events.map((e) => JSON.stringify(e.payload)),
           runs?.kind ?? null, runs ? JSON.stringify(runs.params) : null,
-          expectedJobs,
+          expectedRuns,
           ...extra.values,
         ],
       );
@@ -365,8 +351,9 @@ export async function updateNodesOfPool(sql: Sql, write: BulkWrite): Promise<{ r
     if (rows.length !== ids.length) {
       throw new AppError('CONFLICT', `${ids.length - rows.length} of the nodes changed concurrently; nothing changed, read them again and retry`);
     }
-    // The two columns after the view: jobs queued, jobs expected.
-    if (rows[0]![BULK_VIEW.width] !== rows[0]![BULK_VIEW.width + 1]) throw new Error('a metal queue is missing: the jobs were not queued');
+    // The two columns after the view: runs started, runs expected.
+    if (rows[0]![BULK_VIEW.width] !== rows[0]![BULK_VIEW.width + 1]) throw new Error('the workflow runs of the bulk change were not all started');
+    if (batch?.releaseNow) await sendInTx(tx, 'metal.batch', { batchId: batch.id });
     return { rows: rows.map((row) => BULK_VIEW.read(row) as NodeRow), createdAt: rows[0]![BULK_VIEW.width + 2] as Date | null };
   });
 }
@@ -375,7 +362,7 @@ export async function updateNodesOfPool(sql: Sql, write: BulkWrite): Promise<{ r
  * A destructive bulk batch's release (the metal.batch job, once the batch may run): the run of
  * every node of the batch that is still in the verb's target state, whose intent has not moved on
  * since (no active run, and no run started after the batch was recorded), with params {verb,
- * reason, wipe, batchId} and batch_id, the node's workflow_id, and one metal.advance job each.
+ * reason, wipe, batchId} and batch_id, the node's workflow_id, each due at once.
  * Once: released_at is set in the same transaction, so a retried or duplicated release starts
  * nothing more. Resolves to the number of runs started.
  */
@@ -397,7 +384,7 @@ export async function releaseBatchRuns(sql: Sql, batchId: string): Promise<numbe
     // verb racing this statement changes its node's workflow_id when it starts a run (or its state
     // when it aborts): the re-check of the locked row below then leaves that node out.
     await tx.query('SELECT pg_advisory_xact_lock($1::int, hashtext($2::text))', [BULK_POOL_LOCK, batch.poolId]);
-    const { rows } = await tx.query<{ started: number; queued: number }>(
+    const { rows } = await tx.query<{ started: number }>(
       `WITH b AS (
          SELECT id, verb, reason, wipe, created_at FROM command_batch WHERE id = $1::text
        ), due AS (
@@ -419,16 +406,12 @@ export async function releaseBatchRuns(sql: Sql, batchId: string): Promise<numbe
                 jsonb_strip_nulls(jsonb_build_object('verb', b.verb, 'reason', b.reason, 'wipe', b.wipe, 'batchId', b.id)), b.id
            FROM upd, b
          RETURNING id
-       ), job AS (
-         ${insertJobsSql('metal.advance', "jsonb_build_object('runId', run.id)", 'run')} RETURNING 1
        )
-       SELECT (SELECT count(*) FROM run)::int AS started, (SELECT count(*) FROM job)::int AS queued`,
+       SELECT (SELECT count(*) FROM run)::int AS started`,
       // Run ids made here, as every id is (time-ordered UUIDv7), one per node of the batch; the
       // ones of nodes left out are never used.
       [batchId, batch.poolId, to, kind, arrayLiteral(batch.nodeIds), arrayLiteral(batch.nodeIds.map(() => newId('WorkflowRun')))],
     );
-    const { started, queued } = rows[0]!;
-    if (Number(started) !== Number(queued)) throw new Error('the metal.advance queue is missing: the batch\'s jobs were not queued');
-    return Number(started);
+    return Number(rows[0]!.started);
   });
 }

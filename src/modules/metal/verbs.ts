@@ -67,7 +67,7 @@ async function loadForVerb(ctx: Context, verb: Exclude<Verb, 'enroll'>, nodeId: 
 /**
  * The one transaction every single-node verb commits, through the node store: a compare-and-set
  * on the node's version (CONFLICT when it changed since it was read), the workflow run it starts
- * if any (with its metal.advance job), its outbox events, in one statement that returns the node's
+ * if any (due at once), its outbox events, in one statement that returns the node's
  * new view. All of it or nothing.
  */
 async function commitVerb(ctx: Context, node: { id: string; version: number }, change: NodeWrite): Promise<NodeRow> {

@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 import { hashToken } from '../../auth/tokens';
 import { invalidInput } from '../../errors';
 import { checkEventPayload } from '../../events/outbox';
-import { wakeRunCtes } from '../../../jobs/registry';
+import { wakeRunsSql } from '../../../jobs/wake';
 import type { Runner } from '../metal/node-store';
 
 /**
@@ -116,8 +116,10 @@ export async function storeInstallReport(db: Runner, token: string, runId: strin
        INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
        SELECT 'provision.step', n.tenant_id, n.site_id, n.pool_id, n.id, COALESCE(w.params->>'jobId', w.id), $5::jsonb
          FROM rep JOIN workflow_run w ON w.id = rep.run_id JOIN node n ON n.id = w.node_id
-     ), ${wakeRunCtes('(SELECT run_id FROM rep)')}
-     SELECT rep.id::text AS id, rep.created_at FROM rep`,
+     ), woke AS (
+       ${wakeRunsSql('SELECT run_id FROM rep')}
+     )
+     SELECT rep.id::text AS id, rep.created_at, (SELECT count(*) FROM woke)::int AS woken FROM rep`,
     [hashToken(token), runId, kind, JSON.stringify(payload), JSON.stringify(event)],
   );
   const r = rows[0];

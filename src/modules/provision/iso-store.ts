@@ -103,3 +103,22 @@ export async function liveIso(db: Runner, isoDir: string, pathname: string): Pro
 export async function recordIsoReport(tx: Pick<Runner, 'query'>, runId: string, isoId: string | null, report: Record<string, unknown>): Promise<void> {
   await tx.query(`INSERT INTO install_report (run_id, iso_id, kind, payload) VALUES ($1, $2, 'iso', $3::jsonb)`, [runId, isoId, JSON.stringify(report)]);
 }
+
+/**
+ * The ISO builds GET /controlnode/provision/queue lists (iso_build_job): one row per build the
+ * Building ISO step queued (`id`: its provision.iso job's id, jobs/iso-build.ts queueIsoBuild),
+ * in the step's transaction.
+ */
+export async function recordIsoBuildQueued(db: Pick<Runner, 'query'>, id: string, runId: string): Promise<void> {
+  await db.query('INSERT INTO iso_build_job (id, run_id) VALUES ($1::uuid, $2)', [id, runId]);
+}
+
+/** A worker started the build of job `id` (the first time it took it). */
+export async function markIsoBuildStarted(db: Pick<Runner, 'query'>, id: string): Promise<void> {
+  await db.query('UPDATE iso_build_job SET started_at = COALESCE(started_at, now()) WHERE id = $1::uuid', [id]);
+}
+
+/** The run's builds are over (its outcome recorded, or nothing to build): they leave the queue. */
+export async function endIsoBuilds(db: Pick<Runner, 'query'>, runId: string): Promise<void> {
+  await db.query('UPDATE iso_build_job SET ended_at = now() WHERE run_id = $1 AND ended_at IS NULL', [runId]);
+}

@@ -238,15 +238,20 @@ export async function provisionProgress(ctx: Context, bmcIp: string, latest: boo
 
 export interface IsoQueueEntry { queueId: string; jobId: string; state: 'pending' | 'active'; bmcIp: string; hostname: string; createdAt: Date; startedAt: Date | null }
 
-/** GET /controlnode/provision/queue: the ISO builds waiting and running (pg-boss provision.iso), of nodes the caller may read. */
+/**
+ * GET /controlnode/provision/queue: the ISO builds waiting and running, of nodes the caller may
+ * read, from our own rows (iso_build_job: queued by the Building ISO step with its provision.iso
+ * job, started and ended by the worker; jobs/iso-build.ts), never from pg-boss's tables.
+ */
 export async function isoQueue(ctx: Context): Promise<IsoQueueEntry[]> {
   const principal = requirePrincipal(ctx);
   const { rows } = await ctx.sql.query<{ queueId: string; jobId: string; state: string; createdAt: Date; startedAt: Date | null; bmcIp: string; hostname: string; serial: string | null; nodeId: string; tenantId: string; siteId: string; poolId: string }>(
-    `SELECT j.id::text AS "queueId", COALESCE(w.params->>'jobId', w.id) AS "jobId", j.state::text AS state, j.created_on AS "createdAt", j.started_on AS "startedAt",
+    `SELECT j.id::text AS "queueId", COALESCE(w.params->>'jobId', w.id) AS "jobId", CASE WHEN j.started_at IS NULL THEN 'created' ELSE 'active' END AS state,
+            j.created_at AS "createdAt", j.started_at AS "startedAt",
             n.bmc_address AS "bmcIp", COALESCE(w.params->>'hostname', '') AS hostname, n.inventory->'outOfBand'->>'serial' AS serial, n.id AS "nodeId", n.tenant_id AS "tenantId", n.site_id AS "siteId", n.pool_id AS "poolId"
-       FROM pgboss.job j JOIN workflow_run w ON w.id = j.data->>'runId' JOIN node n ON n.id = w.node_id
-      WHERE j.name = 'provision.iso' AND j.state IN ('created', 'retry', 'active')
-      ORDER BY j.created_on`,
+       FROM iso_build_job j JOIN workflow_run w ON w.id = j.run_id JOIN node n ON n.id = w.node_id
+      WHERE j.ended_at IS NULL
+      ORDER BY j.created_at`,
   );
   return rows.filter((r) => visibleTo(principal, 'read', nodeResource({ id: r.nodeId, tenantId: r.tenantId, siteId: r.siteId, poolId: r.poolId }), { type: 'MetalNode', id: r.nodeId })).map((r) => ({ queueId: r.queueId, jobId: r.jobId, state: r.state === 'active' ? 'active' : 'pending', bmcIp: r.bmcIp, hostname: r.hostname || hostnameFromSerial(r.serial) || '', createdAt: r.createdAt, startedAt: r.startedAt }));
 }

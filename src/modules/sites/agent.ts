@@ -170,7 +170,7 @@ export async function commandCredentials(ctx: Context, commandId: string): Promi
 
 /**
  * Reports how a claimed command ended (its claiming agent only): a CommandResult (commands.ts),
- * checked field by field before anything is written. The result and the metal.advance job of the
+ * checked field by field before anything is written. The result and the wake-up (due_at) of the
  * run that queued the command commit together, so the waiting run wakes.
  */
 export async function reportCommandResult(ctx: Context, commandId: string, rawResult: unknown): Promise<void> {

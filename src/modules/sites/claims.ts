@@ -1,5 +1,4 @@
-import { insertJobsSql, wakeRunCtes } from '../../../jobs/registry';
-import { afterWake, type RunWaker } from '../../../jobs/local-wake';
+import { afterWake, wakeRunsSql, type RunWaker } from '../../../jobs/wake';
 import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, resultStatus, type CommandKind, type CommandResult } from './commands';
 import type { DomainCounters } from '../../ops/metrics';
 
@@ -126,7 +125,7 @@ export interface SweepCounts {
  * One statement: a lapsed claim of a destructive command fails as AGENT_LOST (never re-sent
  * blindly: the engine reads the state back), a lapsed claim of any other command goes back to
  * queued, and a queued command past expires_at becomes EXPIRED; the run of every command that
- * ended here gets its metal.advance job in the same statement, so a run waiting for it wakes.
+ * ended here is woken (due_at) in the same statement, so a run waiting for it wakes.
  * Run by every claim (for the claimer's site), by a credentials request (for that command's
  * site) and periodically by each worker process (every site), so it happens whether or not an
  * agent is alive. Rows another sweep has locked are skipped: that sweep handles them.
@@ -154,8 +153,7 @@ export async function sweepCommands(db: Runner, siteId: string | null = null, me
          FROM stale WHERE c.id = stale.id
        RETURNING c.id, c.run_id, c.kind
      ), woken AS (
-       ${insertJobsSql('metal.advance', "jsonb_build_object('runId', r.run_id)", '(SELECT DISTINCT run_id FROM (SELECT run_id FROM lost UNION ALL SELECT run_id FROM expired) e WHERE run_id IS NOT NULL) r')}
-       RETURNING 1
+       ${wakeRunsSql('SELECT run_id FROM lost UNION ALL SELECT run_id FROM expired')}
      )
      SELECT (SELECT count(*) FROM lost)::int AS lost, (SELECT count(*) FROM requeued)::int AS requeued,
             (SELECT count(*) FROM expired)::int AS expired, (SELECT count(*) FROM woken)::int AS woken,
@@ -234,13 +232,13 @@ function toHeld(r: Record<string, unknown>): HeldCommand {
 
 /**
  * Records the result of a command the agent still holds (status claimed, by it) and, when a run
- * queued it, that run's metal.advance job (unless one of the run's is already due), in one
- * statement: no transaction needed around it. A result that arrives after the lease lapsed but
+ * queued it, that run woken (due_at), in one statement: no transaction needed around it. A result that arrives after the lease lapsed but
  * before a sweep is accepted: it is better knowledge than AGENT_LOST. Returns false when the agent
  * does not hold the command (any more).
  *
- * With `waker` (a process that runs the engine itself: the built-in agent), no job is queued: the
- * run is woken in this process after the statement's commit, so `db` must not be a transaction.
+ * With `waker` (a process that runs the engine itself: the built-in agent), that process's engine
+ * is also told after the statement (it fetches at once, without waiting for the notification), so
+ * `db` must not be a transaction then.
  */
 export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult, waker?: RunWaker | null, metrics?: DomainCounters | null): Promise<boolean> {
   const { rows } = await db.query(
@@ -248,14 +246,16 @@ export async function recordResult(db: Runner, commandId: string, agentId: strin
        UPDATE command SET status = $3, result = $4::jsonb, lease_expires_at = NULL, updated_at = now()
         WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
        RETURNING run_id, kind
-     ), ${wakeRunCtes('(SELECT run_id FROM upd)', { when: '$5::boolean' })}
+     ), woke AS (
+       ${wakeRunsSql('SELECT run_id FROM upd')}
+     )
      SELECT (SELECT count(*) FROM upd)::int AS recorded, (SELECT run_id FROM upd) AS run_id, (SELECT kind FROM upd) AS kind,
-            (SELECT count(*) FROM job)::int + (SELECT count(*) FROM due)::int AS woken`,
-    [commandId, agentId, resultStatus(result), JSON.stringify(result), !waker],
+            (SELECT count(*) FROM woke)::int AS woken`,
+    [commandId, agentId, resultStatus(result), JSON.stringify(result)],
   );
   const r = rows[0]!;
   if (Number(r.recorded) === 0) return false;
   metrics?.command(r.kind as string, resultStatus(result) as 'succeeded' | 'unverified' | 'failed', result.ok ? null : result.code);
-  afterWake((r.run_id ?? null) as string | null, Number(r.woken), waker);
+  afterWake(Number(r.woken) ? (r.run_id as string) : null, waker);
   return true;
 }

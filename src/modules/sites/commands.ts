@@ -68,7 +68,7 @@ export interface QueueCommand<K extends CommandKind = CommandKind> {
   kind: K;
   params: CommandParams[K];
   nodeId: string;
-  /** The run step that queues it; its result wakes that run (metal.advance). */
+  /** The run step that queues it; its result wakes that run (due_at). */
   runId: string;
   stepIdx: number;
   /** Unique per intended action: the same key returns the command already queued, never a second. */

@@ -166,7 +166,7 @@ export async function commandEnd(cp: ControlPlane, commandId: string, limitMs = 
  */
 export async function runCommand<K extends CommandKind>(cp: ControlPlane, nodeId: string, kind: K, params: CommandParams[K], limitMs = 120000): Promise<CommandDone> {
   const runId = newId('WorkflowRun');
-  await cp.sql.query(`INSERT INTO workflow_run (id, node_id, kind, status, wait_until, waiting_for) VALUES ($1, $2, 'metal-inspect', 'waiting', now() + interval '1 hour', 'the command')`, [runId, nodeId]);
+  await cp.sql.query(`INSERT INTO workflow_run (id, node_id, kind, status, wait_until, waiting_for, due_at) VALUES ($1, $2, 'metal-inspect', 'waiting', now() + interval '1 hour', 'the command', now() + interval '1 hour')`, [runId, nodeId]);
   const cmd = await queueCommand(cp.sql, { kind, params, nodeId, runId, stepIdx: 0, idempotencyKey: `interop-${runId}`, ttlMs: limitMs });
   return commandEnd(cp, cmd.id, limitMs);
 }
