@@ -84,6 +84,7 @@ export const TABLES_NO_CACHED_QUERY_READS: Readonly<Record<string, string>> = {
   ramdisk_report: 'read only by the workflow engine',
   installer_iso: 'read only by the ISO route BMCs fetch from (/boot/iso/) and the installer callbacks (token check), never by GraphQL',
   install_report: 'read only by the workflow engine (a control-node job\'s steps) and the installer callbacks',
+  iso_build_job: 'read only by GET /controlnode/provision/queue (REST) and the ISO build worker, never by GraphQL',
   fabric_job: 'read only by never-cached fields (rollout jobs: see NEVER_CACHED_FIELDS) and the rollout worker',
   fabric_job_node: 'read only by never-cached fields (rollout jobs and post-deploy checklists) and the rollout worker',
   fabric_node_baseline: 'read only by the rollout worker (the MTU a teardown restores)',
