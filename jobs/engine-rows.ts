@@ -103,25 +103,25 @@ export interface Loaded {
 }
 
 /** A timestamp as a row (Date) or as to_jsonb gives it (ISO text, milliseconds: timestamptz(3)). */
-const dateOf = (v: unknown): Date | null => (v == null ? null : v instanceof Date ? v : new Date(v as string));
+const dateOf = (value: unknown): Date | null => (value == null ? null : value instanceof Date ? value : new Date(value as string));
 
-function toRun(r: Record<string, unknown>): RunRow {
+function toRun(row: Record<string, unknown>): RunRow {
   return {
-    id: r.id as string, nodeId: r.node_id as string, kind: r.kind as string, status: r.status as string,
-    params: (r.params ?? {}) as RunParams, stepIndex: Number(r.step_index), resumes: Number(r.resumes),
-    leaseUntil: dateOf(r.lease_until), waitUntil: dateOf(r.wait_until),
-    abortRequestedAt: dateOf(r.abort_requested_at),
-    lastErrorCode: (r.last_error_code ?? null) as string | null, lastErrorMessage: (r.last_error_message ?? null) as string | null,
-    batchId: (r.batch_id ?? null) as string | null,
+    id: row.id as string, nodeId: row.node_id as string, kind: row.kind as string, status: row.status as string,
+    params: (row.params ?? {}) as RunParams, stepIndex: Number(row.step_index), resumes: Number(row.resumes),
+    leaseUntil: dateOf(row.lease_until), waitUntil: dateOf(row.wait_until),
+    abortRequestedAt: dateOf(row.abort_requested_at),
+    lastErrorCode: (row.last_error_code ?? null) as string | null, lastErrorMessage: (row.last_error_message ?? null) as string | null,
+    batchId: (row.batch_id ?? null) as string | null,
   };
 }
 
-export function toStep(r: Record<string, unknown>): StepRow {
+export function toStep(row: Record<string, unknown>): StepRow {
   return {
-    idx: Number(r.idx), name: r.name as string, title: r.title as string, cleanup: Boolean(r.cleanup), destructive: Boolean(r.destructive),
-    status: r.status as string, attempts: Number(r.attempts), idempotencyKey: (r.idempotency_key ?? null) as string | null,
-    state: (r.state ?? {}) as StepState, message: (r.message ?? null) as string | null, errorCode: (r.error_code ?? null) as string | null,
-    startedAt: dateOf(r.started_at), finishedAt: dateOf(r.finished_at),
+    idx: Number(row.idx), name: row.name as string, title: row.title as string, cleanup: Boolean(row.cleanup), destructive: Boolean(row.destructive),
+    status: row.status as string, attempts: Number(row.attempts), idempotencyKey: (row.idempotency_key ?? null) as string | null,
+    state: (row.state ?? {}) as StepState, message: (row.message ?? null) as string | null, errorCode: (row.error_code ?? null) as string | null,
+    startedAt: dateOf(row.started_at), finishedAt: dateOf(row.finished_at),
   };
 }
 
@@ -152,7 +152,7 @@ export async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Da
     tx, deps, run, node, pool: { id: node.poolId, policy: readPolicy(row['pool.policy']) },
     steps: (row['run.steps'] as Record<string, unknown>[]).map(toStep),
     commands: new Map((row['run.commands'] as { id: string; kind: string; status: CommandRow['status']; result: CommandRow['result']; expiresAt: string; key: string }[])
-      .map((c) => [c.key, { id: c.id, kind: c.kind, status: c.status, result: c.result, expiresAt: new Date(c.expiresAt) }])),
+      .map((command) => [command.key, { id: command.id, kind: command.kind, status: command.status, result: command.result, expiresAt: new Date(command.expiresAt) }])),
     now: row['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
     dirty: new Set(), runWrite: null,
   };
@@ -185,26 +185,26 @@ const FLUSH_SQL = `WITH steps AS (
   )
   SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run`;
 
-export async function flush(l: Loaded): Promise<void> {
-  const steps = [...l.dirty];
-  const run = l.runWrite;
-  if (steps.length === 0 && !run && l.events.length === 0) return;
-  for (const e of l.events) checkEventPayload(e.payload);
-  const { rows } = await l.tx.query(FLUSH_SQL, [
-    l.run.id,
-    steps.map((x) => x.idx), steps.map((x) => x.status), steps.map((x) => x.attempts), steps.map((x) => x.idempotencyKey),
-    steps.map((x) => JSON.stringify(x.state)), steps.map((x) => x.message), steps.map((x) => x.errorCode),
-    steps.map((x) => x.startedAt), steps.map((x) => x.finishedAt),
-    run !== null, run?.stepIndex ?? null, run ? (l.attempt ?? null) : null, run?.status ?? null,
+export async function flush(loaded: Loaded): Promise<void> {
+  const steps = [...loaded.dirty];
+  const run = loaded.runWrite;
+  if (steps.length === 0 && !run && loaded.events.length === 0) return;
+  for (const event of loaded.events) checkEventPayload(event.payload);
+  const { rows } = await loaded.tx.query(FLUSH_SQL, [
+    loaded.run.id,
+    steps.map((step) => step.idx), steps.map((step) => step.status), steps.map((step) => step.attempts), steps.map((step) => step.idempotencyKey),
+    steps.map((step) => JSON.stringify(step.state)), steps.map((step) => step.message), steps.map((step) => step.errorCode),
+    steps.map((step) => step.startedAt), steps.map((step) => step.finishedAt),
+    run !== null, run?.stepIndex ?? null, run ? (loaded.attempt ?? null) : null, run?.status ?? null,
     run?.waitUntil ?? null, run?.waitingFor ?? null, run?.leaseUntil ?? null,
-    l.node.tenantId, l.node.siteId, l.node.poolId, l.node.id, l.events.map((e) => e.type), l.events.map((e) => JSON.stringify(e.payload)),
+    loaded.node.tenantId, loaded.node.siteId, loaded.node.poolId, loaded.node.id, loaded.events.map((event) => event.type), loaded.events.map((event) => JSON.stringify(event.payload)),
     // The events' subject: the run, or the control-node job its chain belongs to (jobProgress(jobId)
     // then shows every run of the job; workflowProgress(runId) finds them by payload.workflowId).
-    l.run.params.jobId ?? l.run.id,
+    loaded.run.params.jobId ?? loaded.run.id,
   ]);
-  const r = rows[0]!;
-  if (Number(r.steps) !== steps.length || (run && Number(r.run) !== 1)) throw new Error(`run ${l.run.id}: its rows changed under the step's lock`);
-  l.dirty.clear();
-  l.runWrite = null;
-  l.events = [];
+  const written = rows[0]!;
+  if (Number(written.steps) !== steps.length || (run && Number(written.run) !== 1)) throw new Error(`run ${loaded.run.id}: its rows changed under the step's lock`);
+  loaded.dirty.clear();
+  loaded.runWrite = null;
+  loaded.events = [];
 }
