@@ -45,9 +45,9 @@ export interface DueRun extends Lease { runId: string }
 export async function fetchDueRuns(sql: Sql, limit: number, leaseMs = LEASE_MS): Promise<{ runs: DueRun[] }> {
   const { rows } = await sql.query(FETCH_SQL, [limit, leaseMs, ACTIVE_RUN_STATUSES], { planEachTime: true });
   const runs: DueRun[] = [];
-  for (const r of rows) {
-    if (!r.id) continue;
-    runs.push({ runId: r.id as string, leaseUntil: r.lease_until as Date, workerLost: r.prev != null, previousResumes: Number(r.prev_resumes) });
+  for (const row of rows) {
+    if (!row.id) continue;
+    runs.push({ runId: row.id as string, leaseUntil: row.lease_until as Date, workerLost: row.prev != null, previousResumes: Number(row.prev_resumes) });
   }
   return { runs };
 }
@@ -128,15 +128,15 @@ export class DueRunLoop implements RunWaker {
 
   private begin(run: DueRun): void {
     this.active += 1;
-    const p = this.advance(run)
+    const inFlight = this.advance(run)
       .catch((error: unknown) => this.log.error({ err: error, runId: run.runId }, 'advancing a workflow run failed; it is due again shortly'))
       .finally(() => {
         this.active -= 1;
-        this.advancing.delete(p);
+        this.advancing.delete(inFlight);
         // More were due than there were slots, or a wake-up arrived meanwhile: fetch for this slot.
         if (this.backlog || this.kicked) this.kick();
       });
-    this.advancing.add(p);
+    this.advancing.add(inFlight);
   }
 
   /** Fetches no more; resolves when the advances under way have ended. */

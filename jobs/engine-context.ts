@@ -79,7 +79,7 @@ export function buildContext(input: ContextInput): BuiltContext {
     const kind = row.kind as CommandKind;
     if (row.status === 'succeeded' || row.status === 'unverified') {
       const result = row.result as Extract<CommandResult, { ok: true }> | null;
-      for (const n of result?.notes ?? []) notes.push(`${kind}: ${n}`);
+      for (const note of result?.notes ?? []) notes.push(`${kind}: ${note}`);
       if (row.status === 'unverified') unverified.push(`${kind}: ${result?.unverified ?? 'its effect cannot be proven on this BMC'}`);
       return result?.value;
     }

@@ -124,7 +124,7 @@ export class DetachedLease {
   }
 
   stop(reason: string): void {
-    for (const t of this.timers) clearInterval(t);
+    for (const timer of this.timers) clearInterval(timer);
     this.timers = [];
     if (!this.lostCtl.signal.aborted) this.lostCtl.abort(reason);
   }
@@ -162,8 +162,8 @@ export class DetachedLease {
   /** In the caller's transaction: the lease must still be this worker's (LeaseLost otherwise). */
   async fence(db: RawDb): Promise<void> {
     if (this.lostCtl.signal.aborted) throw new LeaseLost(this.run.id);
-    const n = await db.$executeRawUnsafe('UPDATE workflow_run SET updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz', this.run.id, this.tokenIso);
-    if (n !== 1) {
+    const fenced = await db.$executeRawUnsafe('UPDATE workflow_run SET updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz', this.run.id, this.tokenIso);
+    if (fenced !== 1) {
       this.stop('lease lost');
       throw new LeaseLost(this.run.id);
     }
@@ -339,13 +339,13 @@ export class DetachedRuns {
   async stop(): Promise<void> {
     this.stopping = true;
     const all = [...this.active.values()];
-    for (const a of all) a.lease.stop('this process is stopping');
+    for (const taken of all) taken.lease.stop('this process is stopping');
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.allSettled(all.map((a) => a.done)),
+      Promise.allSettled(all.map((taken) => taken.done)),
       new Promise((resolve) => { timer = setTimeout(resolve, STOP_WAIT_MS); }),
     ]);
     clearTimeout(timer);
-    for (const a of all) if (!a.lease.hasEnded) await this.release(a.lease);
+    for (const taken of all) if (!taken.lease.hasEnded) await this.release(taken.lease);
   }
 }

@@ -118,7 +118,7 @@ export async function planApply(deps: PlanDeps, wanted: string[]): Promise<{ pla
  * clients arrive through the listen range and are not known in advance).
  */
 export function expectedNeighbours(intent: FabricIntent, node: FabricNodeIntent, gateway: FabricNodeIntent | undefined): string[] {
-  const source = (n: FabricNodeIntent) => (intent.underlay === 'bgp' ? n.underlayIp : n.vtepIp);
+  const source = (peer: FabricNodeIntent) => (intent.underlay === 'bgp' ? peer.underlayIp : peer.vtepIp);
   if (intent.externalRouteReflector) return intent.switch.peeringIp ? [intent.switch.peeringIp] : [];
   if (node.isGateway) return intent.switch.peeringIp ? [intent.switch.peeringIp] : [];
   return gateway ? [source(gateway)] : [];

@@ -411,9 +411,10 @@ describe('fabric rollout over real sshd', () => {
     const deps = { prisma: services.prisma, secrets: services.secrets, log: services.log, bgpWaitMs: 1000, connectTimeoutMs: 1500, nodeTimeoutMs: 30_000 };
     const detached = new DetachedRuns({ sql: services.sql, db: services.prisma, log: services.log, leaseMs: 5000, defs: fabricRolloutWorkflows(deps) });
     const engine = { sql: services.sql, log: services.log, leaseMs: 5000, detached };
+    // Not due (dueAt null): the service's own engine loop would otherwise take the run first (a new row is due at once) and advanceRun here would find it busy.
     const newRun = async (jobId: string, fields: { leaseUntil?: Date; resumes?: number; status?: string } = {}) => {
       await prisma().workflowRun.create({
-        data: { id: fabricRunId(jobId), nodeId: `fabric:${jobId}`, kind: 'fabric-apply', status: fields.status ?? 'queued', params: { fabricJobId: jobId }, leaseUntil: fields.leaseUntil ?? null, resumes: fields.resumes ?? 0 },
+        data: { id: fabricRunId(jobId), nodeId: `fabric:${jobId}`, kind: 'fabric-apply', status: fields.status ?? 'queued', params: { fabricJobId: jobId }, leaseUntil: fields.leaseUntil ?? null, resumes: fields.resumes ?? 0, dueAt: null },
       });
       return fabricRunId(jobId);
     };

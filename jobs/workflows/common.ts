@@ -130,14 +130,14 @@ export function inventoryDisks(inventory: unknown): string[] {
 export function wipeAttestation(inventory: unknown, reports: readonly ReportRow[], mode: string | null): { attested: boolean; missing: string[]; total: number } {
   const disks = inventoryDisks(inventory);
   const good = new Set<string>();
-  for (const r of reports) {
-    for (const d of (r.payload as WipeReport).disks ?? []) {
-      const key = diskKey(d);
-      if (key && d.attested === true && (!mode || !d.mode || d.mode === mode)) good.add(key);
+  for (const report of reports) {
+    for (const disk of (report.payload as WipeReport).disks ?? []) {
+      const key = diskKey(disk);
+      if (key && disk.attested === true && (!mode || !disk.mode || disk.mode === mode)) good.add(key);
     }
   }
   const missing = disks.filter((d) => !good.has(d));
-  // No known disk is no attestation at all: the release cannot say what it wiped.
+  // No known disk is no attestation at all: the release cannot say what it disk.
   return { attested: disks.length > 0 && missing.length === 0, missing, total: disks.length };
 }
 
@@ -154,9 +154,9 @@ export const WIPE_STEP = 'erase-devices';
 export async function wipeOver(ctx: StepContext, wipes: readonly ReportRow[]): Promise<boolean> {
   if (wipes.length > 0) {
     const seen = new Set<string>();
-    for (const r of wipes) {
-      for (const d of (r.payload as WipeReport).disks ?? []) {
-        const key = diskKey(d);
+    for (const report of wipes) {
+      for (const disk of (report.payload as WipeReport).disks ?? []) {
+        const key = diskKey(disk);
         if (key) seen.add(key);
       }
     }

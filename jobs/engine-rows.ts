@@ -1,0 +1,210 @@
+import type { SqlTx } from '../src/db/sql';
+import { checkEventPayload } from '../src/events/outbox';
+import { nodeViewColumns, toNodeRow, type NodeRow } from '../src/modules/metal/node-rows';
+import { readPolicy, type PoolPolicy } from '../src/modules/tenancy/pool';
+import type { CommandRow } from '../src/modules/sites/commands';
+import type { EngineObservations } from '../src/ops/metrics';
+import type { RunInfo, RunParams, WorkflowDef } from './engine-types';
+import type { EngineDeps } from './engine';
+import type { Injected } from './engine-step';
+import { DUE_WITH, LEASE_MS, LeaseLost } from './engine-lease';
+
+/**
+ * A step transaction's rows (the engine's overview is in jobs/engine.ts): load reads the node, its
+ * pool, the run, its steps and its current step's commands in one statement that locks them; the
+ * step logic changes them in memory (Loaded); flush writes them back in one statement.
+ */
+
+const MAX_MESSAGE = 1000;
+
+export interface RunRow {
+  id: string;
+  nodeId: string;
+  kind: string;
+  status: string;
+  params: RunParams;
+  stepIndex: number;
+  resumes: number;
+  leaseUntil: Date | null;
+  waitUntil: Date | null;
+  abortRequestedAt: Date | null;
+  lastErrorCode: string | null;
+  lastErrorMessage: string | null;
+  batchId: string | null;
+}
+
+export interface StepRow {
+  idx: number;
+  name: string;
+  title: string;
+  cleanup: boolean;
+  destructive: boolean;
+  status: string;
+  attempts: number;
+  idempotencyKey: string | null;
+  state: StepState;
+  message: string | null;
+  errorCode: string | null;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+}
+
+/** What the engine keeps in workflow_step.state: its timers, and the body's memo. */
+export interface StepState {
+  deadline?: string;
+  /** A retry after a recorded failure is due then (a new attempt). */
+  retryAt?: string;
+  /** A `continue` result: run the body again then. */
+  notBefore?: string;
+  /** A cleanup row: the index of the step it cleans up after. */
+  cleanupOf?: number;
+  memo?: Record<string, unknown>;
+}
+
+export const clip = (text: string) => (text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text);
+
+/** The run's columns a step transaction changes, written once at its end (flush). */
+export interface RunWrite {
+  stepIndex?: number;
+  status: 'running' | 'waiting';
+  waitUntil: Date | null;
+  waitingFor: string | null;
+  leaseUntil: Date | null;
+}
+
+export interface Loaded {
+  tx: SqlTx;
+  deps: EngineDeps;
+  run: RunRow;
+  info: RunInfo;
+  def: WorkflowDef | undefined;
+  node: NodeRow;
+  pool: { id: string; policy: PoolPolicy };
+  steps: StepRow[];
+  now: Date;
+  /** Events the step's transaction publishes, in order (one statement at the end). */
+  events: { type: string; payload: Record<string, unknown> }[];
+  leaseMs: number;
+  /** The attempt a step started in this transaction (written with the run's next update). */
+  attempt?: number;
+  /** Step rows changed in memory since the last flush. */
+  dirty: Set<StepRow>;
+  /** The run's pending update (the last step's end: waiting, or running the next step). */
+  runWrite: RunWrite | null;
+  injected: Injected | null;
+  /** What the transaction did, for the metrics once it committed (advanceRun). */
+  observed: EngineObservations;
+  /**
+   * The commands of the run's current step as the load read them, by idempotency key: a body
+   * that runs again (woken by a result) finds the ones it queued before without a statement each.
+   * A result recorded after the load shows at the next wake-up, which that result queued.
+   */
+  commands: Map<string, CommandRow>;
+}
+
+/** A timestamp as a row (Date) or as to_jsonb gives it (ISO text, milliseconds: timestamptz(3)). */
+const dateOf = (value: unknown): Date | null => (value == null ? null : value instanceof Date ? value : new Date(value as string));
+
+function toRun(row: Record<string, unknown>): RunRow {
+  return {
+    id: row.id as string, nodeId: row.node_id as string, kind: row.kind as string, status: row.status as string,
+    params: (row.params ?? {}) as RunParams, stepIndex: Number(row.step_index), resumes: Number(row.resumes),
+    leaseUntil: dateOf(row.lease_until), waitUntil: dateOf(row.wait_until),
+    abortRequestedAt: dateOf(row.abort_requested_at),
+    lastErrorCode: (row.last_error_code ?? null) as string | null, lastErrorMessage: (row.last_error_message ?? null) as string | null,
+    batchId: (row.batch_id ?? null) as string | null,
+  };
+}
+
+export function toStep(row: Record<string, unknown>): StepRow {
+  return {
+    idx: Number(row.idx), name: row.name as string, title: row.title as string, cleanup: Boolean(row.cleanup), destructive: Boolean(row.destructive),
+    status: row.status as string, attempts: Number(row.attempts), idempotencyKey: (row.idempotency_key ?? null) as string | null,
+    state: (row.state ?? {}) as StepState, message: (row.message ?? null) as string | null, errorCode: (row.error_code ?? null) as string | null,
+    startedAt: dateOf(row.started_at), finishedAt: dateOf(row.finished_at),
+  };
+}
+
+/**
+ * The node, its pool's policy, the run and its steps, in one statement that locks the node and the
+ * run (node first, then run: FOR UPDATE OF locks in the order it names them, the order the node
+ * store's statements lock them in, so no deadlock with a verb). The steps are read in the same
+ * statement: only a worker holding the run's lease writes them, and the lease is checked here.
+ */
+export async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date): Promise<Omit<Loaded, 'def' | 'info' | 'injected' | 'observed'> | null> {
+  const { rows } = await tx.query(
+    `SELECT ${nodeViewColumns('n')}, p.policy AS "pool.policy", now() AS "db.now", to_jsonb(w) AS "run.row",
+            (SELECT COALESCE(jsonb_agg(to_jsonb(s) ORDER BY s.idx), '[]'::jsonb) FROM workflow_step s WHERE s.run_id = w.id) AS "run.steps",
+            (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', c.id, 'kind', c.kind, 'status', c.status, 'result', c.result,
+                                                          'expiresAt', c.expires_at, 'key', c.idempotency_key)), '[]'::jsonb)
+               FROM command c WHERE c.run_id = w.id AND c.step_idx = w.step_index) AS "run.commands"
+       FROM workflow_run w JOIN node n ON n.id = w.node_id LEFT JOIN hardware_profile hp ON hp.id = n.hardware_profile_id JOIN pool p ON p.id = n.pool_id
+      WHERE w.id = $1
+      FOR UPDATE OF n, w`,
+    [runId],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  const run = toRun(row['run.row'] as Record<string, unknown>);
+  if (run.leaseUntil?.getTime() !== token.getTime()) throw new LeaseLost(runId);
+  const node = toNodeRow(row);
+  return {
+    tx, deps, run, node, pool: { id: node.poolId, policy: readPolicy(row['pool.policy']) },
+    steps: (row['run.steps'] as Record<string, unknown>[]).map(toStep),
+    commands: new Map((row['run.commands'] as { id: string; kind: string; status: CommandRow['status']; result: CommandRow['result']; expiresAt: string; key: string }[])
+      .map((command) => [command.key, { id: command.id, kind: command.kind, status: command.status, result: command.result, expiresAt: new Date(command.expiresAt) }])),
+    now: row['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
+    dirty: new Set(), runWrite: null,
+  };
+}
+
+/**
+ * Writes what the transaction changed in memory, in one statement: the step rows, the run's update
+ * (the last step's end, with its next due time) and the events. One statement where there were
+ * five to nine (each step's start, its end, the run, the events, the job), for the engine's hot path.
+ */
+const FLUSH_SQL = `WITH steps AS (
+    UPDATE workflow_step s SET status = v.status, attempts = v.attempts, idempotency_key = v.key, state = v.state, message = v.message,
+           error_code = v.error_code, started_at = v.started_at, finished_at = v.finished_at, updated_at = now()
+      FROM unnest($2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
+           AS v(idx, status, attempts, key, state, message, error_code, started_at, finished_at)
+     WHERE s.run_id = $1::text AND s.idx = v.idx
+    RETURNING 1
+  ), run AS (
+    UPDATE workflow_run SET step_index = COALESCE($12::int, step_index), attempt = COALESCE($13::int, attempt),
+           status = CASE WHEN status = 'aborting' THEN status ELSE $14::text END,
+           wait_until = $15::timestamptz, waiting_for = $16::text, lease_until = $17::timestamptz,
+           ${DUE_WITH('COALESCE($15::timestamptz, $17::timestamptz)')}, updated_at = now(), version = version + 1
+     WHERE id = $1::text AND $11::boolean
+    RETURNING 1
+  ), ev AS (
+    INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
+    SELECT e.type, $18::text, $19::text, $20::text, $21::text, $24::text, e.payload
+      FROM unnest($22::text[], $23::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n
+    RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run`;
+
+export async function flush(loaded: Loaded): Promise<void> {
+  const steps = [...loaded.dirty];
+  const run = loaded.runWrite;
+  if (steps.length === 0 && !run && loaded.events.length === 0) return;
+  for (const event of loaded.events) checkEventPayload(event.payload);
+  const { rows } = await loaded.tx.query(FLUSH_SQL, [
+    loaded.run.id,
+    steps.map((step) => step.idx), steps.map((step) => step.status), steps.map((step) => step.attempts), steps.map((step) => step.idempotencyKey),
+    steps.map((step) => JSON.stringify(step.state)), steps.map((step) => step.message), steps.map((step) => step.errorCode),
+    steps.map((step) => step.startedAt), steps.map((step) => step.finishedAt),
+    run !== null, run?.stepIndex ?? null, run ? (loaded.attempt ?? null) : null, run?.status ?? null,
+    run?.waitUntil ?? null, run?.waitingFor ?? null, run?.leaseUntil ?? null,
+    loaded.node.tenantId, loaded.node.siteId, loaded.node.poolId, loaded.node.id, loaded.events.map((event) => event.type), loaded.events.map((event) => JSON.stringify(event.payload)),
+    // The events' subject: the run, or the control-node job its chain belongs to (jobProgress(jobId)
+    // then shows every run of the job; workflowProgress(runId) finds them by payload.workflowId).
+    loaded.run.params.jobId ?? loaded.run.id,
+  ]);
+  const written = rows[0]!;
+  if (Number(written.steps) !== steps.length || (run && Number(written.run) !== 1)) throw new Error(`run ${loaded.run.id}: its rows changed under the step's lock`);
+  loaded.dirty.clear();
+  loaded.runWrite = null;
+  loaded.events = [];
+}

@@ -1,0 +1,346 @@
+import type { SqlTx } from '../src/db/sql';
+import { newId } from '../src/ids';
+import { updateNode, type NodeEvent } from '../src/modules/metal/node-store';
+import { reportsOf } from '../src/modules/boot/entries';
+import {
+  decideWorkflowMove, isWorkflowKind, STUCK_RESUMES, WAITS, WORKFLOW_CHAINS, WORKFLOW_KINDS,
+  type ProvisionState, type WorkflowKind,
+} from '../src/modules/metal/states';
+import { retryDelayMs, type StepResult } from './steps';
+import { buildContext, STEP_COMMAND_TTL_MS } from './engine-context';
+import { StepInterrupt, type RunInfo, type StepDef, type WorkflowDef } from './engine-types';
+import { WORKFLOWS } from './workflows';
+import { newObservations, type EngineObservations } from '../src/ops/metrics';
+import type { AdvanceOutcome, EngineDeps } from './engine';
+import { ACTIVE } from './engine-lease';
+import { clip, flush, load, toStep, type Loaded, type StepRow } from './engine-rows';
+import { cleanupOnce, endCleanup, endRun, failRun } from './engine-cleanup';
+
+/**
+ * The step logic (the engine's overview is in jobs/engine.ts): one step transaction (stepOnce)
+ * dispatches the run's current step, runs its body, applies its StepResult (the next step, a wait,
+ * a retry, a failure) and keeps its timers and deadline; a run whose steps all ran finishes here.
+ */
+
+const DEFAULT_ATTEMPTS = 3;
+const DEFAULT_DEADLINE_S = 3600;
+
+/**
+ * `next`: the run goes on now. `sameTx`: the step's end and the next step's start are in memory,
+ * consistent with the rows as they will be written, so the next step runs in the same transaction;
+ * otherwise (the cleanup rows were just laid out by SQL) a new transaction reads them.
+ */
+export type Step = { kind: 'next'; leaseUntil: Date; sameTx: boolean } | { kind: 'stop'; outcome: AdvanceOutcome };
+
+/** A throw of a step body, recorded by the next transaction (see advanceRun). */
+export interface Injected { idx: number; result: StepResult }
+
+export class BodyThrew extends Error {
+  constructor(readonly idx: number, readonly stepName: string, readonly thrown: unknown) {
+    super(`workflow step ${stepName} threw`);
+  }
+}
+
+/**
+ * Steps of the run, in the caller's transaction: one, and the ones after it while each ends by
+ * going on to the next (up to `budget`), so a step that completes and the next one's start (its
+ * commands queued, its wait) commit together. Everything is written at the end (flush).
+ */
+export async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token: Date, lostResumes: number | null,
+  injected: Injected | null, budget: number, observed: EngineObservations = newObservations()): Promise<{ step: Step; steps: number }> {
+  const base = await load(deps, tx, runId, token);
+  if (!base) return { step: { kind: 'stop', outcome: { kind: 'idle', status: 'missing' } }, steps: 1 };
+  const { run } = base;
+  if (!ACTIVE.includes(run.status)) return { step: { kind: 'stop', outcome: { kind: 'idle', status: run.status } }, steps: 1 };
+  const kind = run.kind;
+  const def = isWorkflowKind(kind) ? (deps.workflows ?? WORKFLOWS)[kind] : undefined;
+  const info: RunInfo = { id: run.id, kind: kind as WorkflowKind, params: run.params, batchId: run.batchId };
+  const loaded: Loaded = { ...base, def, info, injected, observed };
+  let steps = 0;
+  let result: Step;
+  for (;;) {
+    result = await dispatch(loaded, lostResumes);
+    lostResumes = null;
+    steps += 1;
+    if (result.kind !== 'next' || !result.sameTx || steps >= budget) break;
+  }
+  await flush(loaded);
+  return { step: result, steps };
+}
+
+async function dispatch(loaded: Loaded, lostResumes: number | null): Promise<Step> {
+  const { run, def } = loaded;
+  if (run.status === 'aborting') {
+    if (lostResumes !== null && lostResumes >= STUCK_RESUMES) return endCleanup(loaded, 'its worker died repeatedly during cleanup; the remaining cleanup was skipped');
+    return cleanupOnce(loaded);
+  }
+  if (!isWorkflowKind(run.kind) || !def) {
+    return failRun(loaded, { kind: 'failed', code: 'UNSUPPORTED', message: `no workflow is defined for ${run.kind}` });
+  }
+  const kind = run.kind;
+  if (loaded.steps.length === 0) await createSteps(loaded, def);
+  const state = loaded.node.provisionState as ProvisionState;
+  if (state !== WORKFLOW_KINDS[kind].state) return endRun(loaded, 'superseded');
+  if (lostResumes !== null) {
+    const decision = decideWorkflowMove(kind, state, { kind: 'worker-lost', resumes: lostResumes });
+    if (decision.action === 'fail') return failRun(loaded, { kind: 'failed', code: decision.code, message: decision.message });
+    loaded.deps.log?.warn({ runId: run.id, kind, resumes: lostResumes + 1 }, 'workflow run taken up again: its worker died mid-step');
+  }
+  const step = loaded.steps.find((row) => !row.cleanup && row.idx === run.stepIndex);
+  if (!step) return finishSuccess(loaded, def);
+  const stepDef = def.steps[step.idx];
+  if (!stepDef) return failRun(loaded, { kind: 'failed', code: 'INTERNAL', message: `step ${step.idx} (${step.name}) is not in the definition of ${kind}` });
+  const due = timerDue(loaded, step);
+  if (due) return due;
+  if (step.status === 'pending' || step.state.retryAt) startStep(loaded, step, deadlineOf(loaded, kind, stepDef));
+  const result = await runBody(loaded, step, stepDef.run);
+  return applyResult(loaded, step, stepDef, result.result, result.notes, result.unverified);
+}
+
+/** A step whose retry delay or `continue` delay has not passed yet: an early wake-up changes nothing. */
+export function timerDue(loaded: Loaded, step: StepRow): Step | null {
+  const at = step.state.retryAt ?? step.state.notBefore;
+  if (!at || new Date(at) <= loaded.now) return null;
+  return stopWaiting(loaded, new Date(at), step.state.retryAt ? `a retry of "${step.title}"` : `"${step.title}" to go on`);
+}
+
+function deadlineOf(loaded: Loaded, kind: WorkflowKind, stepDef: StepDef): Date {
+  const seconds = stepDef.deadlineSeconds ?? WAITS[kind]?.deadlineSeconds ?? DEFAULT_DEADLINE_S;
+  return new Date(loaded.now.getTime() + seconds * 1000);
+}
+
+async function createSteps(loaded: Loaded, def: WorkflowDef): Promise<void> {
+  const titles = def.steps.map((s) => (typeof s.title === 'function' ? s.title(loaded.info) : s.title));
+  const { rows } = await loaded.tx.query(
+    `INSERT INTO workflow_step (run_id, idx, name, title, destructive)
+     SELECT $1, s.idx - 1, s.name, s.title, s.destructive FROM unnest($2::text[], $3::text[], $4::boolean[]) WITH ORDINALITY AS s(name, title, destructive, idx)
+     RETURNING *`,
+    [loaded.run.id, def.steps.map((s) => s.name), titles, def.steps.map((s) => Boolean(s.destructive))],
+  );
+  loaded.steps = rows.map(toStep).sort((a, b) => a.idx - b.idx);
+  loaded.observed.started.push(loaded.run.kind);
+  // A run the node store superseded is never advanced again: what it left queued must not run
+  // after this one starts (a power-off of the old run arriving in the middle of the new one).
+  await loaded.tx.query(
+    `UPDATE command SET status = 'expired', result = $3::jsonb, updated_at = now()
+      WHERE node_id = $1 AND run_id IS NOT NULL AND run_id <> $2 AND status = 'queued'`,
+    [loaded.node.id, loaded.run.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: a newer workflow run of the node started', retryable: false })],
+  );
+}
+
+export function stepEvent(loaded: Loaded, step: StepRow, status: string, message: string | null, errorCode: string | null = null): void {
+  loaded.events.push({
+    type: 'workflow.step',
+    payload: {
+      workflowId: loaded.run.id, kind: loaded.run.kind, idx: step.idx, step: step.name, title: step.title, cleanup: step.cleanup,
+      status, attempt: step.attempts, message, ...(errorCode ? { errorCode } : {}),
+    },
+  });
+}
+
+/**
+ * Marks the step started: attempts + 1, its idempotency key, a fresh deadline, and the previous
+ * failure's message cleared (an operator never reads a stale error while the retry runs). The
+ * body runs after this in the same transaction, so nothing it queues can exist without it.
+ */
+export function startStep(loaded: Loaded, step: StepRow, deadline: Date): void {
+  step.attempts += 1;
+  step.status = 'running';
+  step.idempotencyKey = `${loaded.run.id}:${step.idx}:${step.attempts}`;
+  step.state = { deadline: deadline.toISOString(), ...(step.state.cleanupOf !== undefined ? { cleanupOf: step.state.cleanupOf } : {}) };
+  step.message = null;
+  step.errorCode = null;
+  step.startedAt = loaded.now;
+  step.finishedAt = null;
+  // Written with the step's end, in this transaction (flush): before anything the body queues can be seen.
+  loaded.dirty.add(step);
+  // The run's `attempt` follows in the statement that ends this step's transaction (stopWaiting).
+  loaded.attempt = step.attempts;
+  stepEvent(loaded, step, 'running', null);
+}
+
+export async function runBody(loaded: Loaded, step: StepRow, body: StepDef['run']): Promise<{ result: StepResult; notes: string[]; unverified: string[] }> {
+  const memo = { ...(step.state.memo ?? {}) };
+  const { ctx, notes, unverified } = buildContext({
+    db: loaded.tx, run: loaded.info, node: loaded.node, pool: loaded.pool, now: loaded.now, memo, commandTtlMs: loaded.deps.commandTtlMs ?? STEP_COMMAND_TTL_MS, known: loaded.commands,
+    onExpired: (kind) => loaded.observed.commands.push({ kind, outcome: 'expired', code: 'EXPIRED' }),
+    step: {
+      idx: step.idx, name: step.name, title: step.title, attempt: step.attempts, key: step.idempotencyKey!,
+      startedAt: step.startedAt ?? loaded.now, deadline: new Date(step.state.deadline ?? loaded.now.getTime() + DEFAULT_DEADLINE_S * 1000),
+    },
+  });
+  // A throw of the body the last transaction rolled back: its failure, instead of the body.
+  if (loaded.injected && loaded.injected.idx === step.idx) {
+    const { result } = loaded.injected;
+    loaded.injected = null;
+    return { result, notes: [], unverified: [] };
+  }
+  let result: StepResult;
+  try {
+    result = await body(ctx);
+  } catch (error) {
+    if (error instanceof StepInterrupt) result = error.result;
+    // A body that throws (a bug, a bad row) must not leave half its writes: the whole transaction
+    // is rolled back, and advanceRun records the throw in the next one (nothing of the body
+    // stays: not its node write, not its memo).
+    else throw new BodyThrew(step.idx, step.name, error);
+  }
+  loaded.node = ctx.node;
+  step.state = { ...step.state, memo };
+  return { result, notes, unverified };
+}
+
+/**
+ * A done step's status: skipped, else succeeded, unless a command it ran ended unverified (sent and
+ * accepted, but the BMC shows nothing that proves the effect): then `unverified`, and the
+ * workflow's next wait (the ramdisk's call, the installer's report) is the proof.
+ */
+export const doneStatus = (kind: 'complete' | 'skipped', unverified: readonly string[]): string =>
+  kind === 'skipped' ? 'skipped' : unverified.length ? 'unverified' : 'succeeded';
+
+export const withNotes = (message: string | undefined | null, notes: string[]) => {
+  const all = [message, ...notes].filter((part): part is string => Boolean(part));
+  return all.length ? clip(all.join('; ')) : null;
+};
+
+/** The step's row as it is now in memory, written at the flush. */
+export function saveStep(loaded: Loaded, step: StepRow, finished: boolean): void {
+  step.finishedAt = finished ? loaded.now : null;
+  loaded.dirty.add(step);
+  if (finished && step.startedAt) {
+    loaded.observed.steps.push({ kind: loaded.run.kind, step: step.name, outcome: step.status, seconds: (loaded.now.getTime() - step.startedAt.getTime()) / 1000 });
+  }
+}
+
+/**
+ * Ends the transaction's work with the run waiting (lease released), due at the wait's end (the
+ * flush writes due_at = until, or keeps an earlier wake-up that arrived while the run was leased).
+ */
+export function stopWaiting(loaded: Loaded, until: Date, waitingFor: string): Step {
+  loaded.runWrite = { ...loaded.runWrite, status: 'waiting', waitUntil: until, waitingFor: clip(waitingFor), leaseUntil: null };
+  if (loaded.run.status !== 'aborting') loaded.run.status = 'waiting';
+  loaded.run.waitUntil = until;
+  loaded.run.leaseUntil = null;
+  return { kind: 'stop', outcome: { kind: 'waiting', until, for: waitingFor } };
+}
+
+/** The run goes on with step `stepIndex`, in this transaction: the lease renewed from the transaction's clock. */
+export function nextStep(loaded: Loaded, stepIndex: number): Step {
+  const leaseUntil = new Date(loaded.now.getTime() + loaded.leaseMs);
+  loaded.runWrite = { stepIndex, status: 'running', waitUntil: null, waitingFor: null, leaseUntil };
+  loaded.attempt = 0;
+  loaded.run.stepIndex = stepIndex;
+  if (loaded.run.status !== 'aborting') loaded.run.status = 'running';
+  loaded.run.waitUntil = null;
+  loaded.run.leaseUntil = leaseUntil;
+  return { kind: 'next', leaseUntil, sameTx: true };
+}
+
+async function applyResult(loaded: Loaded, step: StepRow, stepDef: StepDef, result: StepResult, notes: string[], unverified: string[] = []): Promise<Step> {
+  const deadline = new Date(step.state.deadline ?? loaded.now);
+  switch (result.kind) {
+    case 'complete':
+    case 'skipped': {
+      step.status = doneStatus(result.kind, unverified);
+      step.message = withNotes(result.message, notes);
+      step.errorCode = null;
+      step.state = { ...step.state, retryAt: undefined, notBefore: undefined };
+      saveStep(loaded, step, true);
+      stepEvent(loaded, step, step.status, step.message);
+      return nextStep(loaded, step.idx + 1);
+    }
+    case 'continue': {
+      const at = new Date(loaded.now.getTime() + result.afterMs);
+      step.status = 'waiting';
+      step.message = withNotes(result.message, notes);
+      step.state = { ...step.state, notBefore: at.toISOString() };
+      saveStep(loaded, step, false);
+      stepEvent(loaded, step, 'waiting', step.message);
+      return stopWaiting(loaded, at, `"${step.title}" to go on`);
+    }
+    case 'wait': {
+      if (loaded.now >= deadline) {
+        step.status = 'failed';
+        step.errorCode = 'CALLBACK_TIMEOUT';
+        step.message = clip(`gave up waiting for ${result.for}`);
+        saveStep(loaded, step, true);
+        stepEvent(loaded, step, 'failed', step.message, step.errorCode);
+        return failRun(loaded, { kind: 'deadline-passed' });
+      }
+      const until = result.until < deadline ? result.until : deadline;
+      const message = withNotes(`waiting for ${result.for}`, notes);
+      const changed = step.status !== 'waiting' || step.message !== message;
+      step.status = 'waiting';
+      step.message = message;
+      step.state = { ...step.state, notBefore: undefined };
+      saveStep(loaded, step, false);
+      if (changed) stepEvent(loaded, step, 'waiting', step.message);
+      return stopWaiting(loaded, until, result.for);
+    }
+    case 'failed': {
+      const attempts = stepDef.retry?.attempts ?? DEFAULT_ATTEMPTS;
+      if (result.retryable && step.attempts < attempts) {
+        const delay = retryDelayMs(step.attempts, loaded.deps.random);
+        const at = new Date(loaded.now.getTime() + delay);
+        step.status = 'waiting';
+        step.errorCode = result.code;
+        step.message = withNotes(`${result.code}: ${result.message} (attempt ${step.attempts} of ${attempts}; retrying in ${Math.ceil(delay / 1000)} s)`, notes);
+        step.state = { ...step.state, retryAt: at.toISOString() };
+        saveStep(loaded, step, false);
+        stepEvent(loaded, step, 'retrying', step.message, step.errorCode);
+        return stopWaiting(loaded, at, `a retry of "${step.title}"`);
+      }
+      step.status = 'failed';
+      step.errorCode = result.code;
+      step.message = withNotes(`${result.code}: ${result.message}${step.attempts > 1 ? ` (after ${step.attempts} attempts)` : ''}`, notes);
+      saveStep(loaded, step, true);
+      stepEvent(loaded, step, 'failed', step.message, step.errorCode);
+      return failRun(loaded, { kind: 'failed', code: result.code, message: `${step.title}: ${result.message}` });
+    }
+  }
+}
+
+/** Every step ran: the outcome goes through decideWorkflowMove, and the node moves with the run's end. */
+async function finishSuccess(loaded: Loaded, def: WorkflowDef): Promise<Step> {
+  // What this transaction changed so far goes to the rows first: the statements below read them.
+  await flush(loaded);
+  const kind = loaded.run.kind as WorkflowKind;
+  const finish = def.finish
+    ? await def.finish({ run: loaded.info, node: loaded.node, pool: loaded.pool, db: loaded.tx, reports: (reportKind) => reportsOf(loaded.tx, loaded.run.id, { kind: reportKind }) })
+    : {};
+  const from = loaded.node.provisionState as ProvisionState;
+  const decision = decideWorkflowMove(kind, from, { kind: 'succeeded', wipeAttested: finish.wipeAttested }, { wipe: loaded.run.params.wipe ?? null });
+  if (decision.action === 'refuse') return endRun(loaded, 'superseded');
+  if (decision.action === 'fail') return failRun(loaded, { kind: 'failed', code: decision.code, message: decision.message });
+  if (decision.action !== 'move') throw new Error(`decideWorkflowMove answered ${decision.action} to a success`);
+  const chain = decision.to ? WORKFLOW_CHAINS[kind] : undefined;
+  const { then, jobId, verb, requestId } = loaded.run.params;
+  // A chain that reaches ready with a run to start then (provision's install after enrolling a new
+  // BMC) goes on into that run's state, as the verb that run stands for would move it from ready.
+  const thenRun = !chain && then && decision.to === 'ready' && isWorkflowKind(then.kind) ? then : null;
+  const nextKind = chain ?? thenRun?.kind;
+  const nextRun = nextKind ? { id: newId('WorkflowRun'), kind: nextKind } : null;
+  const to = thenRun ? WORKFLOW_KINDS[thenRun.kind].state : decision.to;
+  const ended = await endRun(loaded, 'succeeded');
+  if (decision.to || finish.data) {
+    const events: NodeEvent[] = decision.to && decision.event
+      ? [{ type: decision.event, payload: { workflowId: loaded.run.id, kind, from, to: decision.to, ...(nextRun && !thenRun ? { next: { workflowId: nextRun.id, kind: nextRun.kind } } : {}) } }]
+      : [];
+    if (thenRun && nextRun) {
+      events.push({ type: `node.provision.${to}`, payload: { workflowId: nextRun.id, kind: nextRun.kind, from: decision.to, to, ...(jobId ? { jobId } : {}), verb: thenRun.params.verb ?? null } });
+    }
+    const moved = await updateNode(loaded.tx, { id: loaded.node.id, version: loaded.node.version }, {
+      data: { ...(finish.data ?? {}), ...(to ? { provisionState: to } : {}) },
+      run: nextRun ? {
+        ...nextRun,
+        params: thenRun
+          ? { ...thenRun.params, chainedFrom: loaded.run.id, ...(jobId ? { jobId } : {}), ...(requestId ? { requestId } : {}) }
+          : { ...(verb ? { verb } : {}), chainedFrom: loaded.run.id, ...(jobId ? { jobId } : {}), ...(then ? { then } : {}), ...(requestId ? { requestId } : {}) },
+        batchId: loaded.run.batchId,
+      } : null,
+      events,
+    }, requestId ?? null);
+    if (!moved) throw new Error(`node ${loaded.node.id} changed under the run's lock`);
+  }
+  return ended;
+}
