@@ -19,10 +19,6 @@ export interface QueueData {
   'metal.batch': { batchId: string };
   /** Scheduled: deletes events older than the retention (EVENT_RETENTION_HOURS). */
   'events.prune': Record<string, never>;
-  /** "Run fabric job J" (apply or teardown): everything else is in the fabric_job rows. */
-  'fabric.rollout': { jobId: string };
-  /** fabric.rollout's dead letters: a job whose retries ran out (a worker kept dying) is failed here, never left running. */
-  'fabric.rollout.lost': { jobId: string };
   /**
    * "Build the installer ISO of control-node job R" (a metal-install run): queued by its Building
    * ISO step; the worker records the outcome as the run's iso report and wakes it. Bounded by the
@@ -36,22 +32,20 @@ export const QUEUES: { [K in QueueName]: PgBoss.Queue & { name: K } } = {
   'metal.batch': { name: 'metal.batch', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
   // One prune at a time is enough; a missed one is caught up by the next.
   'events.prune': { name: 'events.prune', policy: 'singleton', retryLimit: 1, expireInSeconds: 10 * 60 },
-  // Before fabric.rollout: a queue's dead-letter queue must exist when the queue is created.
-  'fabric.rollout.lost': { name: 'fabric.rollout.lost', policy: 'standard', retryLimit: 5, retryBackoff: true, expireInSeconds: 5 * 60 },
-  // A crashed worker's job expires after an hour and is retried from its rows; twice at most.
-  'fabric.rollout': { name: 'fabric.rollout', policy: 'standard', retryLimit: 2, retryDelay: 5, expireInSeconds: 60 * 60, deadLetter: 'fabric.rollout.lost' },
   // A build takes a second; one that outlives 10 minutes had its worker die: built again (idempotent).
   'provision.iso': { name: 'provision.iso', policy: 'standard', retryLimit: 3, retryBackoff: true, expireInSeconds: 10 * 60 },
 };
 
 /**
- * The queue the engine's wake-ups used before the engine kept its own due-run index (issue 23).
- * Its runs were made due by the migration that added workflow_run.due_at; its jobs not yet fetched
- * are purged at start (pg-boss's purgeQueue). The queue itself stays: pg-boss's deleteQueue
+ * Queues no longer used (issue 23): metal.advance, the engine's wake-ups before it kept its own
+ * due-run index (the migration that added workflow_run.due_at made its runs due), and
+ * fabric.rollout with its dead letters, before a fabric job became a workflow run (the migration
+ * fabric_job_runs gave a running job its run). Their jobs not yet fetched are purged at start
+ * (pg-boss's purgeQueue). The queue itself stays: pg-boss's deleteQueue
  * refuses a queue that still holds fetched or finished jobs (a foreign key), and its own
  * maintenance ends those within their retention.
  */
-const RETIRED_QUEUES = ['metal.advance'];
+const RETIRED_QUEUES = ['metal.advance', 'fabric.rollout', 'fabric.rollout.lost'];
 
 export type Handler<K extends QueueName> = (jobs: PgBoss.Job<QueueData[K]>[]) => Promise<void>;
 
