@@ -64,6 +64,19 @@ async function kill(child: ChildProcess): Promise<void> {
   await exited;
 }
 
+/** Waits until the FAST nodes finished their apply and every other node is inside its (slowed) install_frr. */
+async function fastDoneSlowInstalling(jobId: string, fastIps: string[], workerStderr: () => string): Promise<void> {
+  for (let i = 0; ; i += 1) {
+    if (i > 1200) throw new Error(`the fast nodes never finished: ${workerStderr()}`);
+    const rows = await t.app.services.prisma.fabricJobNode.findMany({ where: { jobId } });
+    const fastDone = rows.filter((r) => fastIps.includes(r.nodeIp) && r.finished && r.ok).length;
+    const slowInstalling = rows.filter((r) => !fastIps.includes(r.nodeIp)
+      && ((r.steps ?? []) as { step: string; status: string }[]).some((s) => s.step === 'install_frr' && s.status === 'running')).length;
+    if (fastDone === FAST && slowInstalling === NODES - FAST) return;
+    await sleep(100);
+  }
+}
+
 beforeAll(async () => {
   lab = await startSshNodes('rollout-crash', NODES, { lan: true, frr: true, frrDaemonsFile: true });
   // The API here (the same secret key as the workers: they open the SSH key and the BGP password it sealed); no worker of its own.
@@ -103,15 +116,7 @@ describe('a fabric apply whose worker is SIGKILLed', () => {
     const first = startWorker();
     const fastIps = lab.nodes.slice(0, FAST).map((n) => n.lanAddress!);
     try {
-      for (let i = 0; ; i += 1) {
-        if (i > 1200) throw new Error(`the fast nodes never finished: ${first.stderr()}`);
-        const rows = await prisma.fabricJobNode.findMany({ where: { jobId } });
-        const fastDone = rows.filter((r) => fastIps.includes(r.nodeIp) && r.finished && r.ok).length;
-        const slowInstalling = rows.filter((r) => !fastIps.includes(r.nodeIp)
-          && ((r.steps ?? []) as { step: string; status: string }[]).some((s) => s.step === 'install_frr' && s.status === 'running')).length;
-        if (fastDone === FAST && slowInstalling === NODES - FAST) break;
-        await sleep(100);
-      }
+      await fastDoneSlowInstalling(jobId, fastIps, first.stderr);
     } catch (error) {
       await kill(first.child);
       throw error;
@@ -165,15 +170,7 @@ describe('a fabric apply whose worker is SIGKILLed', () => {
     const fastIps = lab.nodes.slice(0, FAST).map((n) => n.lanAddress!);
     const first = startWorker();
     try {
-      for (let i = 0; ; i += 1) {
-        if (i > 1200) throw new Error(`the fast nodes never finished: ${first.stderr()}`);
-        const rows = await prisma.fabricJobNode.findMany({ where: { jobId } });
-        const fastDone = rows.filter((r) => fastIps.includes(r.nodeIp) && r.finished && r.ok).length;
-        const slowInstalling = rows.filter((r) => !fastIps.includes(r.nodeIp)
-          && ((r.steps ?? []) as { step: string; status: string }[]).some((s) => s.step === 'install_frr' && s.status === 'running')).length;
-        if (fastDone === FAST && slowInstalling === NODES - FAST) break;
-        await sleep(100);
-      }
+      await fastDoneSlowInstalling(jobId, fastIps, first.stderr);
       const exited = new Promise<number | null>((resolve) => first.child.once('exit', (code) => resolve(code)));
       const stoppedAt = Date.now();
       first.child.kill('SIGTERM');
