@@ -77,6 +77,25 @@ async function fastDoneSlowInstalling(jobId: string, fastIps: string[], workerSt
   }
 }
 
+/** Slows the install of every node but the FAST first ones to 120 s and starts an apply (no worker yet). */
+async function startSlowApply(): Promise<{ jobId: string; runId: string; fastIps: string[] }> {
+  for (const node of lab.nodes.slice(FAST)) await slowAptGet(node, 120);
+  const started = await rest(t.url, t.adminToken, 'POST', `${PATH}/apply`);
+  expect(started.status).toBe(202);
+  const jobId = started.body.apply_job_id as string;
+  return { jobId, runId: fabricRunId(jobId), fastIps: lab.nodes.slice(0, FAST).map((n) => n.lanAddress!) };
+}
+
+/** Waits until the job is no longer running (the second worker finished it); the job with its node rows. */
+async function jobEnded(jobId: string, workerStderr: () => string) {
+  for (let i = 0; ; i += 1) {
+    const job = await t.app.services.prisma.fabricJob.findUniqueOrThrow({ where: { id: jobId }, include: { nodes: true } });
+    if (job.jobStatus !== 'running') return job;
+    if (i > 1500) throw new Error(`the job never finished after the restart: ${workerStderr()}`);
+    await sleep(100);
+  }
+}
+
 beforeAll(async () => {
   lab = await startSshNodes('rollout-crash', NODES, { lan: true, frr: true, frrDaemonsFile: true });
   // The API here (the same secret key as the workers: they open the SSH key and the BGP password it sealed); no worker of its own.
@@ -107,14 +126,9 @@ afterAll(async () => {
 describe('a fabric apply whose worker is SIGKILLed', () => {
   it('resumes in another worker without re-applying the nodes that had finished', async () => {
     const prisma = t.app.services.prisma;
-    for (const node of lab.nodes.slice(FAST)) await slowAptGet(node, 120);
-    const started = await rest(t.url, t.adminToken, 'POST', `${PATH}/apply`);
-    expect(started.status).toBe(202);
-    const jobId = started.body.apply_job_id as string;
-    const runId = fabricRunId(jobId);
+    const { jobId, runId, fastIps } = await startSlowApply();
 
     const first = startWorker();
-    const fastIps = lab.nodes.slice(0, FAST).map((n) => n.lanAddress!);
     try {
       await fastDoneSlowInstalling(jobId, fastIps, first.stderr);
     } catch (error) {
@@ -130,13 +144,7 @@ describe('a fabric apply whose worker is SIGKILLed', () => {
 
     for (const node of lab.nodes.slice(FAST)) await slowAptGet(node, 0);
     const second = startWorker();
-    let job;
-    for (let i = 0; ; i += 1) {
-      job = await prisma.fabricJob.findUniqueOrThrow({ where: { id: jobId }, include: { nodes: true } });
-      if (job.jobStatus !== 'running') break;
-      if (i > 1500) throw new Error(`the job never finished after the restart: ${second.stderr()}`);
-      await sleep(100);
-    }
+    const job = await jobEnded(jobId, second.stderr);
     await kill(second.child);
 
     expect(job).toMatchObject({ jobStatus: 'completed', state: 'apply_completed', completedNodes: NODES, failedNodes: 0, error: '' });
@@ -162,12 +170,7 @@ describe('a fabric apply whose worker is SIGKILLed', () => {
 
   it('a worker stopped with SIGTERM hands its run back at once: another worker carries on, no resume counted, finished nodes untouched', async () => {
     const prisma = t.app.services.prisma;
-    for (const node of lab.nodes.slice(FAST)) await slowAptGet(node, 120);
-    const started = await rest(t.url, t.adminToken, 'POST', `${PATH}/apply`);
-    expect(started.status).toBe(202);
-    const jobId = started.body.apply_job_id as string;
-    const runId = fabricRunId(jobId);
-    const fastIps = lab.nodes.slice(0, FAST).map((n) => n.lanAddress!);
+    const { jobId, runId, fastIps } = await startSlowApply();
     const first = startWorker();
     try {
       await fastDoneSlowInstalling(jobId, fastIps, first.stderr);
@@ -187,13 +190,7 @@ describe('a fabric apply whose worker is SIGKILLed', () => {
 
     for (const node of lab.nodes.slice(FAST)) await slowAptGet(node, 0);
     const second = startWorker();
-    let job;
-    for (let i = 0; ; i += 1) {
-      job = await prisma.fabricJob.findUniqueOrThrow({ where: { id: jobId } });
-      if (job.jobStatus !== 'running') break;
-      if (i > 1500) throw new Error(`the job never finished after the restart: ${second.stderr()}`);
-      await sleep(100);
-    }
+    const job = await jobEnded(jobId, second.stderr);
     await kill(second.child);
     expect(job).toMatchObject({ jobStatus: 'completed', completedNodes: NODES, failedNodes: 0 });
     for (const node of lab.nodes.slice(0, FAST)) expect((await lab.calls(node)).length).toBe(callsAtStop.get(node.index));
