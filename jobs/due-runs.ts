@@ -8,14 +8,15 @@ import type { RunWaker } from './wake';
  * The engine's fetch of due runs (issue 23): the runs whose due_at has passed and whose lease is
  * free, oldest due first, each leased in the same statement (LEASE_SET: due_at becomes the lease's
  * end, so a run whose worker dies is due again when its lease runs out). A run that ended while
- * due has its due_at cleared and is not returned. Locked rows are skipped: a run in a step
+ * due has its due_at cleared and is not returned (`ended`: a data-modifying WITH runs to completion
+ * whether or not the query reads it). Locked rows are skipped: a run in a step
  * transaction, or one a waking transaction has not committed yet, is taken by a later fetch.
  *
  * Sent unnamed (planned at every call): over a table that grows from empty, a generic plan made
  * while workflow_run was small could scan it whole; the partial index on due_at is what it must use.
  */
 const FETCH_SQL = `WITH cur AS (
-    SELECT id, status, lease_until AS prev, resumes AS prev_resumes FROM workflow_run
+    SELECT id, lease_until AS prev, resumes AS prev_resumes FROM workflow_run
      WHERE due_at <= now() AND (lease_until IS NULL OR lease_until <= now())
      ORDER BY due_at
      LIMIT $1
@@ -29,10 +30,8 @@ const FETCH_SQL = `WITH cur AS (
     UPDATE workflow_run w SET due_at = NULL
       FROM cur
      WHERE w.id = cur.id AND NOT (w.status = ANY($3::text[]))
-    RETURNING 1
   )
-  SELECT t.id, t.lease_until, t.prev, t.prev_resumes, (SELECT count(*) FROM ended)::int AS ended
-    FROM (SELECT 1) one LEFT JOIN taken t ON true`;
+  SELECT id, lease_until, prev, prev_resumes FROM taken`;
 
 export interface DueRun extends Lease { runId: string }
 
@@ -46,7 +45,6 @@ export async function fetchDueRuns(sql: Sql, limit: number, leaseMs = LEASE_MS):
   const { rows } = await sql.query(FETCH_SQL, [limit, leaseMs, ACTIVE_RUN_STATUSES], { planEachTime: true });
   const runs: DueRun[] = [];
   for (const row of rows) {
-    if (!row.id) continue;
     runs.push({ runId: row.id as string, leaseUntil: row.lease_until as Date, workerLost: row.prev != null, previousResumes: Number(row.prev_resumes) });
   }
   return { runs };

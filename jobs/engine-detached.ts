@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Sql } from '../src/db/sql';
 import { STUCK_RESUMES } from '../src/modules/metal/states';
+import { clip } from './engine-rows';
 import type { StepResult } from './steps';
 
 /**
@@ -67,10 +68,8 @@ export class LeaseLost extends Error {
   }
 }
 
-const MAX_MESSAGE = 1000;
 /** How long a stopping worker waits for its bodies before it hands their runs back regardless. */
 const STOP_WAIT_MS = 10_000;
-const clip = (text: string) => (text.length > MAX_MESSAGE ? `${text.slice(0, MAX_MESSAGE - 1)}…` : text);
 
 /** A StepResult as a step row's status. */
 function stepStatusOf(result: StepResult): string {

@@ -35,7 +35,7 @@ export interface PlanDeps {
 }
 
 /** A message as it may be recorded: no fabric secret in it, whatever a command printed. */
-export function scrubber(secrets: string[]): (text: string) => string {
+function scrubber(secrets: string[]): (text: string) => string {
   const values = secrets.filter((s) => s.length >= 4);
   return (text) => values.reduce((out, s) => out.split(s).join('[redacted]'), text);
 }
@@ -47,7 +47,7 @@ export function messageOf(err: unknown): string {
 }
 
 /** The fabric's stored secrets, read through the broker; the scrubber that hides them. */
-export async function fabricSecrets(deps: PlanDeps, refs: { bgpPasswordRef: string | null; ospfAuthKeyRef: string | null }): Promise<{ secrets: FabricSecrets; scrub: (text: string) => string }> {
+async function fabricSecrets(deps: PlanDeps, refs: { bgpPasswordRef: string | null; ospfAuthKeyRef: string | null }): Promise<{ secrets: FabricSecrets; scrub: (text: string) => string }> {
   const read = async (ref: string | null, what: string): Promise<string | undefined> => {
     if (!ref) return undefined;
     if (!deps.secrets) throw new Error(`no secret broker is configured (SECRET_KEY): the ${what} cannot be read`);

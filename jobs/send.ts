@@ -32,7 +32,7 @@ let sender: PgBoss | null = null;
 const boss = () => (sender ??= new PgBoss({ db: noDb }));
 
 /** A QueryRunner (SqlTx, the node store's Runner) as the executor pg-boss's `db` option takes. */
-export function runnerExecutor(db: QueryRunner): SqlExecutor {
+function runnerExecutor(db: QueryRunner): SqlExecutor {
   return { executeSql: async (text, values) => ({ rows: (await db.query(text, values)).rows }) };
 }
 

@@ -21,7 +21,8 @@ import { ACTIVE_RUN_STATUSES } from '../src/modules/metal/states';
 /** What the trigger on workflow_run notifies (at the waking transaction's commit) when a run becomes due. */
 export const RUN_DUE_CHANNEL = 'workflow_run_due';
 
-const ACTIVE = `(${ACTIVE_RUN_STATUSES.map((s) => `'${s}'`).join(', ')})`;
+/** The active run statuses as an SQL list, for `status IN ...` (ACTIVE_RUN_STATUSES). */
+export const ACTIVE_STATUSES_SQL = `(${ACTIVE_RUN_STATUSES.map((s) => `'${s}'`).join(', ')})`;
 
 /**
  * An UPDATE (for a data-modifying CTE: `woke AS (${wakeRunsSql(...)})`) that makes the active runs
@@ -33,7 +34,7 @@ export function wakeRunsSql(runIds: string, opts: { at?: string; when?: string }
   const at = opts.at ?? 'now()';
   const when = opts.when ? ` AND ${opts.when}` : '';
   return `UPDATE workflow_run SET due_at = LEAST(due_at, ${at})
-     WHERE id IN (${runIds}) AND status IN ${ACTIVE}${when}
+     WHERE id IN (${runIds}) AND status IN ${ACTIVE_STATUSES_SQL}${when}
     RETURNING id`;
 }
 

@@ -86,7 +86,7 @@ export async function recordNodeRollback(tx: Tx, key: JobNodeKey, ok: boolean, e
  * fabric result is an applied node, degraded when some latest result is a failure, else pending
  * (some node was never rolled out, or was torn down).
  */
-export async function coverageStatus(tx: Tx): Promise<RolloutStatus> {
+async function coverageStatus(tx: Tx): Promise<RolloutStatus> {
   const nodes = await listComputeNodes(tx);
   if (nodes.length === 0) return 'ready';
   const rows = await tx.$queryRawUnsafe<{ node_id: string; job_type: string; ok: boolean; rolled_back: boolean; finished: boolean }[]>(

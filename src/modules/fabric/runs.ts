@@ -1,5 +1,5 @@
 import type { Tx } from '../../db/client';
-import { wakeRun as wakeDueRun } from '../../../jobs/wake';
+import { ACTIVE_STATUSES_SQL, wakeRun as wakeDueRun } from '../../../jobs/wake';
 
 /**
  * The fabric's workflow runs (the rollout's, the preflight's): runs of the engine that are not
@@ -36,6 +36,6 @@ export async function startRun(tx: Tx, run: { id: string; subject: string; kind:
 export async function abortRun(tx: Tx, runId: string): Promise<boolean> {
   const n = await tx.$executeRawUnsafe(
     `UPDATE workflow_run SET abort_requested_at = COALESCE(abort_requested_at, now()), due_at = LEAST(due_at, now()), updated_at = now(), version = version + 1
-      WHERE id = $1 AND status IN ('queued', 'running', 'waiting', 'aborting')`, runId);
+      WHERE id = $1 AND status IN ${ACTIVE_STATUSES_SQL}`, runId);
   return n === 1;
 }
