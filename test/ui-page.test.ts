@@ -328,7 +328,8 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
       expect(await fresh.evaluate(() => sessionStorage.getItem('metal.token'))).toBeNull();
       await fresh.locator('#login input[type=password]').fill(token);
       await fresh.locator('#login button[type=submit]').click();
-      await fresh.waitForFunction(() => document.querySelector('#counts tfoot td[data-state="ready"]')?.textContent === '2');
+      // 60 s, as the other waits here: on a loaded CI machine the page's stream and first reads once took longer than 30 s.
+      await fresh.waitForFunction(() => document.querySelector('#counts tfoot td[data-state="ready"]')?.textContent === '2', undefined, { timeout: 60_000 });
       expect(await fresh.evaluate(() => sessionStorage.getItem('metal.token'))).toBe(token);
       expect(fresh.url()).toBe(`${t.url}/ui`);
     } finally {
