@@ -197,10 +197,11 @@ describe('the status page /ui (headless Chromium, loopback only, machine simulat
     expect(JSON.parse(seen.at(-1)!)).toEqual({ ready: 2, failed: 1 });
     // On the way the counts passed through the moving states, without a reload.
     // (The page reads the counts again at most every 300 ms: a state a machine passes through
-    // faster may be skipped, so not every state is required, but some moving ones are.)
+    // faster may be skipped, so not every state is required, but a moving one is. Since the engine
+    // takes a woken run at once (its own due-run index), a CI run saw only one of the three.)
     const states = new Set(seen.flatMap((s) => Object.entries(JSON.parse(s) as Record<string, number>).filter(([, n]) => n > 0).map(([k]) => k)));
     const moving = [...states].filter((s) => ['enrolling', 'inspecting', 'commissioning'].includes(s));
-    expect(moving.length).toBeGreaterThanOrEqual(2);
+    expect(moving.length).toBeGreaterThanOrEqual(1);
     expect([...states].every((s) => ['enrolling', 'inspecting', 'commissioning', 'ready', 'failed'].includes(s))).toBe(true);
     expect(seen.length).toBeGreaterThanOrEqual(4);
     expect(runRow).not.toBeNull();
