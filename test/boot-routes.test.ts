@@ -330,6 +330,18 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
       expect(rows.every((r) => r.node_id === nodes.b && r.boot_entry_id === commission.entryId && r.boot_token_id === token)).toBe(true);
     });
 
+    it('a good report is one statement (authenticated, stored and its run woken together); a refused body costs one more, the lookup that decides 401 or 400', async () => {
+      const statements = async (send: () => Promise<{ status: number }>) => {
+        const before = t.app.database.statements.count;
+        const { status } = await send();
+        return { status, statements: t.app.database.statements.count - before };
+      };
+      expect(await statements(() => post(commission, 'heartbeat', {}))).toEqual({ status: 201, statements: 1 });
+      expect(await statements(() => post(commission, 'steps', { name: 'dcgm-diag', status: 'succeeded' }))).toEqual({ status: 201, statements: 1 });
+      expect(await statements(() => post(commission, 'heartbeat', { extra: 1 }))).toEqual({ status: 400, statements: 1 });
+      expect(await statements(() => post({ ...commission, token: `mbt_${'x'.repeat(43)}` }, 'heartbeat', { extra: 1 }))).toEqual({ status: 401, statements: 1 });
+    });
+
     it('a report nothing waits for is stored without waking the run: a heartbeat (but for rescue) and a step that started', async () => {
       const jobsOf = async (runId: string) => Number((await sql.query(`SELECT count(*) FROM workflow_run WHERE id = $1 AND due_at <= now()`, [runId])).rows[0].count);
       // The engine took the run (none runs here: as its fetch leaves it, due at its lease's end).

@@ -10,7 +10,7 @@ import { sendFile } from '../../http/file';
 import { ISO_URL_PREFIX, liveIso } from '../provision/iso-store';
 import { checkString } from '../../limits';
 import { normalizeMac } from '../metal/mac';
-import { bootSession, startBoot, storeReport, type BootSession, type ReportKind } from './entries';
+import { BOOT_PURPOSES, bootSession, startBoot, storeReport, type BootSession, type ReportKind } from './entries';
 import type { RunWaker } from '../../../jobs/wake';
 import { checkReport, reportAllowed, reportWakesRun, REPORTS_BY_PURPOSE } from './reports';
 
@@ -80,8 +80,9 @@ function unauthorized(req: IncomingMessage, res: ServerResponse, requestId: stri
   sendError(res, 401, 'UNAUTHENTICATED', 'a valid boot token for this boot entry is required', requestId);
 }
 
-interface Caller {
-  session: BootSession;
+/** What a callback's request says of its caller, before any lookup. */
+interface Bearer {
+  entryId: string;
   token: string;
 }
 
@@ -137,12 +138,13 @@ export class BootHttp {
       res.setHeader('allow', expected);
       return sendError(res, 405, 'INVALID_INPUT', `this method is not allowed here; use ${expected}`, requestId);
     }
-    // Who is calling, before anything about the request is looked at: no boot, no answer.
-    const caller = await this.authenticate(req, m[1]!, requestId);
-    if (!caller) return unauthorized(req, res, requestId);
-    const { session } = caller;
-    if (url.search) throw invalidInput(queryField([...url.searchParams.keys()][0] ?? ''), 'is not a known field');
+    // Who is calling, before anything about the request is answered: no boot, no answer.
+    const bearer = this.bearer(req, m[1]!, requestId);
+    if (!bearer) return unauthorized(req, res, requestId);
     if (action === 'instructions') {
+      const session = await this.authenticate(bearer, requestId);
+      if (!session) return unauthorized(req, res, requestId);
+      if (url.search) throw invalidInput(queryField([...url.searchParams.keys()][0] ?? ''), 'is not a known field');
       const raw = await readBody(req);
       if (raw.length > 0) throw invalidInput('body', 'this route takes no body');
       return sendJson(res, 200, {
@@ -154,14 +156,14 @@ export class BootHttp {
         heartbeatSeconds: HEARTBEAT_SECONDS,
       });
     }
-    return this.report(req, res, caller, kind!, requestId);
+    return this.report(req, res, url, bearer, kind!, requestId);
   }
 
   /**
-   * The boot token from `Authorization: Bearer`, checked against the entry the path names. Every
-   * failure is the same 401 to the caller; the log says which (never the token).
+   * The entry id of the path and the boot token from `Authorization: Bearer`, as sent (no lookup):
+   * null, logged, when either is missing or malformed (never the token).
    */
-  private async authenticate(req: IncomingMessage, rawEntryId: string, requestId: string): Promise<Caller | null> {
+  private bearer(req: IncomingMessage, rawEntryId: string, requestId: string): Bearer | null {
     let entryId: string;
     try {
       entryId = decodeURIComponent(rawEntryId);
@@ -173,28 +175,56 @@ export class BootHttp {
       this.log.info({ requestId, entryId: !entryId || checkString('entryId', entryId, 128) ? '(malformed)' : entryId }, 'boot callback without a bearer token');
       return null;
     }
-    const token = match[1]!;
-    const session = await bootSession(this.sql, token);
+    return { entryId, token: match[1]! };
+  }
+
+  /** The boot of the bearer's token, checked against the entry the path names. Every failure is the same 401 to the caller; the log says which. */
+  private async authenticate(bearer: Bearer, requestId: string): Promise<BootSession | null> {
+    const session = await bootSession(this.sql, bearer.token);
     if (!session) {
       this.log.info({ requestId }, 'boot callback with an unknown, revoked or expired boot token');
       return null;
     }
-    if (session.entryId !== entryId) {
+    if (session.entryId !== bearer.entryId) {
       this.log.warn({ requestId, tokenId: session.tokenId, tokenEntryId: session.entryId }, 'boot callback with the token of another boot entry');
       return null;
     }
-    return { session, token };
+    return session;
   }
 
-  private async report(req: IncomingMessage, res: ServerResponse, { session, token }: Caller, kind: ReportKind, requestId: string): Promise<void> {
-    const payload = checkReport(kind, await readJsonBody(req));
-    if (!reportAllowed(session.purpose, kind)) {
+  /**
+   * A report, authenticated and stored in one statement (storeReport) when its query and body are
+   * good. A request refused for its query or body is authenticated first (one more statement), so
+   * a caller without a live token of this entry learns nothing but 401, as when the lookup came
+   * first. The token is checked in the statement that stores: a new iPXE fetch or a revocation
+   * that committed before it wins, and nothing is stored for a boot that is over.
+   */
+  private async report(req: IncomingMessage, res: ServerResponse, url: URL, bearer: Bearer, kind: ReportKind, requestId: string): Promise<void> {
+    let payload: object;
+    try {
+      if (url.search) throw invalidInput(queryField([...url.searchParams.keys()][0] ?? ''), 'is not a known field');
+      payload = checkReport(kind, await readJsonBody(req));
+    } catch (error) {
+      if (!(await this.authenticate(bearer, requestId))) return unauthorized(req, res, requestId);
+      throw error;
+    }
+    const stored = await storeReport(this.sql, {
+      token: bearer.token, entryId: bearer.entryId, kind, payload,
+      allowed: BOOT_PURPOSES.filter((purpose) => reportAllowed(purpose, kind)),
+      wakes: BOOT_PURPOSES.filter((purpose) => reportWakesRun(purpose, kind, payload)),
+    }, this.waker);
+    if (!stored) {
+      this.log.info({ requestId }, 'boot callback with an unknown, revoked or expired boot token');
+      return unauthorized(req, res, requestId);
+    }
+    const { session } = stored;
+    if (stored.kind === 'refused') {
+      if (session.entryId !== bearer.entryId) {
+        this.log.warn({ requestId, tokenId: session.tokenId, tokenEntryId: session.entryId }, 'boot callback with the token of another boot entry');
+        return unauthorized(req, res, requestId);
+      }
       throw new AppError('INVALID_STATE', `a ${session.purpose} boot takes no ${kind} report`, { purpose: session.purpose, reports: ['heartbeat', 'step', ...REPORTS_BY_PURPOSE[session.purpose]] });
     }
-    // The token is checked again in the statement that stores: a new iPXE fetch or a revocation
-    // that committed since the check above wins, and nothing is stored for a boot that is over.
-    const stored = await storeReport(this.sql, token, kind, payload, reportWakesRun(session.purpose, kind, payload), this.waker);
-    if (!stored) return unauthorized(req, res, requestId);
     this.log.info({ requestId, entryId: session.entryId, nodeId: session.nodeId, runId: session.runId, kind, reportId: stored.id }, 'ramdisk report stored');
     sendJson(res, 201, { report: { id: stored.id, kind, createdAt: stored.createdAt.toISOString() } });
   }
