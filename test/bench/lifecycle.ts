@@ -276,6 +276,12 @@ async function run(argv: string[]): Promise<number> {
         `SELECT calls::int, round(total_exec_time)::int AS exec, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS q
            FROM pg_stat_statements WHERE toplevel ORDER BY calls DESC LIMIT 30`)
       : null;
+    // What triggers and functions ran on the statements' behalf (foreign-key checks, notifications).
+    const nested = pgStats
+      ? await sql.query<{ calls: number; exec: number; q: string }>(
+        `SELECT calls::int, round(total_exec_time)::int AS exec, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS q
+           FROM pg_stat_statements WHERE NOT toplevel ORDER BY calls DESC LIMIT 15`)
+      : null;
 
     const figures = (await sql.query(`SELECT
         (SELECT count(*)::int FROM workflow_step s JOIN workflow_run w ON w.id = s.run_id JOIN node n ON n.id = w.node_id WHERE n.pool_id = $1 AND s.started_at IS NOT NULL) AS steps,
@@ -347,6 +353,8 @@ async function run(argv: string[]): Promise<number> {
       for (const r of statements.rows) console.log(`  ${String(r.calls).padStart(7)} calls ${String(r.exec).padStart(6)} ms exec ${String(r.plan).padStart(5)} ms plan  ${r.q}`);
       console.log('== the most called, sent by a client ==');
       for (const r of byCalls!.rows) console.log(`  ${String(r.calls).padStart(7)} calls (${(r.calls / steps).toFixed(2)} per step) ${String(r.exec).padStart(6)} ms  ${r.q}`);
+      console.log('== the most called, run by triggers and functions ==');
+      for (const r of nested!.rows) console.log(`  ${String(r.calls).padStart(7)} calls (${(r.calls / steps).toFixed(2)} per step) ${String(r.exec).padStart(6)} ms  ${r.q}`);
     }
     const errors = api.outputKinds().filter(([k]) => k.startsWith('error') || k.startsWith('fatal') || k.startsWith('warn'));
     if (errors.length) console.log(`service warnings/errors: ${errors.slice(0, 8).map(([k, n]) => `${n}x ${k}`).join('; ')}`);
