@@ -87,13 +87,7 @@ export async function lockMacs(tx: Runner, siteId: string, macs: readonly string
 export async function refuseTakenMacs(db: Runner, siteId: string, macs: readonly string[], exceptNodeId: string | null = null): Promise<void> {
   if (macs.length === 0) return;
   const { rows } = await db.query<{ id: string; macs: string[] }>(
-    // The nodes holding any of the MACs come from the GIN index on macs (a few rows at most); the
-    // site and state are checked on those. MATERIALIZED keeps the planner from starting at the
-    // site's index instead: on a table that grew since it was last analyzed (1,000 machines
-    // enrolled within a minute of a fresh install), it took the site for a handful of rows and
-    // filtered every node of it (1.8 ms a call at 1,000 nodes, npm run bench -- lifecycle).
-    `WITH holders AS MATERIALIZED (SELECT id, macs, site_id, provision_state FROM node WHERE macs && $2::text[])
-     SELECT id, macs FROM holders WHERE site_id = $1 AND provision_state <> 'retired'
+    `SELECT id, macs FROM node WHERE site_id = $1 AND provision_state <> 'retired' AND macs && $2::text[]
         AND ($3::text IS NULL OR id <> $3::text) ORDER BY id LIMIT 1`,
     [siteId, [...macs], exceptNodeId]);
   const clash = rows[0];
