@@ -344,6 +344,9 @@ async function run(argv: string[]): Promise<number> {
     console.log(`CPU, PostgreSQL:    ${dbCpu.toFixed(1)} s = ${ms(dbCpu)} ms per step`);
     console.log(`CPU, bench:         ${benchCpu.toFixed(1)} s = ${ms(benchCpu)} ms per step (${machines} simulated BMCs and machines, enroll calls)`);
     console.log(`target wall <= ${TARGET_WALL_S} s: ${pass(wallS <= TARGET_WALL_S)}`);
+    // Issue 23's target: all the service's processes and PostgreSQL together (with --split, the three children).
+    const allServiceCpu = split ? serviceCpu + workerCpu + agentCpu : serviceCpu;
+    console.log(`target service + PostgreSQL CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: ${Number.isFinite(dbCpu) ? `${pass(((allServiceCpu + dbCpu) * 1000) / steps <= TARGET_CPU_PER_STEP_MS)} (${ms(allServiceCpu + dbCpu)} ms)` : 'not measured (PostgreSQL is not a child here: DATABASE_URL)'}`);
     console.log(split
       ? `target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: ${pass((workerCpu * 1000) / steps <= TARGET_CPU_PER_STEP_MS)} (${ms(workerCpu)} ms: the engine process)`
       : `target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: not measured apart here (the one service process, API and agent included, used ${ms(workerCpu)} ms); --split runs the engine in a process of its own`);
