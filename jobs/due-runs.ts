@@ -25,15 +25,16 @@ const FETCH_SQL = `WITH cur AS (
     UPDATE workflow_run w SET ${LEASE_SET}
       FROM cur
      WHERE w.id = cur.id AND w.status = ANY($3::text[])
-    RETURNING w.id, w.lease_until, cur.prev, cur.prev_resumes
+    RETURNING w.id, w.kind, w.lease_until, cur.prev, cur.prev_resumes
   ), ended AS (
     UPDATE workflow_run w SET due_at = NULL
       FROM cur
      WHERE w.id = cur.id AND NOT (w.status = ANY($3::text[]))
   )
-  SELECT id, lease_until, prev, prev_resumes FROM taken`;
+  SELECT id, kind, lease_until, prev, prev_resumes FROM taken`;
 
-export interface DueRun extends Lease { runId: string }
+/** A run the fetch leased, with its kind (a detached run's goes straight to its own path: engine.ts advanceLeased). */
+export interface DueRun extends Lease { runId: string; kind: string }
 
 /**
  * Takes up to `limit` due runs with their leases. (It does not look for the earliest due time to
@@ -45,7 +46,7 @@ export async function fetchDueRuns(sql: Sql, limit: number, leaseMs = LEASE_MS):
   const { rows } = await sql.query(FETCH_SQL, [limit, leaseMs, ACTIVE_RUN_STATUSES], { planEachTime: true });
   const runs: DueRun[] = [];
   for (const row of rows) {
-    runs.push({ runId: row.id as string, leaseUntil: row.lease_until as Date, workerLost: row.prev != null, previousResumes: Number(row.prev_resumes) });
+    runs.push({ runId: row.id as string, kind: row.kind as string, leaseUntil: row.lease_until as Date, workerLost: row.prev != null, previousResumes: Number(row.prev_resumes) });
   }
   return { runs };
 }

@@ -261,6 +261,11 @@ export class DetachedRuns {
     this.defs = new Map(deps.defs.map((d) => [d.kind, d]));
   }
 
+  /** Whether runs of `kind` are detached runs of this process (their bodies run here). */
+  handles(kind: string): boolean {
+    return this.defs.has(kind);
+  }
+
   /**
    * A run advanceRun leased whose row joins no node: when it is one of ours, its body starts here
    * (true); false when the run is none of ours (its lease is left to lapse).

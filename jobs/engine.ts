@@ -59,6 +59,9 @@ export type AdvanceOutcome =
   | { kind: 'waiting'; until: Date | null; for: string }
   | { kind: 'finished'; status: 'succeeded' | 'failed' | 'aborted' | 'superseded' };
 
+/** A detached run taken: its body runs in this worker's background under the lease. */
+const DETACHED: AdvanceOutcome = { kind: 'waiting', until: null, for: 'its body, running in this worker (a detached run)' };
+
 /**
  * Advances one run as far as it can go now. Safe to call any number of times, from any number
  * of workers at once: one holds the lease; the others wake the run, which is then fetched again
@@ -75,7 +78,13 @@ export async function advanceRun(deps: EngineDeps, runId: string): Promise<Advan
 }
 
 /** Advances a run whose lease the caller took (advanceRun, or the fetch of due runs). */
-export async function advanceLeased(deps: EngineDeps, runId: string, lease: Lease): Promise<AdvanceOutcome> {
+export async function advanceLeased(deps: EngineDeps, runId: string, lease: Lease & { kind?: string }): Promise<AdvanceOutcome> {
+  // A detached run (the fabric's) whose kind the fetch returned goes to its own path at once,
+  // without first trying it as a metal run (a step transaction that finds no node).
+  if (lease.kind !== undefined && deps.detached?.handles(lease.kind)
+    && await deps.detached.take(runId, lease.leaseUntil, lease.workerLost ? lease.previousResumes : null)) {
+    return DETACHED;
+  }
   let token = lease.leaseUntil;
   let lostResumes: number | null = lease.workerLost ? lease.previousResumes : null;
   const takenLost = lostResumes;
@@ -108,7 +117,7 @@ export async function advanceLeased(deps: EngineDeps, runId: string, lease: Leas
       // A run whose row joins no node: a detached run (the fabric's), whose body runs in the background under this lease.
       if (used === next.steps && next.step.kind === 'stop' && next.step.outcome.kind === 'idle' && next.step.outcome.status === 'missing' && deps.detached
         && await deps.detached.take(runId, token, takenLost)) {
-        return { kind: 'waiting', until: null, for: 'its body, running in this worker (a detached run)' };
+        return DETACHED;
       }
       if (next.step.kind === 'next') {
         token = next.step.leaseUntil;

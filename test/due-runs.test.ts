@@ -9,6 +9,8 @@ import { startTestApp, type TestApp } from './helpers/app';
 import { makeNode, makeWorld, startRun, type World } from './helpers/engine';
 import { DueRunLoop, fetchDueRuns, type DueRun } from '../jobs/due-runs';
 import { RUN_DUE_CHANNEL, wakeRun } from '../jobs/wake';
+import { advanceLeased } from '../jobs/engine';
+import { DetachedRuns } from '../jobs/engine-detached';
 
 let t: TestApp;
 let world: World;
@@ -45,6 +47,35 @@ describe('the due-run index', () => {
     expect((row.due_at as Date).getTime()).toBe((row.lease_until as Date).getTime());
     expect(runs[0]!.leaseUntil.getTime()).toBe((row.lease_until as Date).getTime());
     expect((await fetchDueRuns(sql(), 10, 60_000)).runs).toEqual([]);
+  });
+
+  it("a detached run (the fabric's) comes with its kind and goes to its own path at once, with no step transaction first", async () => {
+    const runId = `wf_detached_${Date.now()}`;
+    await sql().query(`INSERT INTO workflow_run (id, node_id, kind, status, params) VALUES ($1, $2, 'test-detached', 'queued', '{}'::jsonb)`, [runId, `fabric:${runId}`]);
+    await onlyDue([runId]);
+    const { runs } = await fetchDueRuns(sql(), 10, 60_000);
+    expect(runs.map((r) => [r.runId, r.kind])).toEqual([[runId, 'test-detached']]);
+    let ended!: () => void;
+    const bodyEnded = new Promise<void>((resolve) => { ended = resolve; });
+    const prisma = t.app.services.prisma;
+    const detached = new DetachedRuns({
+      sql: sql(), db: prisma, log, leaseMs: 60_000,
+      defs: [{
+        kind: 'test-detached',
+        run: async (lease) => { await prisma.$transaction((tx) => lease.end(tx, { status: 'succeeded' })); ended(); },
+        lost: async () => undefined,
+      }],
+    });
+    const transactions = jest.spyOn(sql(), 'transaction');
+    try {
+      expect(await advanceLeased({ sql: sql(), log, detached }, runId, runs[0]!)).toMatchObject({ kind: 'waiting' });
+      await bodyEnded;
+      expect(transactions).not.toHaveBeenCalled();
+    } finally {
+      transactions.mockRestore();
+      await detached.stop();
+    }
+    expect((await rowOf(runId)).status).toBe('succeeded');
   });
 
   it('two fetchers at once never take one run', async () => {
