@@ -1,6 +1,6 @@
 import { updateNode } from '../src/modules/metal/node-store';
 import { decideWorkflowMove, isWorkflowKind, type ProvisionState, type WorkflowOutcome } from '../src/modules/metal/states';
-import { DUE_WITH } from './engine-lease';
+import { DUE_WITH, RUN_ENDED_SET } from './engine-lease';
 import { clip, flush, type Loaded } from './engine-rows';
 import { doneStatus, nextStep, runBody, saveStep, startStep, stepEvent, stopWaiting, timerDue, withNotes, type Step } from './engine-step';
 
@@ -150,9 +150,7 @@ export async function endRun(loaded: Loaded, status: 'succeeded' | 'failed' | 'a
   // What this transaction changed so far goes to the rows first: the statements below read them.
   await flush(loaded);
   await loaded.tx.query(
-    `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, due_at = NULL, wait_until = NULL, waiting_for = NULL,
-            attempt = COALESCE($3::int, attempt), updated_at = now(), version = version + 1
-      WHERE id = $1`,
+    `UPDATE workflow_run SET status = $2, attempt = COALESCE($3::int, attempt), ${RUN_ENDED_SET} WHERE id = $1`,
     [loaded.run.id, status, loaded.attempt ?? null],
   );
   await withdrawCommands(loaded);

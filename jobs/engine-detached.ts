@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Sql } from '../src/db/sql';
 import { STUCK_RESUMES } from '../src/modules/metal/states';
 import { clip } from './engine-rows';
+import { LeaseLost, releaseLeaseSql, RUN_ENDED_SET } from './engine-lease';
 import type { StepResult } from './steps';
 
 /**
@@ -60,13 +61,6 @@ export interface DetachedDef {
   lost(db: RawDb, run: DetachedRunInfo): Promise<void>;
 }
 
-/** Thrown by a fenced write whose lease this worker no longer holds. */
-export class LeaseLost extends Error {
-  override readonly name = 'LeaseLost';
-  constructor(runId: string) {
-    super(`run ${runId}: its lease is no longer this worker's`);
-  }
-}
 
 /** How long a stopping worker waits for its bodies before it hands their runs back regardless. */
 const STOP_WAIT_MS = 10_000;
@@ -224,9 +218,7 @@ export class DetachedLease {
     await this.fence(db);
     await this.skipPending(db);
     await db.$executeRawUnsafe(
-      `UPDATE workflow_run SET status = $2, finished_at = now(), lease_until = NULL, due_at = NULL, wait_until = NULL, waiting_for = NULL,
-              last_error_code = $3, last_error_message = $4, updated_at = now(), version = version + 1
-        WHERE id = $1`,
+      `UPDATE workflow_run SET status = $2, last_error_code = $3, last_error_message = $4, ${RUN_ENDED_SET} WHERE id = $1`,
       this.run.id, end.status, end.status === 'succeeded' ? null : end.code, end.status === 'succeeded' ? null : clip(end.message));
     this.ended = true;
   }
@@ -325,7 +317,7 @@ export class DetachedRuns {
   private async release(lease: DetachedLease): Promise<void> {
     // After any renewal in flight (it would change the token this compares with).
     await lease.serial(() => this.deps.db.$executeRawUnsafe(
-      'UPDATE workflow_run SET lease_until = NULL, due_at = LEAST(due_at, now()), updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz',
+      releaseLeaseSql('LEAST(due_at, now())'),
       lease.run.id, lease.tokenIso,
     )).catch((error: unknown) => this.deps.log?.warn({ err: error, runId: lease.run.id }, 'could not hand a detached run back'));
   }

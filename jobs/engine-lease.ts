@@ -13,11 +13,25 @@ export const BUSY_RETRY_MS = 1_000;
 
 export const ACTIVE: readonly string[] = ACTIVE_RUN_STATUSES;
 
+/** A run's lease is no longer this worker's (another took the run): thrown by the step transaction's load and by a detached run's fenced writes. */
 export class LeaseLost extends Error {
+  override readonly name = 'LeaseLost';
   constructor(runId: string) {
-    super(`run ${runId}: another worker took its lease`);
+    super(`run ${runId}: its lease is no longer this worker's`);
   }
 }
+
+/** What ending a run writes besides its status (endRun, a detached run's end): no lease, no due time, no wait. */
+export const RUN_ENDED_SET = `finished_at = now(), lease_until = NULL, due_at = NULL, wait_until = NULL, waiting_for = NULL,
+  updated_at = now(), version = version + 1`;
+
+/**
+ * Hands a run back ($1 the run, $2 the lease's token): the lease released, due at `due`, when the
+ * lease is still the caller's. For a run that yields its turn, one whose step failed to run, and a
+ * detached run handed back at a worker's stop.
+ */
+export const releaseLeaseSql = (due: string) =>
+  `UPDATE workflow_run SET lease_until = NULL, due_at = ${due}, updated_at = now() WHERE id = $1 AND lease_until = $2::timestamptz`;
 
 /** A run's lease as its taker holds it: the token, and whether a dead worker's lease lapsed on it. */
 export interface Lease { leaseUntil: Date; workerLost: boolean; previousResumes: number }

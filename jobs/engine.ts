@@ -6,7 +6,7 @@ import { wakeRun } from './wake';
 import type { WorkflowDef } from './engine-types';
 import { newObservations, type DomainCounters } from '../src/ops/metrics';
 import type { DetachedRuns } from './engine-detached';
-import { BUSY_RETRY_MS, LEASE_MS, LeaseLost, takeLease, type Lease } from './engine-lease';
+import { BUSY_RETRY_MS, LEASE_MS, LeaseLost, releaseLeaseSql, takeLease, type Lease } from './engine-lease';
 import { clip } from './engine-rows';
 import { BodyThrew, stepOnce, type Injected, type Step } from './engine-step';
 
@@ -126,14 +126,14 @@ export async function advanceLeased(deps: EngineDeps, runId: string, lease: Leas
       return next.step.outcome;
     }
     // A long run yields between budgets (due again now, behind the runs due before it), so one run never starves the others.
-    await deps.sql.query('UPDATE workflow_run SET lease_until = NULL, due_at = now() WHERE id = $1 AND lease_until = $2', [runId, token]);
+    await deps.sql.query(releaseLeaseSql('now()'), [runId, token]);
     return { kind: 'waiting', until: null, for: 'its next turn (one advance runs at most a budget of steps)' };
   } catch (error) {
     if (error instanceof LeaseLost) return { kind: 'busy', retryInMs: BUSY_RETRY_MS };
     // Leave the run to be taken up again shortly rather than after the lease: a deadlock lost
     // to a verb's write is a retry, anything else is logged and retried the same way.
     await deps.sql.query(
-      `UPDATE workflow_run SET lease_until = NULL, due_at = LEAST(due_at, now() + interval '200 milliseconds') WHERE id = $1 AND lease_until = $2`,
+      releaseLeaseSql(`LEAST(due_at, now() + interval '200 milliseconds')`),
       [runId, token],
     ).catch(() => undefined);
     if (error instanceof AppError && error.code === 'CONFLICT') return { kind: 'busy', retryInMs: 200 };

@@ -8,7 +8,8 @@ import { findingsOf, type Cidr, type NodeOverride, type ScanRow, type VtepPoolVi
 import { PREFLIGHT_RESULT_STEP, recordPreflight } from '../../src/modules/fabric/preflight-run';
 import { scanNodes } from '../../src/modules/fabric/preflight-scan';
 import { complete, failed } from '../steps';
-import { LeaseLost, type DetachedDef, type DetachedLease } from '../engine-detached';
+import type { DetachedDef, DetachedLease } from '../engine-detached';
+import { LeaseLost } from '../engine-lease';
 
 /**
  * The preflight as a workflow run (issue 23 item 2): `fabric-preflight`, a detached run of the
