@@ -19,10 +19,9 @@
  *    builds, publishes and records each (an install_report row of kind 'iso'). Measured:
  *    - wall: from the first POST to the 20th iso report with ok true (the table polled every 50 ms);
  *    - jobs per minute: jobs / wall;
- *    - per job, from the rows: POST -> queued (pgboss.job created_on: the engine ran Building ISO),
- *      queue wait (created_on -> started_on), the build as the worker timed it (the report's ms),
- *      pg-boss's active time (started_on -> completed_on: the whole fetched batch, as the loop
- *      completes a batch together), POST -> report; and how busy the build slots were
+ *    - per job, from the service's rows: POST -> queued (iso_build_job created_at: the engine ran
+ *      Building ISO), queue wait (created_at -> started_at), the build as the worker timed it (the
+ *      report's ms), the build job's active time (started_at -> ended_at), POST -> report; and how busy the build slots were
  *      (sum of builds / concurrency / wall).
  *    The runs go on after their ISO (mount, boot from the CD, power on: the simulated machines then
  *    wait for an installer nobody plays): that BMC work runs beside the later builds, as it would in
@@ -118,7 +117,6 @@ interface JobTimes {
   buildMs: number | null;
   ok: boolean | null;
   error: string | null;
-  retries: number;
 }
 
 async function singleBuilds(builds: number): Promise<{ median: number; min: number; max: number; initrdMB: number }> {
@@ -262,12 +260,12 @@ async function run(argv: string[]): Promise<number> {
       await sleep(50);
     }
 
-    // The timeline of each job, from the rows (pg-boss's job table and its archive).
+    // The timeline of each job, from the service's own rows (iso_build_job: queued by the Building
+    // ISO step, started and ended by the worker), not pg-boss's tables.
     const epoch = (col: string) => `extract(epoch FROM ${col}) * 1000`;
-    const jobCols = `data->>'runId' AS run_id, ${epoch('created_on')} AS created, ${epoch('started_on')} AS started, ${epoch('completed_on')} AS completed, retry_count`;
-    const boss = await sql.query<{ run_id: string; created: string; started: string | null; completed: string | null; retry_count: number }>(
-      `SELECT ${jobCols} FROM pgboss.job WHERE name = 'provision.iso' AND data->>'runId' = ANY($1::text[])
-       UNION ALL SELECT ${jobCols} FROM pgboss.archive WHERE name = 'provision.iso' AND data->>'runId' = ANY($1::text[])`, [runIds]);
+    const boss = await sql.query<{ run_id: string; created: string; started: string | null; completed: string | null }>(
+      `SELECT run_id, ${epoch('created_at')} AS created, ${epoch('started_at')} AS started, ${epoch('ended_at')} AS completed
+         FROM iso_build_job WHERE run_id = ANY($1::text[])`, [runIds]);
     const reports = await sql.query<{ run_id: string; at: string; payload: { ok?: boolean; ms?: number; error?: string } }>(
       `SELECT run_id, ${epoch('created_at')} AS at, payload FROM install_report WHERE kind = 'iso' AND run_id = ANY($1::text[])`, [runIds]);
     const times: JobTimes[] = posted.map((p) => {
@@ -276,7 +274,7 @@ async function run(argv: string[]): Promise<number> {
       const n = (v: string | null | undefined) => (v === null || v === undefined ? null : Number(v));
       return {
         runId: p.runId, posted: p.at, queued: n(b?.created), started: n(b?.started), completed: n(b?.completed), reported: n(rep?.at),
-        buildMs: rep?.payload.ms ?? null, ok: rep ? rep.payload.ok === true : null, error: rep?.payload.error ?? null, retries: b?.retry_count ?? 0,
+        buildMs: rep?.payload.ms ?? null, ok: rep ? rep.payload.ok === true : null, error: rep?.payload.error ?? null,
       };
     });
     const have = <K extends keyof JobTimes>(k: K) => times.filter((t) => t[k] !== null);
@@ -286,9 +284,8 @@ async function run(argv: string[]): Promise<number> {
     const active = times.filter((t) => t.started !== null && t.completed !== null).map((t) => t.completed! - t.started!);
     const endToEnd = have('reported').map((t) => t.reported! - t.posted);
     const fetches = new Set(have('started').map((t) => Math.round(t.started!))).size;
-    const retries = times.reduce((a, t) => a + t.retries, 0);
 
-    console.log('\n== per job, ms from the first POST: queued (created_on), build started (started_on), ISO reported; the build as the worker timed it ==');
+    console.log('\n== per job, ms from the first POST: queued (iso_build_job created_at), build started (started_at), ISO reported; the build as the worker timed it ==');
     for (const t of [...times].sort((a, b) => (a.started ?? Infinity) - (b.started ?? Infinity))) {
       const at = (v: number | null) => (v === null ? '-' : String(Math.round(v - t0))).padStart(6);
       console.log(`  ${t.runId.padEnd(30)} queued ${at(t.queued)}  started ${at(t.started)}  reported ${at(t.reported)}  build ${String(t.buildMs ?? '-').padStart(5)} ms${t.ok === false ? `  FAILED: ${t.error}` : ''}`);
@@ -302,9 +299,9 @@ async function run(argv: string[]): Promise<number> {
     console.log(`wall:               ${Number.isFinite(wallS) ? `${wallS.toFixed(2)} s from the first POST to the last of the ${jobs} ISOs built` : `not reached (${ok} built, ${failed} failed)`}`);
     console.log(`throughput:         ${Number.isFinite(wallS) ? `${((jobs / wallS) * 60).toFixed(1)} jobs/minute (${(jobs / wallS).toFixed(2)} ISOs/s)` : 'n/a'}`);
     console.log(`POST -> queued:     ${spread(postToQueued)} (the engine running Building ISO)`);
-    console.log(`queue wait:         ${spread(wait)} (pgboss.job created_on -> started_on), in ${fetches} fetches of up to ${concurrency}${retries ? `; ${retries} retries` : ''}`);
+    console.log(`queue wait:         ${spread(wait)} (iso_build_job created_at -> started_at), in ${fetches} fetches of up to ${concurrency}`);
     console.log(`build:              ${spread(build)} (the worker's timing: password from the broker, preseed, xorriso)`);
-    console.log(`pg-boss active:     ${spread(active)} (started_on -> completed_on: a fetched batch completes together)`);
+    console.log(`build job active:   ${spread(active)} (iso_build_job started_at -> ended_at)`);
     console.log(`POST -> ISO built:  ${spread(endToEnd)}`);
     if (Number.isFinite(wallS)) console.log(`build slots busy:   ${((build.reduce((a, b) => a + b, 0) / concurrency / wallMs) * 100).toFixed(0)}% of ${concurrency} x wall (the rest: a batch waits for its slowest build, the first poll, the engine, the API)`);
     if (errors.length) console.log(`service warnings/errors: ${errors.slice(0, 8).map(([k, n]) => `${n}x ${k}`).join('; ')}`);
