@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import pino from 'pino';
 import type { Database } from '../src/db/client';
-import { startBuiltinAgent, type BuiltinAgent } from '../src/agent/builtin';
+import { KeptCredentials, startBuiltinAgent, type BuiltinAgent } from '../src/agent/builtin';
 import { BuiltinSecretBroker } from '../clients/secrets/broker';
 import { queueCommand, type CommandKind } from '../src/modules/sites/commands';
 import { newId } from '../src/ids';
@@ -158,6 +158,44 @@ describe('item 3: reading the BMC credentials', () => {
     const done = await until('the command to finish', () => row(id), (r) => r.status !== 'queued' && r.status !== 'claimed');
     expect(done).toMatchObject({ status: 'failed', result: { ok: false, code: 'AGENT_ERROR', retryable: true, message: expect.stringContaining('nothing was sent') } });
     expect(sim.counts('m0').reset).toBe(resets);
+  });
+
+  it("a node's credentials are read once for its commands while kept; new credentials (a new reference) are read anew", async () => {
+    const nodeId = await node();
+    const reads = jest.spyOn(secrets, 'get');
+    try {
+      agent = start();
+      for (let i = 0; i < 3; i += 1) {
+        const id = await queue(nodeId, 'bmc.power-state', {});
+        expect(await until('the command to finish', () => row(id), (r) => r.status !== 'queued' && r.status !== 'claimed')).toMatchObject({ status: 'succeeded' });
+      }
+      expect(reads).toHaveBeenCalledTimes(1);
+      const rotated = await secrets.put(tree.tenant.id, { username: sim.machines[0]!.username, password: PASSWORD });
+      await db.sql.query('UPDATE node SET bmc_credentials_ref = $2 WHERE id = $1', [nodeId, rotated]);
+      const id = await queue(nodeId, 'bmc.power-state', {});
+      expect(await until('the command to finish', () => row(id), (r) => r.status !== 'queued' && r.status !== 'claimed')).toMatchObject({ status: 'succeeded' });
+      expect(reads.mock.calls.map(([ref]) => ref)).toEqual([expect.any(String), rotated]);
+    } finally {
+      reads.mockRestore();
+    }
+  });
+
+  it('kept credentials: per reference and tenant, for their time, the oldest read dropped past the limit', () => {
+    let now = 1_000;
+    const kept = new KeptCredentials(60_000, 2, () => now);
+    const creds = { username: 'u', password: 'p' };
+    kept.keep('secret://a', 't1', creds);
+    expect(kept.get('secret://a', 't1')).toEqual(creds);
+    expect(kept.get('secret://a', 't2')).toBeNull();
+    expect(kept.get('secret://a', null)).toBeNull();
+    now += 60_000;
+    expect(kept.get('secret://a', 't1')).toBeNull();
+    expect(kept.size).toBe(0);
+    kept.keep('secret://a', 't1', creds);
+    kept.keep('secret://b', 't1', creds);
+    kept.get('secret://a', 't1');
+    kept.keep('secret://c', 't1', creds);
+    expect([kept.get('secret://a', 't1'), kept.get('secret://b', 't1'), kept.get('secret://c', 't1')]).toEqual([null, creds, creds]);
   });
 
   it('a real credential problem (no such secret) still fails for good', async () => {

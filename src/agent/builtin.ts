@@ -38,12 +38,60 @@ export interface BuiltinAgentOptions {
   waker?: RunWaker | null;
   /** Default CREDENTIALS_RETRY_MS. */
   credentialsRetryMs?: number;
+  /** Where read credentials are kept (default: a KeptCredentials of the agent's own). */
+  keptCredentials?: KeptCredentials;
   /** The process's metrics: command results, sweeps, and the agent's own heartbeat age. */
   metrics?: (DomainCounters & { builtinAgentStarted?(): void }) | null;
 }
 
 /** How long a credentials read the database fails is tried again before the command fails as retryable. */
 export const CREDENTIALS_RETRY_MS = 10_000;
+
+/**
+ * How long the built-in agent keeps a node's BMC credentials after reading them, and for how many
+ * references at most. A secret never changes under its reference (new credentials are a new
+ * secret, and the node's reference moves to it), so a kept value is never stale; what the keeping
+ * saves is a statement and a decryption for each of a machine's BMC commands (ten in its
+ * lifecycle). The values live in this process's memory, as the driver's sessions already do.
+ */
+export const CREDENTIALS_KEEP_MS = 10 * 60_000;
+export const CREDENTIALS_KEEP_MAX = 20_000;
+
+/**
+ * Credentials by secret reference and tenant, for CREDENTIALS_KEEP_MS; the oldest read is dropped
+ * first past CREDENTIALS_KEEP_MAX. Only good { username, password } values are kept.
+ */
+export class KeptCredentials {
+  private readonly kept = new Map<string, { until: number; username: string; password: string }>();
+  constructor(private readonly keepMs = CREDENTIALS_KEEP_MS, private readonly max = CREDENTIALS_KEEP_MAX, private readonly now = Date.now) {}
+
+  private static key(ref: string, tenantId: string | null): string {
+    return `${tenantId ?? ''}\u0000${ref}`;
+  }
+
+  get(ref: string, tenantId: string | null): { username: string; password: string } | null {
+    const key = KeptCredentials.key(ref, tenantId);
+    const hit = this.kept.get(key);
+    if (!hit) return null;
+    if (hit.until <= this.now()) {
+      this.kept.delete(key);
+      return null;
+    }
+    return { username: hit.username, password: hit.password };
+  }
+
+  keep(ref: string, tenantId: string | null, credentials: { username: string; password: string }): void {
+    const key = KeptCredentials.key(ref, tenantId);
+    this.kept.delete(key);
+    this.kept.set(key, { until: this.now() + this.keepMs, ...credentials });
+    // Insertion order is read order: the first key is the oldest read.
+    while (this.kept.size > this.max) this.kept.delete(this.kept.keys().next().value!);
+  }
+
+  get size(): number {
+    return this.kept.size;
+  }
+}
 
 /** 250 ms, doubling to 4 s. */
 const backoff = (attempt: number) => Math.min(250 * 2 ** attempt, 4000);
@@ -104,6 +152,7 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   const agentId = `builtin:${os.hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   const log = opts.log.child({ agent: 'builtin' });
   let stopping = false;
+  const kept = opts.keptCredentials ?? new KeptCredentials();
   /** Claims let go (their result could not be stored): the heartbeat no longer renews them. */
   const letGo = new Set<string>();
   /**
@@ -173,6 +222,8 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
    * database failing the read is tried again, then fails it as retryable (nothing reached the BMC).
    */
   const credentialsOf = async (command: HeldCommand, node: NonNullable<HeldCommand['node']>, secrets: SecretBroker): Promise<{ username: string; password: string } | CommandResult> => {
+    const known = kept.get(node.credentialsRef!, node.tenantId);
+    if (known) return known;
     const until = Date.now() + (opts.credentialsRetryMs ?? CREDENTIALS_RETRY_MS);
     for (let attempt = 0; ; attempt += 1) {
       let credentials: { username?: unknown; password?: unknown } | null;
@@ -195,7 +246,9 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
       if (!credentials || typeof credentials.username !== 'string' || typeof credentials.password !== 'string') {
         return { ok: false, code: 'AGENT_ERROR', message: `the BMC credentials of node ${node.id} (${node.credentialsRef}) could not be read as { username, password }`, retryable: false };
       }
-      return { username: credentials.username, password: credentials.password };
+      const good = { username: credentials.username, password: credentials.password };
+      kept.keep(node.credentialsRef!, node.tenantId, good);
+      return good;
     }
   };
   const pump = new CommandPump<HeldCommand & { started?: boolean }>({
