@@ -54,7 +54,7 @@ async function enterCleanup(loaded: Loaded): Promise<Step> {
     `UPDATE workflow_step SET status = 'skipped', updated_at = now() WHERE run_id = $1 AND NOT cleanup AND status = 'pending'`,
     [loaded.run.id],
   );
-  await withdrawCommands(loaded);
+  await loaded.tx.query(`UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now() WHERE run_id = $1 AND status = 'queued'`, [loaded.run.id, WITHDRAWN]);
   const interrupted = loaded.steps.filter((step) => !step.cleanup && (step.status === 'running' || step.status === 'waiting'));
   for (const step of interrupted) {
     step.status = 'failed';
@@ -138,30 +138,32 @@ export async function endCleanup(loaded: Loaded, skippedWhy: string | null): Pro
   return endRun(loaded, loaded.run.abortRequestedAt ? 'aborted' : 'failed');
 }
 
-async function withdrawCommands(loaded: Loaded): Promise<void> {
-  await loaded.tx.query(
-    `UPDATE command SET status = 'expired', result = $2::jsonb, updated_at = now() WHERE run_id = $1 AND status = 'queued'`,
-    [loaded.run.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: its workflow run ended', retryable: false })],
-  );
-}
+const WITHDRAWN = JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: its workflow run ended', retryable: false });
 
-/** Ends the run: its status, finished_at, the lease released, queued commands withdrawn, and its boot entries revoked. */
+/**
+ * Ends the run: its status, finished_at, the lease released, queued commands withdrawn, and its
+ * boot entries revoked (entries, then their tokens: the order an iPXE fetch locks them in), in one
+ * statement (a data-modifying WITH runs to completion whether or not the query reads it).
+ */
 export async function endRun(loaded: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 'superseded'): Promise<Step> {
-  // What this transaction changed so far goes to the rows first: the statements below read them.
+  // What this transaction changed so far goes to the rows first: the statement below reads them.
   await flush(loaded);
-  await loaded.tx.query(
-    `UPDATE workflow_run SET status = $2, attempt = COALESCE($3::int, attempt), ${RUN_ENDED_SET} WHERE id = $1`,
-    [loaded.run.id, status, loaded.attempt ?? null],
-  );
-  await withdrawCommands(loaded);
   // The rescue ramdisk keeps its entry and token while it runs: its run's success is that it is up.
-  if (!(status === 'succeeded' && loaded.run.kind === 'metal-rescue')) {
-    await loaded.tx.query(
-      `WITH e AS (UPDATE boot_entry SET revoked_at = now() WHERE run_id = $1 AND revoked_at IS NULL RETURNING id)
-       UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND boot_entry_id IN (SELECT id FROM e)`,
-      [loaded.run.id],
-    );
-  }
+  const revoke = !(status === 'succeeded' && loaded.run.kind === 'metal-rescue');
+  const { rows } = await loaded.tx.query(
+    `WITH run AS (
+       UPDATE workflow_run SET status = $2, attempt = COALESCE($3::int, attempt), ${RUN_ENDED_SET} WHERE id = $1 RETURNING 1
+     ), withdrawn AS (
+       UPDATE command SET status = 'expired', result = $4::jsonb, updated_at = now() WHERE run_id = $1 AND status = 'queued' RETURNING 1
+     ), e AS (
+       UPDATE boot_entry SET revoked_at = now() WHERE run_id = $1 AND revoked_at IS NULL AND $5::boolean RETURNING id
+     ), t AS (
+       UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND boot_entry_id IN (SELECT id FROM e) RETURNING 1
+     )
+     SELECT (SELECT count(*) FROM run)::int AS run`,
+    [loaded.run.id, status, loaded.attempt ?? null, WITHDRAWN, revoke],
+  );
+  if (Number(rows[0]?.run) !== 1) throw new Error(`run ${loaded.run.id}: its row changed under the step's lock`);
   loaded.observed.finished.push({ kind: loaded.run.kind, status, code: loaded.run.lastErrorCode });
   loaded.events.push({
     type: 'workflow.finished',
