@@ -43,16 +43,26 @@ export interface IssueBootEntry {
  * through confirmMac) gets none: NoConfirmedMac.
  */
 export async function issueBootEntry(db: Runner, e: IssueBootEntry): Promise<string[]> {
-  const { rows: nodes } = await db.query('SELECT macs FROM node WHERE id = $1', [e.nodeId]);
-  const macs = (nodes[0]?.macs as string[] | undefined) ?? [];
+  // Two statements, as revokeNodeBoot's two (entries, then tokens: the order an iPXE fetch locks
+  // them in): the first reads the node's MACs and revokes the live entries of the node and of those
+  // MACs (none when it has no MAC); the second revokes their tokens and inserts the new entries.
+  const { rows } = await db.query(
+    `WITH n AS (SELECT macs FROM node WHERE id = $1),
+     e AS (UPDATE boot_entry SET revoked_at = now()
+            WHERE revoked_at IS NULL AND (node_id = $1 OR mac IN (SELECT unnest(macs) FROM n)) AND (SELECT cardinality(macs) FROM n) > 0
+           RETURNING id)
+     SELECT COALESCE((SELECT macs FROM n), '{}') AS macs, ARRAY(SELECT id FROM e) AS revoked`,
+    [e.nodeId],
+  );
+  const macs = (rows[0]?.macs as string[] | undefined) ?? [];
   if (macs.length === 0) throw new NoConfirmedMac(e.nodeId);
-  await revokeNodeBoot(db, e.nodeId, macs);
   const ids = macs.map(() => newId('BootEntry'));
   await db.query(
-    `INSERT INTO boot_entry (id, node_id, run_id, mac, purpose, params, expires_at)
+    `WITH t AS (UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND (node_id = $2 OR boot_entry_id = ANY($8::text[])))
+     INSERT INTO boot_entry (id, node_id, run_id, mac, purpose, params, expires_at)
      SELECT id, $2, $3, mac, $4, $5::jsonb, now() + $6::int * interval '1 millisecond'
        FROM unnest($1::text[], $7::text[]) AS m(id, mac)`,
-    [ids, e.nodeId, e.runId, e.purpose, JSON.stringify(e.params), Math.round(e.ttlMs), macs],
+    [ids, e.nodeId, e.runId, e.purpose, JSON.stringify(e.params), Math.round(e.ttlMs), macs, rows[0]!.revoked as string[]],
   );
   return ids;
 }
