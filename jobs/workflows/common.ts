@@ -46,7 +46,10 @@ export async function pxeBootOnce(ctx: StepContext, beforePower?: () => Promise<
  * so the disk is set back first. Null when the run left no such override.
  */
 export async function clearHeldPxe(ctx: StepContext): Promise<string | null> {
-  if (!(await heldPxeContinuous(ctx.db, ctx.run.id))) return null;
+  // Read once per attempt (the step's memo): the body runs again at each of its commands' results,
+  // and the answer, from the run's earlier steps, does not change meanwhile.
+  if (typeof ctx.memo.heldPxe !== 'boolean') ctx.memo.heldPxe = await heldPxeContinuous(ctx.db, ctx.run.id);
+  if (!ctx.memo.heldPxe) return null;
   await ctx.command('bmc.boot-device', { device: 'disk', persistent: false });
   return 'the PXE override the BMC held Continuous set back to the disk';
 }
