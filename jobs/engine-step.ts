@@ -111,21 +111,22 @@ function deadlineOf(loaded: Loaded, kind: WorkflowKind, stepDef: StepDef): Date 
 
 async function createSteps(loaded: Loaded, def: WorkflowDef): Promise<void> {
   const titles = def.steps.map((s) => (typeof s.title === 'function' ? s.title(loaded.info) : s.title));
+  // With the steps, in the same statement: a run the node store superseded is never advanced
+  // again, so what it left queued must not run after this one starts (a power-off of the old run
+  // arriving in the middle of the new one).
   const { rows } = await loaded.tx.query(
-    `INSERT INTO workflow_step (run_id, idx, name, title, destructive)
+    `WITH withdrawn AS (
+       UPDATE command SET status = 'expired', result = $6::jsonb, updated_at = now()
+        WHERE node_id = $5 AND run_id IS NOT NULL AND run_id <> $1 AND status = 'queued'
+     )
+     INSERT INTO workflow_step (run_id, idx, name, title, destructive)
      SELECT $1, s.idx - 1, s.name, s.title, s.destructive FROM unnest($2::text[], $3::text[], $4::boolean[]) WITH ORDINALITY AS s(name, title, destructive, idx)
      RETURNING *`,
-    [loaded.run.id, def.steps.map((s) => s.name), titles, def.steps.map((s) => Boolean(s.destructive))],
+    [loaded.run.id, def.steps.map((s) => s.name), titles, def.steps.map((s) => Boolean(s.destructive)), loaded.node.id,
+      JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: a newer workflow run of the node started', retryable: false })],
   );
   loaded.steps = rows.map(toStep).sort((a, b) => a.idx - b.idx);
   loaded.observed.started.push(loaded.run.kind);
-  // A run the node store superseded is never advanced again: what it left queued must not run
-  // after this one starts (a power-off of the old run arriving in the middle of the new one).
-  await loaded.tx.query(
-    `UPDATE command SET status = 'expired', result = $3::jsonb, updated_at = now()
-      WHERE node_id = $1 AND run_id IS NOT NULL AND run_id <> $2 AND status = 'queued'`,
-    [loaded.node.id, loaded.run.id, JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: a newer workflow run of the node started', retryable: false })],
-  );
 }
 
 export function stepEvent(loaded: Loaded, step: StepRow, status: string, message: string | null, errorCode: string | null = null): void {

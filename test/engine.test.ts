@@ -75,6 +75,23 @@ async function advanceJobs(runId: string): Promise<number> {
 }
 
 describe('advanceRun', () => {
+  it("a run that starts withdraws what the run it superseded left queued (never its own, never another node's)", async () => {
+    const d = deps([powerStateStep, powerOnStep]);
+    const { nodeId, runId: old } = await enrollingRun();
+    const other = await enrollingRun();
+    expect(await advanceRun(d, old)).toMatchObject({ kind: 'waiting' });
+    expect(await advanceRun(d, other.runId)).toMatchObject({ kind: 'waiting' });
+    const newer = await startRun(sql(), nodeId, 'metal-enroll', { verb: 'enroll' });
+    expect((await runOf(sql(), old)).status).toBe('superseded');
+    expect(await advanceRun(d, newer)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power-state' });
+    const { rows } = await sql().query(`SELECT run_id, status, result->>'message' AS message FROM command WHERE run_id = ANY($1::text[]) ORDER BY created_at`, [[old, newer, other.runId]]);
+    expect(rows.map((r) => [r.run_id, r.status, r.message])).toEqual([
+      [old, 'expired', 'withdrawn: a newer workflow run of the node started'],
+      [other.runId, 'queued', null],
+      [newer, 'queued', null],
+    ]);
+  });
+
   it('runs the steps in order, one command per step, and moves the node on success with its chained run', async () => {
     const d = deps([powerStateStep, powerOnStep]);
     const { nodeId, runId } = await enrollingRun();
