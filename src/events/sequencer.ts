@@ -137,15 +137,16 @@ export class Sequencer {
    * without a seq, in id order, after the current head. null when another process holds the lock.
    */
   private async pass(client: pg.Client): Promise<number | null> {
-    await client.query('BEGIN');
     try {
-      // Named: prepared once on this connection, not parsed and planned at every pass (the
-      // numbering statement's planning cost more than its execution under the lifecycle bench).
-      const { rows: lock } = await client.query<{ ok: boolean }>({ name: 'sequencer-lock', text: 'SELECT pg_try_advisory_xact_lock($1) AS ok', values: [SEQUENCER_LOCK] });
-      if (!lock[0]!.ok) {
+      // BEGIN and the lock in one round trip (the simple protocol, a constant: nothing to bind).
+      const begun = (await client.query(`BEGIN; SELECT pg_try_advisory_xact_lock(${SEQUENCER_LOCK}) AS ok`)) as unknown as pg.QueryResult<{ ok: boolean }>[];
+      if (!begun[1]!.rows[0]!.ok) {
         await client.query('ROLLBACK');
         return null;
       }
+      // Named: prepared once on this connection, not parsed and planned at every pass (the
+      // numbering statement's planning cost more than its execution under the lifecycle bench).
+      // A statement of its own, after the lock: its snapshot sees what the lock's last holder committed.
       const { rows } = await client.query<{ n: number }>({
         name: 'sequencer-pass',
         text: `WITH head AS (
