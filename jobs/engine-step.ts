@@ -1,3 +1,4 @@
+import type pg from 'pg';
 import type { SqlTx } from '../src/db/sql';
 import { newId } from '../src/ids';
 import { updateNode, type NodeEvent } from '../src/modules/metal/node-store';
@@ -47,8 +48,8 @@ export class BodyThrew extends Error {
  * commands queued, its wait) commit together. Everything is written at the end (flush).
  */
 export async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token: Date, lostResumes: number | null,
-  injected: Injected | null, budget: number, observed: EngineObservations = newObservations()): Promise<{ step: Step; steps: number }> {
-  const base = await load(deps, tx, runId, token);
+  injected: Injected | null, budget: number, observed: EngineObservations = newObservations(), first: pg.QueryResult | null = null): Promise<{ step: Step; steps: number }> {
+  const base = await load(deps, tx, runId, token, first);
   if (!base) return { step: { kind: 'stop', outcome: { kind: 'idle', status: 'missing' } }, steps: 1 };
   const { run } = base;
   if (!ACTIVE.includes(run.status)) return { step: { kind: 'stop', outcome: { kind: 'idle', status: run.status } }, steps: 1 };

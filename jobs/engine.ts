@@ -7,7 +7,7 @@ import type { WorkflowDef } from './engine-types';
 import { newObservations, type DomainCounters } from '../src/ops/metrics';
 import type { DetachedRuns } from './engine-detached';
 import { BUSY_RETRY_MS, LEASE_MS, LeaseLost, releaseLeaseSql, takeLease, type Lease } from './engine-lease';
-import { clip } from './engine-rows';
+import { clip, loadStatement } from './engine-rows';
 import { BodyThrew, stepOnce, type Injected, type Step } from './engine-step';
 
 export { BUSY_RETRY_MS, LEASE_MS, LEASE_SET, type Lease } from './engine-lease';
@@ -99,7 +99,9 @@ export async function advanceLeased(deps: EngineDeps, runId: string, lease: Leas
       try {
         const pending = injected;
         // Generic plans: the step's statements look rows up by key; their plans do not depend on the values.
-        next = await deps.sql.transaction((tx) => stepOnce(deps, tx, runId, token, lostResumes, pending, budget - used, observed), { genericPlans: true });
+        // The load goes with the BEGIN (one round trip): see engine-rows.ts loadStatement.
+        next = await deps.sql.transaction((tx, first) => stepOnce(deps, tx, runId, token, lostResumes, pending, budget - used, observed, first),
+          { genericPlans: true, first: loadStatement(runId) });
         deps.metrics?.engine(observed);
       } catch (error) {
         // A body that throws (a bug, a bad row) leaves nothing of its transaction: it is rolled

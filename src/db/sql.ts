@@ -82,6 +82,8 @@ const ARRAY_ROW_TYPES = {
  * texts (the service has about a hundred fixed ones) a new text is sent unnamed, as before.
  */
 const MAX_PREPARED = 400;
+/** The FirstStatement names each connection has PREPARE'd (Sql.transaction). */
+const preparedFirst = new WeakMap<pg.PoolClient, Set<string>>();
 const prepared = new Map<string, string>();
 export function statementName(text: string): string | undefined {
   let name = prepared.get(text);
@@ -90,6 +92,19 @@ export function statementName(text: string): string | undefined {
     prepared.set(text, name);
   }
   return name;
+}
+
+/**
+ * A transaction's first statement, sent in its BEGIN's round trip (Sql.transaction's `first`): a
+ * server-side prepared statement (PREPARE'd once per connection, named `name`, with parameter
+ * types `types`) run with EXECUTE and its values as quoted literals, so nothing is planned again.
+ * For a hot transaction that always starts with the same read (the workflow engine's load).
+ */
+export interface FirstStatement {
+  name: string;
+  text: string;
+  types: readonly string[];
+  values: readonly (string | null)[];
 }
 
 /** One connection inside an open transaction. */
@@ -150,7 +165,7 @@ export class Sql {
    * depend on their values (lookups by key). The workflow engine's load and flush were planned at
    * every call, 0.6-0.9 ms each (26 s of PostgreSQL's time at 1,000 machines).
    */
-  async transaction<T>(fn: (tx: SqlTx) => Promise<T>, opts: { genericPlans?: boolean } = {}): Promise<T> {
+  async transaction<T>(fn: (tx: SqlTx, first: pg.QueryResult | null) => Promise<T>, opts: { genericPlans?: boolean; first?: FirstStatement } = {}): Promise<T> {
     const client = await this.pool.connect();
     const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) => {
       this.statements.count += 1;
@@ -160,12 +175,29 @@ export class Sql {
     let broken = false;
     try {
       // Two statements in one simple-protocol round trip (no parameters).
-      await query(opts.genericPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan' : 'BEGIN');
+      const begin = opts.genericPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan' : 'BEGIN';
+      let first: pg.QueryResult | null = null;
+      if (opts.first) {
+        const f = opts.first;
+        const known = preparedFirst.get(client);
+        const prepare = known?.has(f.name) ? '' : `; PREPARE ${f.name}(${f.types.join(', ')}) AS ${f.text}`;
+        const args = f.values.map((v) => (v === null ? 'NULL' : client.escapeLiteral(v))).join(', ');
+        // Counted as the BEGIN and the statement were before they shared a round trip.
+        this.statements.count += 2;
+        // A failure here may leave the PREPARE done and not recorded: that connection is not reused.
+        broken = true;
+        const results = (await client.query(`${begin}${prepare}; EXECUTE ${f.name}(${args})`)) as unknown as pg.QueryResult[];
+        broken = false;
+        if (prepare) preparedFirst.set(client, new Set([...(known ?? []), f.name]));
+        first = results[results.length - 1]!;
+      } else {
+        await query(begin);
+      }
       const queryArrays = async (text: string, values?: unknown[]) => {
         this.statements.count += 1;
         return (await client.query<unknown[]>({ text, values, rowMode: 'array', types: ARRAY_ROW_TYPES, name: values === undefined ? undefined : statementName(text) })).rows;
       };
-      const result = await fn({ query, queryArrays, executor: { executeSql: (text, values) => query(text, values) } });
+      const result = await fn({ query, queryArrays, executor: { executeSql: (text, values) => query(text, values) } }, first);
       await query('COMMIT');
       return result;
     } catch (error) {
