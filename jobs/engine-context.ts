@@ -3,7 +3,7 @@ import { StepInterrupt, type RunInfo, type StepContext, type StepInfo } from './
 import { updateNode, type NodeEvent, type Runner } from '../src/modules/metal/node-store';
 import type { NodeChange, NodeRow } from '../src/modules/metal/node-rows';
 import type { PoolPolicy } from '../src/modules/tenancy/pool';
-import { DESTRUCTIVE_COMMANDS, expireQueuedCommand, queueCommand, type CommandKind, type CommandParams, type CommandResult, type CommandRow } from '../src/modules/sites/commands';
+import { DESTRUCTIVE_COMMANDS, expireQueuedCommand, queueCommand, type CommandKind, type CommandParams, type CommandResult, type CommandRow, type QueueCommand } from '../src/modules/sites/commands';
 import { issueBootEntry, NoConfirmedMac, reportsOf, type BootPurpose, type ReportKind } from '../src/modules/boot/entries';
 import type { PowerAction } from '../clients/bmc/driver';
 
@@ -36,6 +36,12 @@ export interface ContextInput {
   known?: ReadonlyMap<string, CommandRow>;
   /** A command of the step expired here (no agent claimed it in time): for the metrics, after the commit. */
   onExpired?: (kind: string) => void;
+  /**
+   * Queues a command not known yet with the transaction's other writes (the engine's flush) instead
+   * of a statement of its own: it answers the row as it will be written (queued). Without it, each
+   * command is its own statement (queueCommand).
+   */
+  defer?: (command: QueueCommand) => CommandRow;
 }
 
 export interface BuiltContext {
@@ -68,6 +74,17 @@ export function buildContext(input: ContextInput): BuiltContext {
   let calls = 0;
   const notes: string[] = [];
   const unverified: string[] = [];
+
+  /**
+   * The command of this key: the one the load read, else queued now (with the transaction's other
+   * writes when the engine defers it; a key the load read under another kind goes to queueCommand,
+   * whose conflict answers the row that holds the key).
+   */
+  async function queue(command: QueueCommand): Promise<CommandRow> {
+    const known = input.known?.get(command.idempotencyKey);
+    if (known && known.kind === command.kind) return known;
+    return input.defer && !known ? input.defer(command) : queueCommand(db, command);
+  }
 
   async function expire(row: CommandRow): Promise<boolean> {
     const expired = await expireQueuedCommand(db, row.id, 'no site agent claimed it before it expired');
@@ -117,7 +134,7 @@ export function buildContext(input: ContextInput): BuiltContext {
     if (!expected) {
       throw failure('OUTCOME_UNKNOWN', `${kind}${action ? ` ${action}` : ''}: ${why}; it may or may not have run, and no read-back can tell: not sent again (check the machine, then retry the verb)`);
     }
-    const readBack = await queueCommand(db, {
+    const readBack = await queue({
       kind: 'bmc.power-state', params: {}, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: `${key}/read-back`, ttlMs: input.commandTtlMs,
     });
     const state = await settle(readBack, {}, `${key}/read-back`);
@@ -139,10 +156,7 @@ export function buildContext(input: ContextInput): BuiltContext {
     async command<K extends CommandKind>(kind: K, params: CommandParams[K], opts: { ttlMs?: number } = {}) {
       calls += 1;
       const key = `${step.key}/${calls}`;
-      const known = input.known?.get(key);
-      const row = known && known.kind === kind ? known : await queueCommand(db, {
-        kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: opts.ttlMs ?? input.commandTtlMs,
-      });
+      const row = await queue({ kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: opts.ttlMs ?? input.commandTtlMs });
       return settle(row, params, key);
     },
     async bootEntry(purpose: BootPurpose, params: Record<string, unknown>) {

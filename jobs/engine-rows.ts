@@ -101,6 +101,15 @@ export interface Loaded {
    * A result recorded after the load shows at the next wake-up, which that result queued.
    */
   commands: Map<string, CommandRow>;
+  /** Commands the step bodies queued in this transaction, written by the next flush. */
+  newCommands: NewCommand[];
+}
+
+/** A command a body queued (engine-step.ts deferCommand), as the flush inserts it. */
+export interface NewCommand extends CommandRow {
+  params: unknown;
+  key: string;
+  stepIdx: number;
 }
 
 /** A timestamp as a row (Date) or as to_jsonb gives it (ISO text, milliseconds: timestamptz(3)). */
@@ -157,7 +166,7 @@ export async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Da
     commands: new Map((row['run.commands'] as { id: string; kind: string; status: CommandRow['status']; result: CommandRow['result']; expiresAt: string; key: string }[])
       .map((command) => [command.key, { id: command.id, kind: command.kind, status: command.status, result: command.result, expiresAt: new Date(command.expiresAt) }])),
     now: row['db.now'] as Date, events: [], leaseMs: deps.leaseMs ?? LEASE_MS,
-    dirty: new Set(), runWrite: null,
+    dirty: new Set(), runWrite: null, newCommands: [],
   };
 }
 
@@ -166,7 +175,13 @@ export async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Da
  * (the last step's end, with its next due time) and the events. One statement where there were
  * five to nine (each step's start, its end, the run, the events, the job), for the engine's hot path.
  */
-const FLUSH_SQL = `WITH steps AS (
+/**
+ * The flush's statement. Its parts for events and commands are there only when the transaction
+ * has some: an INSERT's statement triggers fire even when it inserts nothing (the event
+ * sequencer's and the agents' notifications, each a wake-up for nothing).
+ */
+function flushSql(withEvents: boolean, withCommands: boolean): string {
+  return `WITH steps AS (
     UPDATE workflow_step s SET status = v.status, attempts = v.attempts, idempotency_key = v.key, state = v.state, message = v.message,
            error_code = v.error_code, started_at = v.started_at, finished_at = v.finished_at, updated_at = now()
       FROM unnest($2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
@@ -180,20 +195,31 @@ const FLUSH_SQL = `WITH steps AS (
            ${DUE_WITH('COALESCE($15::timestamptz, $17::timestamptz)')}, updated_at = now(), version = version + 1
      WHERE id = $1::text AND $11::boolean
     RETURNING 1
-  ), ev AS (
+  )${withEvents ? `, ev AS (
     INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
     SELECT e.type, $18::text, $19::text, $20::text, $21::text, $24::text, e.payload
       FROM unnest($22::text[], $23::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n
     RETURNING 1
-  )
-  SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run`;
+  )` : ''}${withCommands ? `, cmd AS (
+    INSERT INTO command (id, tenant_id, site_id, node_id, kind, params, status, idempotency_key, expires_at, run_id, step_idx)
+    SELECT c.id, $18::text, $19::text, $21::text, c.kind, c.params, 'queued', c.key, c.expires_at, $1::text, c.step_idx
+      FROM jsonb_to_recordset($25::jsonb) AS c(id text, kind text, params jsonb, key text, expires_at timestamptz, step_idx int)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING 1
+  )` : ''}
+  SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run${withCommands ? ', (SELECT count(*) FROM cmd)::int AS commands' : ''},
+         -- Every parameter named with its type, whichever parts are left out (one list of values for the four texts).
+         num_nulls($18::text, $19::text, $20::text, $21::text, $22::text[], $23::jsonb[], $24::text, $25::jsonb) AS typed`;
+}
+const FLUSH_SQL = [[false, false], [false, true], [true, false], [true, true]].map(([events, commands]) => flushSql(events!, commands!));
 
 export async function flush(loaded: Loaded): Promise<void> {
   const steps = [...loaded.dirty];
   const run = loaded.runWrite;
-  if (steps.length === 0 && !run && loaded.events.length === 0) return;
+  const commands = loaded.newCommands;
+  if (steps.length === 0 && !run && loaded.events.length === 0 && commands.length === 0) return;
   for (const event of loaded.events) checkEventPayload(event.payload);
-  const { rows } = await loaded.tx.query(FLUSH_SQL, [
+  const { rows } = await loaded.tx.query(FLUSH_SQL[(loaded.events.length > 0 ? 2 : 0) + (commands.length > 0 ? 1 : 0)]!, [
     loaded.run.id,
     steps.map((step) => step.idx), steps.map((step) => step.status), steps.map((step) => step.attempts), steps.map((step) => step.idempotencyKey),
     steps.map((step) => JSON.stringify(step.state)), steps.map((step) => step.message), steps.map((step) => step.errorCode),
@@ -204,10 +230,14 @@ export async function flush(loaded: Loaded): Promise<void> {
     // The events' subject: the run, or the control-node job its chain belongs to (jobProgress(jobId)
     // then shows every run of the job; workflowProgress(runId) finds them by payload.workflowId).
     loaded.run.params.jobId ?? loaded.run.id,
+    JSON.stringify(commands.map((c) => ({ id: c.id, kind: c.kind, params: c.params, key: c.key, expires_at: c.expiresAt.toISOString(), step_idx: c.stepIdx }))),
   ]);
   const written = rows[0]!;
   if (Number(written.steps) !== steps.length || (run && Number(written.run) !== 1)) throw new Error(`run ${loaded.run.id}: its rows changed under the step's lock`);
+  // A key already taken (no way for a fresh attempt's keys): the transaction is rolled back and the step runs again, reading it.
+  if (commands.length > 0 && Number(written.commands) !== commands.length) throw new Error(`run ${loaded.run.id}: a command key its step queued was already taken`);
   loaded.dirty.clear();
   loaded.runWrite = null;
   loaded.events = [];
+  loaded.newCommands = [];
 }

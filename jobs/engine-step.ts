@@ -3,6 +3,7 @@ import type { SqlTx } from '../src/db/sql';
 import { newId } from '../src/ids';
 import { updateNode, type NodeEvent } from '../src/modules/metal/node-store';
 import { reportsOf } from '../src/modules/boot/entries';
+import type { CommandRow, QueueCommand } from '../src/modules/sites/commands';
 import {
   decideWorkflowMove, isWorkflowKind, STUCK_RESUMES, WAITS, WORKFLOW_CHAINS, WORKFLOW_KINDS,
   type ProvisionState, type WorkflowKind,
@@ -166,6 +167,7 @@ export async function runBody(loaded: Loaded, step: StepRow, body: StepDef['run'
   const { ctx, notes, unverified } = buildContext({
     db: loaded.tx, run: loaded.info, node: loaded.node, pool: loaded.pool, now: loaded.now, memo, commandTtlMs: loaded.deps.commandTtlMs ?? STEP_COMMAND_TTL_MS, known: loaded.commands,
     onExpired: (kind) => loaded.observed.commands.push({ kind, outcome: 'expired', code: 'EXPIRED' }),
+    defer: (command) => deferCommand(loaded, command),
     step: {
       idx: step.idx, name: step.name, title: step.title, attempt: step.attempts, key: step.idempotencyKey!,
       startedAt: step.startedAt ?? loaded.now, deadline: new Date(step.state.deadline ?? loaded.now.getTime() + DEFAULT_DEADLINE_S * 1000),
@@ -190,6 +192,14 @@ export async function runBody(loaded: Loaded, step: StepRow, body: StepDef['run'
   loaded.node = ctx.node;
   step.state = { ...step.state, memo };
   return { result, notes, unverified };
+}
+
+/** A command the body queued, written by the flush (engine-rows.ts); the row as it will be. */
+function deferCommand(loaded: Loaded, command: QueueCommand): CommandRow {
+  const row: CommandRow = { id: newId('Command'), kind: command.kind, status: 'queued', result: null, expiresAt: new Date(loaded.now.getTime() + Math.round(command.ttlMs)) };
+  loaded.newCommands.push({ ...row, params: command.params, key: command.idempotencyKey, stepIdx: command.stepIdx });
+  loaded.commands.set(command.idempotencyKey, row);
+  return row;
 }
 
 /**

@@ -75,6 +75,27 @@ async function advanceJobs(runId: string): Promise<number> {
 }
 
 describe('advanceRun', () => {
+  it('a step that queues a command is three statements: the load with its BEGIN, one write of the step, its run, its events and its command, and the COMMIT', async () => {
+    const d = deps([powerStateStep, powerOnStep]);
+    const { runId } = await enrollingRun();
+    // The run's first transaction also lays out its steps: measure the second.
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting' });
+    await playAgent(sql(), runId, () => ok('off'));
+    const counter = t.app.database;
+    const before = counter.statements.count;
+    const lease = await fetchDueRuns(sql(), 1, 60_000);
+    expect(lease.runs.map((r) => r.runId)).toEqual([runId]);
+    const afterFetch = counter.statements.count;
+    expect(await advanceLeased(d, runId, lease.runs[0]!)).toMatchObject({ kind: 'waiting', for: 'the site agent to run bmc.power' });
+    // BEGIN and the load (one round trip, counted as two), the flush, the COMMIT.
+    expect(counter.statements.count - afterFetch).toBe(4);
+    expect(afterFetch - before).toBe(1);
+    expect(await commandsOf(sql(), runId)).toEqual([
+      { kind: 'bmc.power-state', key: `${runId}:0:1/1`, status: 'succeeded', params: {} },
+      { kind: 'bmc.power', key: `${runId}:1:1/1`, status: 'queued', params: { action: 'on' } },
+    ]);
+  });
+
   it("a run that starts withdraws what the run it superseded left queued (never its own, never another node's)", async () => {
     const d = deps([powerStateStep, powerOnStep]);
     const { nodeId, runId: old } = await enrollingRun();
