@@ -5,6 +5,7 @@
  * that is a writable primary, past members that refuse. The failover itself:
  * test/ha-failover.test.ts.
  */
+import pg from 'pg';
 import { createTestDatabase } from './helpers/app';
 import { freePort } from './helpers/ports';
 import { loadConfig } from '../src/config';
@@ -92,6 +93,31 @@ describe('connecting through a multi-host URL', () => {
     } finally {
       await pool.end();
     }
+  });
+
+  it('a connection lost with its member makes the next one search again (a failover ends every session of the old primary)', async () => {
+    const { live, multi } = await urls();
+    const client = databaseClient(multi, { application_name: 'target-forget' });
+    const lost = new Promise<void>((resolve) => client.on('error', () => resolve()));
+    await client.connect();
+    const finder = primaryFinder(multi)!;
+    const before = finder.rounds;
+    const again = databaseClient(multi);
+    await again.connect(); // the member found is remembered: no search
+    await again.end();
+    expect(finder.rounds).toBe(before);
+    const admin = new pg.Client({ connectionString: live });
+    await admin.connect();
+    try {
+      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'target-forget'");
+    } finally {
+      await admin.end();
+    }
+    await lost;
+    const next = databaseClient(multi);
+    await next.connect();
+    await next.end();
+    expect(finder.rounds).toBe(before + 1);
   });
 
   it('with no writable member, a connection fails as the database being unavailable (08001), not as a bug', async () => {

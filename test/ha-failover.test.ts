@@ -133,6 +133,8 @@ maybe('the service on a Patroni cluster (multi-host DATABASE_URL)', () => {
       // The LISTEN connection is back, on the new primary.
       await waitFor(async () => (await listening(primary).catch(() => 0)) === 1, 20_000, `the LISTEN connection on the new primary after the ${label}`);
       await eventReaches(primary, `ha-after-${label}`);
+      // pg-boss's pool polls its queues on the new primary (its workers fetch every QUEUE_POLL_SECONDS).
+      await waitFor(async () => (await query(c, primary, `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'metal-queues' AND state_change > now() - interval '3 seconds'`)).rows[0].n > 0, 10_000, `pg-boss polling on the new primary after the ${label}`);
       expect(svc.proc.exitCode).toBeNull();
       expect(svc.proc.signalCode).toBeNull();
     };
@@ -140,6 +142,8 @@ maybe('the service on a Patroni cluster (multi-host DATABASE_URL)', () => {
     const kill = await c.killPrimary();
     expect(kill.primary.name).not.toBe(first.name);
     await check(kill.primary, 'kill');
+    // eslint-disable-next-line no-console
+    console.log(`after the kill: ready again and written ${Date.now() - kill.killedAt} ms after the SIGKILL`);
 
     // The old primary comes back as the synchronous standby; then a planned switchover back to it.
     await c.waitHealthy(45_000);

@@ -13,8 +13,8 @@ import pg from 'pg';
  *
  * A connection never outlives its member's promotion or demotion: PostgreSQL restarts to demote a
  * primary (every connection ends), and a standby promoted keeps its sessions but was never a
- * connection target before. So the check at connect is enough; a connection that fails with the
- * member gone is discarded by its pool and the next one finds the new primary.
+ * connection target before. So the check at connect is enough; a connection lost with its member
+ * makes the next one search again (it is discarded by its pool, or reconnected by its owner).
  */
 
 export interface HostPort {
@@ -247,6 +247,9 @@ function primaryClientClass(finder: PrimaryFinder): typeof pg.Client {
         await this.end().catch(() => undefined);
         throw new NoPrimaryError(`host ${index + 1} of DATABASE_URL is no longer the primary (a failover or switchover): the next connection finds the new one`);
       }
+      // The connection lost (the member crashed, or stopped to be demoted: PostgreSQL ends every
+      // session then): the next connection searches again instead of trying this member first.
+      this.on('error', () => finder.forget(index));
       return this;
     }
   }
