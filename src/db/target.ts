@@ -146,6 +146,7 @@ const isPrimary = (row: { recovery?: unknown; ro?: unknown } | undefined) => row
 /** How long one connection's search for a primary goes on before it fails (its caller retries, as for any lost database). */
 export const FIND_PRIMARY_MS = 10_000;
 const PROBE_TIMEOUT_MS = 3000;
+const CONNECT_TIMEOUT_MS = 5000;
 
 /** The members of one multi-host URL, and which of them is the primary as far as this process knows. */
 export class PrimaryFinder {
@@ -206,8 +207,10 @@ function primaryClientClass(finder: PrimaryFinder): typeof pg.Client {
   class PrimaryClient extends pg.Client {
     constructor(config: pg.ClientConfig = {}) {
       // The first member's URL sets everything but where to connect (user, password, TLS...): connect() picks the member.
+      // Unless told otherwise, a member that does not answer (a host down, a partition) is given up
+      // after CONNECT_TIMEOUT_MS rather than the kernel's TCP timeout, which is minutes.
       const { connectionString: _ignored, ...rest } = config;
-      super({ ...rest, connectionString: finder.target.urls[0] });
+      super({ ...rest, connectionTimeoutMillis: rest.connectionTimeoutMillis ?? CONNECT_TIMEOUT_MS, connectionString: finder.target.urls[0] });
     }
 
     /** node-postgres's two forms in one: a promise, or the callback pg-pool passes (the promise is then handled by it). */
