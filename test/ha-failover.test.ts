@@ -88,7 +88,7 @@ maybe('the service on a Patroni cluster (multi-host DATABASE_URL)', () => {
     cluster = await startPatroniCluster();
     const c = cluster;
     const adminToken = `ha-${randomBytes(12).toString('hex')}`;
-    const port = randomPort(28000);
+    const port = randomPort(30000);
     const url = `http://127.0.0.1:${port}`;
     service = spawnService(process.execPath, [fromRoot('dist', 'src', 'main.js')], {
       cwd: fromRoot(),
