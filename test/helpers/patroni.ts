@@ -6,7 +6,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import YAML from 'yaml';
-import { freePort } from './ports';
+import net from 'node:net';
 
 /*
  * A Patroni cluster on loopback for tests and benches (issue 24): one etcd, two PostgreSQL members
@@ -69,6 +69,30 @@ export interface PatroniCluster {
   leftovers(): { pid: number; cmdline: string }[];
   /** The last lines Patroni and etcd wrote, for a failure's message. */
   logs(): string;
+}
+
+/**
+ * A free port on 127.0.0.1 in 31000..32699: below Linux's ephemeral range (32768 and up), where
+ * outgoing connections take their local ports and could take a member's port in the seconds
+ * before its PostgreSQL binds it; and apart from the ranges the other suites use.
+ */
+const taken = new Set<number>();
+async function clusterPort(): Promise<number> {
+  for (let tries = 0; tries < 200; tries += 1) {
+    const port = 31000 + Math.floor(Math.random() * 1700);
+    if (taken.has(port)) continue;
+    const free = await new Promise<boolean>((resolve) => {
+      const server = net.createServer();
+      server.unref();
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+    });
+    if (free) {
+      taken.add(port);
+      return port;
+    }
+  }
+  throw new Error('no free port in 31000..32699 on 127.0.0.1');
 }
 
 interface RunAs { uid: number; gid: number }
@@ -147,6 +171,7 @@ export async function startPatroniCluster(opts: { waitMs?: number; database?: st
   };
 
   const members: Member[] = [];
+  const ports: number[] = [];
   const stop = async () => {
     // Patroni stops its PostgreSQL on SIGTERM (fast shutdown); etcd last, so that Patroni can say goodbye.
     const patronis = children.slice(1);
@@ -164,10 +189,12 @@ export async function startPatroniCluster(opts: { waitMs?: number; database?: st
     }
     for (let waited = 0; waited < 5000 && (children.some((c) => !exited(c)) || processesMentioning(dir).length); waited += 100) await sleep(100);
     fs.rmSync(dir, { recursive: true, force: true });
+    for (const p of ports) taken.delete(p);
   };
 
   try {
-    const [etcdClient, etcdPeer] = [await freePort(), await freePort()];
+    const [etcdClient, etcdPeer] = [await clusterPort(), await clusterPort()];
+    ports.push(etcdClient, etcdPeer);
     const etcdDir = path.join(dir, 'etcd');
     fs.mkdirSync(etcdDir, { mode: 0o700 });
     own(etcdDir);
@@ -189,7 +216,8 @@ export async function startPatroniCluster(opts: { waitMs?: number; database?: st
       const memberDir = path.join(dir, name);
       fs.mkdirSync(memberDir, { mode: 0o700 });
       own(memberDir);
-      members.push({ name, port: await freePort(), restPort: await freePort(), dataDir: path.join(memberDir, 'data') });
+      members.push({ name, port: await clusterPort(), restPort: await clusterPort(), dataDir: path.join(memberDir, 'data') });
+      ports.push(members.at(-1)!.port, members.at(-1)!.restPort);
     }
     for (const m of members) {
       const memberDir = path.dirname(m.dataDir);
