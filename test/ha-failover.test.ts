@@ -24,7 +24,6 @@ jest.setTimeout(150_000);
 
 const missing = patroniMissing();
 if (missing) {
-  // eslint-disable-next-line no-console
   console.warn(`test/ha-failover.test.ts skipped: ${missing}`);
 }
 const maybe = missing ? describe.skip : describe;
@@ -142,7 +141,6 @@ maybe('the service on a Patroni cluster (multi-host DATABASE_URL)', () => {
     const kill = await c.killPrimary();
     expect(kill.primary.name).not.toBe(first.name);
     await check(kill.primary, 'kill');
-    // eslint-disable-next-line no-console
     console.log(`after the kill: ready again and written ${Date.now() - kill.killedAt} ms after the SIGKILL`);
 
     // The old primary comes back as the synchronous standby; then a planned switchover back to it.
