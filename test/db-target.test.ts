@@ -5,7 +5,12 @@
  * that is a writable primary, past members that refuse. The failover itself:
  * test/ha-failover.test.ts.
  */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import pg from 'pg';
+import { fromRoot } from '../src/paths';
 import { createTestDatabase } from './helpers/app';
 import { freePort } from './helpers/ports';
 import { loadConfig } from '../src/config';
@@ -129,5 +134,33 @@ describe('connecting through a multi-host URL', () => {
     expect(databaseFailure(error)).toBe('unavailable');
     expect((error as Error).message).not.toContain(SECRET);
     expect(finder.rounds).toBeGreaterThan(1); // it looked again after a pause before giving up
+  });
+});
+
+describe('the service started with a multi-host DATABASE_URL it cannot use', () => {
+  const run = (url: string) => {
+    if (!fs.existsSync(fromRoot('dist', 'src', 'main.js'))) throw new Error('run `npm run build` first (npm test does)');
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'metal-target-'));
+    try {
+      return spawnSync(process.execPath, [fromRoot('dist', 'src', 'main.js')], {
+        env: { ...process.env, DATABASE_URL: url, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'warn' }, encoding: 'utf8', timeout: 25_000,
+      });
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+  };
+
+  it('a malformed one: exits 1 at once, its one fatal line naming DATABASE_URL and not the password', () => {
+    const r = run(`postgresql://u:${SECRET}@127.0.0.1:5432,127.0.0.1:0/db`);
+    expect(r.status).toBe(1);
+    expect(r.stdout + r.stderr).toMatch(/"msg":"start-up failed".*DATABASE_URL is not a usable PostgreSQL URL: the port of host 2/);
+    expect(r.stdout + r.stderr).not.toContain(SECRET);
+  });
+
+  it('one with no member up: waits for a primary for a while, then exits 1 saying so (not 0, silently, while waiting)', async () => {
+    const r = run(`postgresql://u:${SECRET}@127.0.0.1:${await freePort()},127.0.0.1:${await freePort()}/db`);
+    expect(r.status).toBe(1);
+    expect(r.stdout + r.stderr).toMatch(/"msg":"start-up failed".*none of the 2 hosts of DATABASE_URL/);
+    expect(r.stdout + r.stderr).not.toContain(SECRET);
   });
 });

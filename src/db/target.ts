@@ -194,7 +194,8 @@ export class PrimaryFinder {
         return found;
       }
       if (Date.now() + pause > deadline) break;
-      await sleep(pause, undefined, { ref: false });
+      // A timer that holds the process: at start (the migrations) nothing else may be keeping it alive yet.
+      await sleep(pause);
     }
     throw new NoPrimaryError(`none of the ${this.target.hosts.length} hosts of DATABASE_URL (${this.target.describe}) is a writable primary now`);
   }
