@@ -16,6 +16,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { fromRoot } from '../src/paths';
 import { LISTEN_APPLICATION } from '../src/db/listen';
+import { databaseClient } from '../src/db/target';
 import { gql } from './helpers/client';
 import { patroniMissing, startPatroniCluster, type Member, type PatroniCluster } from './helpers/patroni';
 import { randomPort, spawnService, waitReady, type Service } from './helpers/service';
@@ -145,9 +146,27 @@ maybe('the service on a Patroni cluster (multi-host DATABASE_URL)', () => {
 
     // The old primary comes back as the synchronous standby; then a planned switchover back to it.
     await c.waitHealthy(45_000);
+    // This process's own multi-host client meets the primary about to be demoted, and leaves it
+    // cleanly: nothing tells it of the switchover, so its next connection lands on that member.
+    const early = databaseClient(c.url);
+    await early.connect();
+    expect(await serverPort(early)).toBe(kill.primary.port);
+    await early.end();
     const sw = await c.switchover();
     expect(sw.primary.name).toBe(first.name);
     await check(sw.primary, 'switchover');
+
+    // Landing on the member that is a standby now: refused as unavailable (08001, not a write
+    // failing later with 25006), and the next connection finds the primary.
+    await c.waitHealthy(45_000);
+    const landed = databaseClient(c.url);
+    landed.on('error', () => undefined);
+    const refused = await landed.connect().then(() => null, (e: unknown) => e);
+    expect(refused).toMatchObject({ code: '08001', message: expect.stringMatching(/no longer the primary/) });
+    const next = databaseClient(c.url);
+    await next.connect();
+    expect(await serverPort(next)).toBe(sw.primary.port);
+    await next.end();
 
     expect(svc.lines().filter((l) => l.msg === 'uncaught exception')).toEqual([]);
     svc.signalGroup('SIGTERM');
@@ -167,4 +186,8 @@ async function query(c: PatroniCluster, m: Member, text: string, values: unknown
   } finally {
     await client.end().catch(() => undefined);
   }
+}
+
+async function serverPort(client: pg.Client): Promise<number> {
+  return (await client.query<{ port: number }>('SELECT inet_server_port() AS port')).rows[0]!.port;
 }
