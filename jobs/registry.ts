@@ -2,6 +2,7 @@ import PgBoss from 'pg-boss';
 import type { Logger } from 'pino';
 import pg from 'pg';
 import { statementName } from '../src/db/sql';
+import { databaseClient, databasePool } from '../src/db/target';
 import type { SqlExecutor } from './send';
 
 const QUEUE_CREATION_LOCK = 7243916082;
@@ -61,7 +62,7 @@ class BossDb {
   private closed = false;
 
   constructor(databaseUrl: string, log: Logger) {
-    this.pool = new pg.Pool({ connectionString: databaseUrl, max: 5, application_name: 'metal-queues' });
+    this.pool = databasePool(databaseUrl, { max: 5, application_name: 'metal-queues' });
     this.pool.on('error', (error) => log.warn({ err: error }, 'a queue connection failed'));
   }
 
@@ -97,7 +98,7 @@ export class Queues {
     await this.boss.start();
     // Several processes starting at once deadlock inside createQueue (it creates a partition):
     // create the missing queues one process at a time, under an advisory lock.
-    const lock = new pg.Client({ connectionString: this.databaseUrl });
+    const lock = databaseClient(this.databaseUrl);
     await lock.connect();
     try {
       await lock.query('SELECT pg_advisory_lock($1)', [QUEUE_CREATION_LOCK]);

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { parseBmcNetworksEnv } from './modules/metal/bmc-networks';
+import { checkDatabaseUrl } from './db/target';
 
 /** Every environment variable the service reads, with its default. docs/configuration.md's table mirrors this. */
 export interface Config {
@@ -160,6 +161,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!['true', 'false', '1', '0', 'on', 'off', ''].includes(bmcInsecure)) throw new Error(`CONTROLNODE_BMC_INSECURE must be true or false, got "${env.CONTROLNODE_BMC_INSECURE}"`);
   const controlnodeBmcInsecure = ['true', '1', 'on'].includes(bmcInsecure);
   if (controlnodeBmcInsecure && env.CONTROLNODE_BMC_CA_FILE) throw new Error('set CONTROLNODE_BMC_CA_FILE or CONTROLNODE_BMC_INSECURE=true, not both');
+  // A multi-host URL is parsed here (node-postgres cannot): a malformed one stops the start, naming the variable, not its value.
+  if (env.DATABASE_URL) checkDatabaseUrl(env.DATABASE_URL);
   const builtin = (env.BUILTIN_AGENT ?? 'on').trim().toLowerCase();
   if (!['on', 'off', 'true', 'false', '1', '0'].includes(builtin)) throw new Error(`BUILTIN_AGENT must be on or off, got "${env.BUILTIN_AGENT}"`);
   return {

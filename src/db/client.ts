@@ -3,6 +3,7 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../generated/prisma/client';
 import { Sql } from './sql';
 import { DatabaseHealth } from './health';
+import { databasePool } from './target';
 
 export type Db = PrismaClient;
 export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
@@ -26,7 +27,8 @@ export interface Database {
 }
 
 export function connectDatabase(url: string, opts: { poolSize?: number } = {}): Database {
-  const pool = new pg.Pool({ connectionString: url, max: opts.poolSize ?? 20 });
+  // A multi-host URL's connections go to its primary (src/db/target.ts).
+  const pool = databasePool(url, { max: opts.poolSize ?? 20 });
   // An idle client that loses its server (restart, failover) must not crash the process.
   pool.on('error', () => undefined);
   // Nor one checked out (Sql.transaction, Prisma's transactions): the pool listens to idle clients

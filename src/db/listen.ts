@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import pg from 'pg';
+import { databaseClient } from './target';
 
 /** What a subscriber hears besides its notifications. */
 export interface ListenEvents {
@@ -94,7 +95,7 @@ export class Notifications {
   }
 
   private async connect(): Promise<void> {
-    const c = new pg.Client({ connectionString: this.databaseUrl, application_name: LISTEN_APPLICATION, keepAlive: true });
+    const c = databaseClient(this.databaseUrl, { application_name: LISTEN_APPLICATION, keepAlive: true });
     c.on('notification', (n) => {
       const payload = n.payload ?? '';
       for (const s of this.subscribers) {

@@ -1,8 +1,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { createHash, randomUUID } from 'node:crypto';
-import pg from 'pg';
 import { fromRoot } from '../paths';
+import { databaseClient } from './target';
 
 /** Any constant works; it only has to be the same in every process applying migrations. */
 const MIGRATION_LOCK_KEY = 7243916081;
@@ -33,7 +33,7 @@ export async function readMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]>
  */
 export async function migrate(databaseUrl: string, dir = MIGRATIONS_DIR): Promise<string[]> {
   const migrations = await readMigrations(dir);
-  const client = new pg.Client({ connectionString: databaseUrl });
+  const client = databaseClient(databaseUrl);
   await client.connect();
   const applied: string[] = [];
   try {

@@ -2,6 +2,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import type { Notifications } from '../db/listen';
 import { SerialTask } from './serial';
+import { databaseClient } from '../db/target';
 
 const SEQUENCER_LOCK = 7243916083;
 const BUSY_RETRY_MS = 10;
@@ -56,7 +57,7 @@ export class Sequencer {
   }
 
   private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: 'metal-sequencer', keepAlive: true });
+    const client = databaseClient(this.databaseUrl, { application_name: 'metal-sequencer', keepAlive: true });
     client.on('error', (error) => {
       this.log.warn({ err: error }, 'event sequencer connection lost; reconnecting');
       if (this.client === client) this.client = null;
