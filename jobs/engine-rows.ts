@@ -171,71 +171,91 @@ export async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Da
 }
 
 /**
- * Writes what the transaction changed in memory, in one statement: the step rows, the run's update
- * (the last step's end, with its next due time) and the events. One statement where there were
- * five to nine (each step's start, its end, the run, the events, the job), for the engine's hot path.
- */
-/**
  * The flush's statement. Its parts for events and commands are there only when the transaction
  * has some: an INSERT's statement triggers fire even when it inserts nothing (the event
- * sequencer's and the agents' notifications, each a wake-up for nothing).
+ * sequencer's and the agents' notifications, each a wake-up for nothing). It checks what it wrote
+ * itself (metal_flush_check raises): every step row, the run when it had a change, every command
+ * (a key already taken: no fresh attempt's keys can be), so it can go with the COMMIT unread.
+ * Parameters: $1 the run, $2 the steps (JSON), $3-$9 the run's change, $10-$13 the node's tenant,
+ * site, pool and id, $14 the events (JSON), $15 their subject, $16 the commands (JSON), $17 and
+ * $18 how many steps and commands must be written.
  */
 function flushSql(withEvents: boolean, withCommands: boolean): string {
   return `WITH steps AS (
     UPDATE workflow_step s SET status = v.status, attempts = v.attempts, idempotency_key = v.key, state = v.state, message = v.message,
            error_code = v.error_code, started_at = v.started_at, finished_at = v.finished_at, updated_at = now()
-      FROM unnest($2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[], $7::text[], $8::text[], $9::timestamptz[], $10::timestamptz[])
-           AS v(idx, status, attempts, key, state, message, error_code, started_at, finished_at)
+      FROM jsonb_to_recordset($2::jsonb)
+           AS v(idx int, status text, attempts int, key text, state jsonb, message text, error_code text, started_at timestamptz, finished_at timestamptz)
      WHERE s.run_id = $1::text AND s.idx = v.idx
     RETURNING 1
   ), run AS (
-    UPDATE workflow_run SET step_index = COALESCE($12::int, step_index), attempt = COALESCE($13::int, attempt),
-           status = CASE WHEN status = 'aborting' THEN status ELSE $14::text END,
-           wait_until = $15::timestamptz, waiting_for = $16::text, lease_until = $17::timestamptz,
-           ${DUE_WITH('COALESCE($15::timestamptz, $17::timestamptz)')}, updated_at = now(), version = version + 1
-     WHERE id = $1::text AND $11::boolean
+    UPDATE workflow_run SET step_index = COALESCE($4::int, step_index), attempt = COALESCE($5::int, attempt),
+           status = CASE WHEN status = 'aborting' THEN status ELSE $6::text END,
+           wait_until = $7::timestamptz, waiting_for = $8::text, lease_until = $9::timestamptz,
+           ${DUE_WITH('COALESCE($7::timestamptz, $9::timestamptz)')}, updated_at = now(), version = version + 1
+     WHERE id = $1::text AND $3::boolean
     RETURNING 1
   )${withEvents ? `, ev AS (
     INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
-    SELECT e.type, $18::text, $19::text, $20::text, $21::text, $24::text, e.payload
-      FROM unnest($22::text[], $23::jsonb[]) WITH ORDINALITY AS e(type, payload, n) ORDER BY e.n
+    SELECT e.x->>'type', $10::text, $11::text, $12::text, $13::text, $15::text, e.x->'payload'
+      FROM jsonb_array_elements($14::jsonb) WITH ORDINALITY AS e(x, n) ORDER BY e.n
     RETURNING 1
   )` : ''}${withCommands ? `, cmd AS (
     INSERT INTO command (id, tenant_id, site_id, node_id, kind, params, status, idempotency_key, expires_at, run_id, step_idx)
-    SELECT c.id, $18::text, $19::text, $21::text, c.kind, c.params, 'queued', c.key, c.expires_at, $1::text, c.step_idx
-      FROM jsonb_to_recordset($25::jsonb) AS c(id text, kind text, params jsonb, key text, expires_at timestamptz, step_idx int)
+    SELECT c.id, $10::text, $11::text, $13::text, c.kind, c.params, 'queued', c.key, c.expires_at, $1::text, c.step_idx
+      FROM jsonb_to_recordset($16::jsonb) AS c(id text, kind text, params jsonb, key text, expires_at timestamptz, step_idx int)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING 1
   )` : ''}
-  SELECT (SELECT count(*) FROM steps)::int AS steps, (SELECT count(*) FROM run)::int AS run${withCommands ? ', (SELECT count(*) FROM cmd)::int AS commands' : ''},
+  SELECT metal_flush_check((SELECT count(*) FROM steps) = $17::int AND (SELECT count(*) FROM run) = CASE WHEN $3::boolean THEN 1 ELSE 0 END
+           ${withCommands ? 'AND (SELECT count(*) FROM cmd) = $18::int' : ''},
+           'run ' || $1::text || ': its rows changed under the step''s lock, or a command key its step queued was taken') AS ok,
          -- Every parameter named with its type, whichever parts are left out (one list of values for the four texts).
-         num_nulls($18::text, $19::text, $20::text, $21::text, $22::text[], $23::jsonb[], $24::text, $25::jsonb) AS typed`;
+         num_nulls($10::text, $11::text, $12::text, $13::text, $14::jsonb, $15::text, $16::jsonb, $18::int) AS typed`;
 }
+const FLUSH_TYPES = ['text', 'jsonb', 'boolean', 'int', 'int', 'text', 'timestamptz', 'text', 'timestamptz',
+  'text', 'text', 'text', 'text', 'jsonb', 'text', 'jsonb', 'int', 'int'] as const;
 const FLUSH_SQL = [[false, false], [false, true], [true, false], [true, true]].map(([events, commands]) => flushSql(events!, commands!));
 
-export async function flush(loaded: Loaded): Promise<void> {
+/** A value as the literal EXECUTE takes (the statement's parameter types cast it). */
+const literal = (value: unknown): string | null =>
+  value === null || value === undefined ? null : value instanceof Date ? value.toISOString() : String(value);
+
+/**
+ * Writes what the transaction changed in memory, in one statement: the step rows, the run's update
+ * (the last step's end, with its next due time), the events and the commands the steps queued.
+ * One statement where there were five to nine (each step's start, its end, the run, the events,
+ * the job), for the engine's hot path. `last`: nothing else is written in this transaction after
+ * it, so it goes with the COMMIT (one round trip fewer).
+ */
+export async function flush(loaded: Loaded, last = false): Promise<void> {
   const steps = [...loaded.dirty];
   const run = loaded.runWrite;
   const commands = loaded.newCommands;
   if (steps.length === 0 && !run && loaded.events.length === 0 && commands.length === 0) return;
   for (const event of loaded.events) checkEventPayload(event.payload);
-  const { rows } = await loaded.tx.query(FLUSH_SQL[(loaded.events.length > 0 ? 2 : 0) + (commands.length > 0 ? 1 : 0)]!, [
+  const variant = (loaded.events.length > 0 ? 2 : 0) + (commands.length > 0 ? 1 : 0);
+  const values: unknown[] = [
     loaded.run.id,
-    steps.map((step) => step.idx), steps.map((step) => step.status), steps.map((step) => step.attempts), steps.map((step) => step.idempotencyKey),
-    steps.map((step) => JSON.stringify(step.state)), steps.map((step) => step.message), steps.map((step) => step.errorCode),
-    steps.map((step) => step.startedAt), steps.map((step) => step.finishedAt),
+    JSON.stringify(steps.map((step) => ({
+      idx: step.idx, status: step.status, attempts: step.attempts, key: step.idempotencyKey, state: step.state, message: step.message,
+      error_code: step.errorCode, started_at: step.startedAt, finished_at: step.finishedAt,
+    }))),
     run !== null, run?.stepIndex ?? null, run ? (loaded.attempt ?? null) : null, run?.status ?? null,
     run?.waitUntil ?? null, run?.waitingFor ?? null, run?.leaseUntil ?? null,
-    loaded.node.tenantId, loaded.node.siteId, loaded.node.poolId, loaded.node.id, loaded.events.map((event) => event.type), loaded.events.map((event) => JSON.stringify(event.payload)),
+    loaded.node.tenantId, loaded.node.siteId, loaded.node.poolId, loaded.node.id,
+    JSON.stringify(loaded.events.map((event) => ({ type: event.type, payload: event.payload }))),
     // The events' subject: the run, or the control-node job its chain belongs to (jobProgress(jobId)
     // then shows every run of the job; workflowProgress(runId) finds them by payload.workflowId).
     loaded.run.params.jobId ?? loaded.run.id,
     JSON.stringify(commands.map((c) => ({ id: c.id, kind: c.kind, params: c.params, key: c.key, expires_at: c.expiresAt.toISOString(), step_idx: c.stepIdx }))),
-  ]);
-  const written = rows[0]!;
-  if (Number(written.steps) !== steps.length || (run && Number(written.run) !== 1)) throw new Error(`run ${loaded.run.id}: its rows changed under the step's lock`);
-  // A key already taken (no way for a fresh attempt's keys): the transaction is rolled back and the step runs again, reading it.
-  if (commands.length > 0 && Number(written.commands) !== commands.length) throw new Error(`run ${loaded.run.id}: a command key its step queued was already taken`);
+    steps.length, commands.length,
+  ];
+  if (last) {
+    loaded.tx.commitWith({ name: `metal_step_flush_${variant}`, text: FLUSH_SQL[variant]!, types: FLUSH_TYPES, values: values.map(literal) });
+  } else {
+    await loaded.tx.query(FLUSH_SQL[variant]!, values);
+  }
   loaded.dirty.clear();
   loaded.runWrite = null;
   loaded.events = [];

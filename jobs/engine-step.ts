@@ -66,7 +66,8 @@ export async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token
     steps += 1;
     if (result.kind !== 'next' || !result.sameTx || steps >= budget) break;
   }
-  await flush(loaded);
+  // The transaction's last write: it goes with the COMMIT.
+  await flush(loaded, true);
   return { step: result, steps };
 }
 

@@ -96,6 +96,24 @@ describe('advanceRun', () => {
     ]);
   });
 
+  it('a step write that finds its rows changed under its lock is refused whole: nothing of the transaction commits (the check goes with the COMMIT)', async () => {
+    const vanishing: StepDef = {
+      name: 'drop-next',
+      title: 'Dropping the next step row (a bug)',
+      async run(ctx) {
+        await ctx.db.query('DELETE FROM workflow_step WHERE run_id = $1 AND idx = 1', [ctx.run.id]);
+        return complete('dropped');
+      },
+    };
+    const d = deps([vanishing, powerStateStep]);
+    const { runId } = await enrollingRun();
+    await expect(advanceRun(d, runId)).rejects.toThrow(/workflow step write refused: run .*: its rows changed under the step's lock/);
+    // Not even the step rows the transaction laid out, nor the delete: the run is as its lease left it, handed back.
+    expect(await stepsOf(sql(), runId)).toEqual([]);
+    expect(await runOf(sql(), runId)).toMatchObject({ status: 'running' });
+    expect((await sql().query('SELECT lease_until FROM workflow_run WHERE id = $1', [runId])).rows[0].lease_until).toBeNull();
+  });
+
   it("a run that starts withdraws what the run it superseded left queued (never its own, never another node's)", async () => {
     const d = deps([powerStateStep, powerOnStep]);
     const { nodeId, runId: old } = await enrollingRun();

@@ -1,7 +1,8 @@
 /**
- * Sql.transaction's `first` (src/db/sql.ts): a transaction's first statement sent in its BEGIN's
- * round trip, as a server-side prepared statement run with EXECUTE and quoted literals. The
- * workflow engine's load uses it (jobs/engine-rows.ts loadStatement).
+ * Sql.transaction's `first` and SqlTx.commitWith (src/db/sql.ts): a transaction's first statement
+ * sent in its BEGIN's round trip, and its last in its COMMIT's, as server-side prepared statements
+ * run with EXECUTE and quoted literals. The workflow engine's load and flush use them
+ * (jobs/engine-rows.ts loadStatement, flush).
  */
 import pg from 'pg';
 import { createTestDatabase } from './helpers/app';
@@ -57,5 +58,26 @@ describe('a transaction whose first statement goes with its BEGIN', () => {
     expect(await pid()).not.toBe(before);
     // And the name works again on it.
     expect(await sql.transaction(async (_tx, first) => first!.rows, { first: { ...broken, values: ['2'] } })).toEqual([{ x: 0 }]);
+  });
+
+  it('a last statement goes with the COMMIT: what it writes commits with the rest; when it raises, nothing of the transaction does', async () => {
+    const add: FirstStatement = { name: 'test_item_add', text: 'INSERT INTO item VALUES ($1, $2)', types: ['text', 'int'], values: ['late', '7'] };
+    const before = statements.count;
+    await sql.transaction(async (tx) => {
+      await tx.query("INSERT INTO item VALUES ('early', 6)");
+      tx.commitWith(add);
+    });
+    // BEGIN, the insert, then the statement and the COMMIT (counted as two).
+    expect(statements.count - before).toBe(4);
+    expect((await sql.query(`SELECT id, n FROM item WHERE id IN ('early', 'late') ORDER BY n`)).rows).toEqual([{ id: 'early', n: 6 }, { id: 'late', n: 7 }]);
+    // The engine's flush checks what it wrote with metal_flush_check (a migration): false raises.
+    const check: FirstStatement = { name: 'test_check', text: 'SELECT metal_flush_check($1, $2)', types: ['boolean', 'text'], values: ['false', 'run r: its rows changed'] };
+    await expect(sql.transaction(async (tx) => {
+      await tx.query("INSERT INTO item VALUES ('never', 8)");
+      tx.commitWith(check);
+    })).rejects.toThrow('workflow step write refused: run r: its rows changed');
+    expect((await sql.query(`SELECT count(*)::int AS n FROM item WHERE id = 'never'`)).rows[0].n).toBe(0);
+    await sql.transaction(async (tx) => { tx.commitWith({ ...check, values: ['true', 'fine'] }); });
+    await expect(sql.transaction(async (tx) => { tx.commitWith(add); tx.commitWith(add); })).rejects.toThrow(/one statement to send with its COMMIT/);
   });
 });

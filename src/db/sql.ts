@@ -114,6 +114,12 @@ export interface SqlTx {
   queryArrays(text: string, values?: unknown[]): Promise<unknown[][]>;
   /** For APIs that take an executor (pg-boss's `db` option): its statements join this transaction. */
   executor: { executeSql(text: string, values: unknown[]): Promise<{ rows: unknown[] }> };
+  /**
+   * The transaction's last statement, sent with its COMMIT in one round trip (as `first` is sent
+   * with the BEGIN) once the callback has returned. Its answer is not read: what it must check, it
+   * checks itself, raising (the COMMIT then does not run, and the transaction is rolled back).
+   */
+  commitWith(statement: FirstStatement): void;
 }
 
 /**
@@ -176,29 +182,40 @@ export class Sql {
     try {
       // Two statements in one simple-protocol round trip (no parameters).
       const begin = opts.genericPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan' : 'BEGIN';
-      let first: pg.QueryResult | null = null;
-      if (opts.first) {
-        const f = opts.first;
+      /**
+       * `statement` run with EXECUTE in one simple-protocol message between `before` and `after`
+       * (PREPARE'd first on a connection that has not yet). Counted as the statements it joins.
+       * A failure may leave the PREPARE done and not recorded: that connection is not reused.
+       */
+      const joined = async (before: string, statement: FirstStatement, after: string): Promise<pg.QueryResult> => {
         const known = preparedFirst.get(client);
-        const prepare = known?.has(f.name) ? '' : `; PREPARE ${f.name}(${f.types.join(', ')}) AS ${f.text}`;
-        const args = f.values.map((v) => (v === null ? 'NULL' : client.escapeLiteral(v))).join(', ');
-        // Counted as the BEGIN and the statement were before they shared a round trip.
+        const prepare = known?.has(statement.name) ? '' : `PREPARE ${statement.name}(${statement.types.join(', ')}) AS ${statement.text}; `;
+        const args = statement.values.map((v) => (v === null ? 'NULL' : client.escapeLiteral(v))).join(', ');
         this.statements.count += 2;
-        // A failure here may leave the PREPARE done and not recorded: that connection is not reused.
         broken = true;
-        const results = (await client.query(`${begin}${prepare}; EXECUTE ${f.name}(${args})`)) as unknown as pg.QueryResult[];
+        const results = (await client.query(`${before}${prepare}EXECUTE ${statement.name}(${args})${after}`)) as unknown as pg.QueryResult[];
         broken = false;
-        if (prepare) preparedFirst.set(client, new Set([...(known ?? []), f.name]));
-        first = results[results.length - 1]!;
-      } else {
-        await query(begin);
-      }
+        if (prepare) preparedFirst.set(client, new Set([...(known ?? []), statement.name]));
+        return results[before ? results.length - 1 : prepare ? 1 : 0]!;
+      };
+      let first: pg.QueryResult | null = null;
+      if (opts.first) first = await joined(`${begin}; `, opts.first, '');
+      else await query(begin);
+      let last: FirstStatement | null = null;
       const queryArrays = async (text: string, values?: unknown[]) => {
         this.statements.count += 1;
         return (await client.query<unknown[]>({ text, values, rowMode: 'array', types: ARRAY_ROW_TYPES, name: values === undefined ? undefined : statementName(text) })).rows;
       };
-      const result = await fn({ query, queryArrays, executor: { executeSql: (text, values) => query(text, values) } }, first);
-      await query('COMMIT');
+      const result = await fn({
+        query, queryArrays, executor: { executeSql: (text, values) => query(text, values) },
+        commitWith: (statement) => {
+          if (last) throw new Error('a transaction has one statement to send with its COMMIT');
+          last = statement;
+        },
+      }, first);
+      const closing = last as FirstStatement | null;
+      if (closing) await joined('', closing, '; COMMIT');
+      else await query('COMMIT');
       return result;
     } catch (error) {
       this.health?.observe(error);
