@@ -270,11 +270,12 @@ function throttled(what: string, read: () => Promise<void>, ms: number): () => v
       return;
     }
     running = true;
+    const sentWith = token;
     try {
       await read();
       setNote(what, '');
     } catch (error) {
-      handleError(what, error);
+      handleError(what, error, sentWith);
     } finally {
       running = false;
       draw();
@@ -356,6 +357,7 @@ let stop: AbortController | null = null;
 
 async function follow(): Promise<void> {
   stop = new AbortController();
+  const mine = token;
   let delay = 1000;
   for (;;) {
     if (stop.signal.aborted) return;
@@ -373,7 +375,7 @@ async function follow(): Promise<void> {
     } catch (error) {
       if (stop.signal.aborted) return;
       if (error instanceof ApiError) {
-        if (error.code === 'UNAUTHENTICATED') return void askToken('the service refused this token: paste another');
+        if (error.code === 'UNAUTHENTICATED') return void askToken('the service refused this token: paste another', mine);
         // The server stopped or this page fell behind: resume after the cursor it names.
         if (error.code === 'ABORTED' && typeof error.details?.lastCursor === 'string') cursor = error.details.lastCursor;
         // A cursor older than the retention: start live again (the reads fill in).
@@ -390,20 +392,22 @@ async function follow(): Promise<void> {
 
 async function refreshAll(): Promise<void> {
   const reads: [string, () => Promise<void>][] = [['names', readNames], ['counts', readCounts], ['runs', readRuns], ['fabric', readFabric]];
+  const sentWith = token;
   await Promise.all(reads.map(async ([what, read]) => {
     try {
       await read();
       setNote(what, '');
     } catch (error) {
-      handleError(what, error);
+      handleError(what, error, sentWith);
     }
   }));
   setNote('stream', '');
   draw();
 }
 
-function handleError(what: string, error: unknown): void {
-  if (error instanceof ApiError && error.code === 'UNAUTHENTICATED') return void askToken('the service refused this token: paste another');
+/** A read's failure; `sentWith`: the token the read was sent with (a refusal of an older one is no news). */
+function handleError(what: string, error: unknown, sentWith: string): void {
+  if (error instanceof ApiError && error.code === 'UNAUTHENTICATED') return void askToken('the service refused this token: paste another', sentWith);
   setNote(what, error instanceof ApiError ? `${what}: ${error.code}: ${error.message}` : `${what}: cannot reach the service (${error instanceof Error ? error.message : String(error)})`);
 }
 
@@ -525,6 +529,8 @@ function draw(): void {
   if (frame || !token) return;
   frame = requestAnimationFrame(() => {
     frame = 0;
+    // The token was refused since this frame was asked for: the login form stays.
+    if (!token) return;
     const last = known.lastEventAt ? `last event ${seconds(Date.now() - known.lastEventAt)} ago` : 'no event yet';
     app().replaceChildren(
       h('header', {},
@@ -549,7 +555,20 @@ function forgetToken(): void {
   location.reload();
 }
 
-function askToken(why: string): void {
+/**
+ * The login form, saying why. `refused`: the token a refusal answered; when that is no longer the
+ * page's token (another was pasted since), the refusal is old news and changes nothing. Several
+ * reads refused at once ask once: a form already shown keeps its input (what is being typed) and
+ * only says why again.
+ */
+function askToken(why: string, refused?: string): void {
+  if (refused !== undefined && refused !== token) return;
+  const shown = document.getElementById('login');
+  if (shown && !token) {
+    const reason = shown.querySelector('p');
+    if (reason) reason.textContent = why;
+    return;
+  }
   stop?.abort();
   connection = 'stopped';
   token = '';
