@@ -46,12 +46,18 @@ export async function issueBootEntry(db: Runner, e: IssueBootEntry): Promise<str
   // Two statements, as revokeNodeBoot's two (entries, then tokens: the order an iPXE fetch locks
   // them in): the first reads the node's MACs and revokes the live entries of the node and of those
   // MACs (none when it has no MAC); the second revokes their tokens and inserts the new entries.
+  // The node's own entries and other nodes' entries of its MACs apart, each on the partial index
+  // that has its key (boot_entry_live_node_idx, boot_entry_live_mac): as one OR, the planner
+  // could only scan every live entry.
   const { rows } = await db.query(
     `WITH n AS (SELECT macs FROM node WHERE id = $1),
-     e AS (UPDATE boot_entry SET revoked_at = now()
-            WHERE revoked_at IS NULL AND (node_id = $1 OR mac IN (SELECT unnest(macs) FROM n)) AND (SELECT cardinality(macs) FROM n) > 0
-           RETURNING id)
-     SELECT COALESCE((SELECT macs FROM n), '{}') AS macs, ARRAY(SELECT id FROM e) AS revoked`,
+     own AS (UPDATE boot_entry SET revoked_at = now()
+              WHERE node_id = $1 AND revoked_at IS NULL AND (SELECT cardinality(macs) FROM n) > 0
+             RETURNING id),
+     theirs AS (UPDATE boot_entry SET revoked_at = now()
+                 WHERE mac = ANY((SELECT macs FROM n)::text[]) AND node_id <> $1 AND revoked_at IS NULL
+                RETURNING id)
+     SELECT COALESCE((SELECT macs FROM n), '{}') AS macs, ARRAY(SELECT id FROM own UNION ALL SELECT id FROM theirs) AS revoked`,
     [e.nodeId],
   );
   const macs = (rows[0]?.macs as string[] | undefined) ?? [];

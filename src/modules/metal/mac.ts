@@ -87,7 +87,12 @@ export async function lockMacs(tx: Runner, siteId: string, macs: readonly string
 export async function refuseTakenMacs(db: Runner, siteId: string, macs: readonly string[], exceptNodeId: string | null = null): Promise<void> {
   if (macs.length === 0) return;
   const { rows } = await db.query<{ id: string; macs: string[] }>(
-    `SELECT id, macs FROM node WHERE site_id = $1 AND provision_state <> 'retired' AND macs && $2::text[]
+    // The nodes holding any of the MACs come from the GIN index on macs (the only index of the
+    // MATERIALIZED part's one condition); the site and state are checked on those few. As one
+    // WHERE, a planner with statistics older than the table's growth started at the site's index
+    // and filtered every node of the site (0.7-1.8 ms a call at 1,000 nodes).
+    `WITH holders AS MATERIALIZED (SELECT id, macs, site_id, provision_state FROM node WHERE macs && $2::text[])
+     SELECT id, macs FROM holders WHERE site_id = $1 AND provision_state <> 'retired'
         AND ($3::text IS NULL OR id <> $3::text) ORDER BY id LIMIT 1`,
     [siteId, [...macs], exceptNodeId]);
   const clash = rows[0];
