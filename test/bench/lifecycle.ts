@@ -160,9 +160,13 @@ async function enrollAll(service: Service, sim: MachineSim, poolId: string, batc
 }
 
 interface Progress { counts: Record<string, number>; at: number }
-async function states(sql: Sql, nodeIds: string[]): Promise<Record<string, number>> {
+/**
+ * The bench's machines by state (they are all of its own pool): read every 250 ms, and counted in
+ * PostgreSQL's CPU with the service's, so by the pool's index rather than 1,000 ids (2.5 ms a read).
+ */
+async function states(sql: Sql, poolId: string): Promise<Record<string, number>> {
   const { rows } = await sql.query<{ s: string; n: number }>(
-    `SELECT provision_state AS s, count(*)::int AS n FROM node WHERE id = ANY($1::text[]) GROUP BY 1 ORDER BY 1`, [nodeIds]);
+    `SELECT provision_state AS s, count(*)::int AS n FROM node WHERE pool_id = $1 GROUP BY 1 ORDER BY 1`, [poolId]);
   return Object.fromEntries(rows.map((r) => [r.s, r.n]));
 }
 
@@ -243,7 +247,7 @@ async function run(argv: string[]): Promise<number> {
     const enrolledMs = performance.now() - started;
     console.log(`  enrolled ${nodeIds.length} in ${(enrolledMs / 1000).toFixed(1)} s${startedByBench ? ` (${startedByBench} metal-enroll runs started by the bench: this branch's enroll records none)` : ''}`);
 
-    let last: Progress = { counts: await states(sql, nodeIds), at: performance.now() };
+    let last: Progress = { counts: await states(sql, createPool.id), at: performance.now() };
     let printed = 0;
     for (;;) {
       const moving = nodeIds.length - (last.counts.ready ?? 0) - (last.counts.failed ?? 0);
@@ -257,7 +261,7 @@ async function run(argv: string[]): Promise<number> {
         console.log(`  ${((printed - started) / 1000).toFixed(0).padStart(4)} s: ${fmt(last.counts)}  | ${await backlog(sql)}`);
       }
       await sleep(250);
-      last = { counts: await states(sql, nodeIds), at: performance.now() };
+      last = { counts: await states(sql, createPool.id), at: performance.now() };
     }
     const wallMs = last.at - started;
     const after = await sampleCpu(children);
