@@ -37,6 +37,7 @@
  * each on a fresh cluster, and their ratio: on two cores it shows the work is shared, not faster.
  *
  * Options: --machines 200, --batch 25 (enroll calls in flight), --timeout 900 (s, per run),
+ *          --stall 180 (s: stop waiting when no machine changed state for that long),
  *          --no-deploy (enroll -> ready only), --no-agent (no remote agent: one site), --json <file>,
  *          --workers-ratio.
  * Everything it starts (the cluster, the children, the simulators) is stopped at the end, on a
@@ -152,6 +153,8 @@ interface Options {
   deploy: boolean;
   agent: boolean;
   failover: boolean;
+  /** Stop waiting when no machine changed state for this long (nothing in progress on the cluster). */
+  stallS: number;
 }
 
 /** Starts the cluster, the children and the fleet's sites; registers them in `s` as they start. */
@@ -202,6 +205,8 @@ async function setUp(s: Setup, o: Options, adminToken: string): Promise<void> {
           macs: [0, 1, 2, 3].map((nic) => `02:f0:${hex(i)}:${hex(j >> 8)}:${hex(j)}:${hex(nic)}`),
         })),
       },
+      // Firmware and a ramdisk that follow the protocol try a 503 (the database failing over) again after its Retry-After.
+      behaviour: { retryUnavailable: true },
     });
   }
   console.log(`  processes: ${s.children.map((c) => `${c.name} (pid ${c.pid}${c.url ? `, ${c.url.replace('http://', '')}` : ''})`).join(', ')}`);
@@ -263,6 +268,38 @@ function downWatch(c: PatroniCluster, m: Member): { at: Promise<number>; stop():
     return Date.now();
   })();
   return { at, stop: () => { stopped = true; } };
+}
+
+/** /proc utime+stime in seconds of one pid; NaN when unreadable. */
+async function cpuSeconds(pid: number | undefined): Promise<number> {
+  if (pid === undefined) return NaN;
+  try {
+    const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/**
+ * The runs in flight at `at` (ms since the epoch: created before, not finished by then) and, for each,
+ * how long until it made progress again: its next step finished, or the run ended. Informative: a run
+ * that waits out a lease shows here even when the fleet as a whole resumed at once.
+ */
+async function inFlightResume(s: Setup, at: number): Promise<{ runs: number; p50S: number | null; maxS: number | null; over30s: number }> {
+  const [r] = await q<{ runs: number; p50: number | null; max: number | null; over: number }>(s.pool!, `WITH t AS (SELECT to_timestamp($2::double precision / 1000) AS t),
+      flight AS (
+        SELECT w.id, (SELECT min(x) FROM (SELECT min(st.finished_at) AS x FROM workflow_step st WHERE st.run_id = w.id AND st.finished_at > t.t
+                                          UNION ALL SELECT w.finished_at) m) AS next, t.t
+          FROM workflow_run w, t
+         WHERE w.node_id = ANY($1::text[]) AND w.created_at < t.t AND (w.finished_at IS NULL OR w.finished_at > t.t))
+    SELECT count(*)::int AS runs,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM next - t)) AS p50,
+           max(extract(epoch FROM next - t))::float8 AS max,
+           count(*) FILTER (WHERE next IS NULL OR next - t > interval '30 seconds')::int AS over
+      FROM flight`, [allNodeIds(s), at]);
+  return { runs: r!.runs, p50S: r!.p50 === null ? null : Number(r!.p50), maxS: r!.max === null ? null : Number(r!.max), over30s: r!.over };
 }
 
 interface Figures {
@@ -335,6 +372,8 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
     let chaosError: unknown = null;
     let counts = await states(s);
     let printed = 0;
+    let lastKey = '';
+    let lastChange = Date.now();
     const inFlight = () => ids.length - (counts[endState] ?? 0) - (counts.failed ?? 0);
     for (;;) {
       counts = await states(s).catch(() => counts);
@@ -377,6 +416,14 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
       if (inFlight() === 0 && (!o.failover || (switchover && !chaos))) break;
       if (Date.now() - started > o.timeoutS * 1000) {
         console.log(`  NOT SETTLED after ${o.timeoutS} s: ${fmt(counts)}`);
+        break;
+      }
+      const key = fmt(counts);
+      if (key !== lastKey) {
+        lastKey = key;
+        lastChange = Date.now();
+      } else if (!chaos && Date.now() - lastChange > o.stallS * 1000) {
+        console.log(`  NO PROGRESS for ${o.stallS} s: ${key}`);
         break;
       }
       if (Date.now() - printed >= 5000) {
@@ -432,6 +479,11 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
     const failedNodes = await q<{ failed_from: string; code: string; n: number }>(pool,
       `SELECT failed_from, last_error_code AS code, count(*)::int AS n FROM node WHERE id = ANY($1::text[]) AND provision_state = 'failed' GROUP BY 1, 2`, [ids]);
 
+    // Who did the work: commands by site and claimer (site b's by the remote agent), CPU of each process.
+    const claims = await q<{ site: string; claimer: string; status: string; n: number }>(pool,
+      `SELECT c.site_id AS site, coalesce(c.claimed_by, '-') AS claimer, c.status, count(*)::int AS n FROM command c
+        WHERE c.node_id = ANY($1::text[]) GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`, [ids]);
+    const cpu = await Promise.all(s.children.map(async (c) => [c.name, await cpuSeconds(c.pid)] as const));
     const totalExits = exits(s);
     const totalDups = duplicates(s);
     const k = kill as Phase | null;
@@ -444,7 +496,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
         duplicateDestructiveCalls: k ? k.dups : totalDups,
         stuckRuns: k ? k.stuck : 0,
         resumedAfterS: k?.resumed ?? null,
-        details: { tableHoles: tableHoles[0], seqUpTo: String(split) },
+        details: { tableHoles: tableHoles[0], seqUpTo: String(split), inFlight: k ? await inFlightResume(s, k.at) : null },
       };
       phases.switchover = {
         processExits: totalExits.length - (k?.exits ?? 0),
@@ -452,7 +504,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
         duplicateDestructiveCalls: totalDups - (k?.dups ?? 0),
         stuckRuns: end!.idle + end!.overdue + notThere,
         resumedAfterS: sw?.resumed ?? null,
-        details: { tableHoles: tableHoles[1], unnumbered: nulls!.n, activeRunsAtEnd: end!.active, idleRuns: end!.idle, overdueRuns: end!.overdue, machinesNotInEndState: notThere, happened: sw !== null },
+        details: { tableHoles: tableHoles[1], unnumbered: nulls!.n, activeRunsAtEnd: end!.active, idleRuns: end!.idle, overdueRuns: end!.overdue, machinesNotInEndState: notThere, happened: sw !== null, inFlight: sw ? await inFlightResume(s, sw.downAt) : null },
       };
     }
 
@@ -463,6 +515,11 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
     console.log(`machines:  ${fmt(counts)} (expected: ${ids.length} ${endState})${failedNodes.length ? `; failed: ${failedNodes.map((f) => `${f.n} from ${f.failed_from} ${f.code}`).join(', ')}` : ''}`);
     console.log(`wall:      ${wallS.toFixed(1)} s from the first enroll call${o.deploy ? '' : ' (no deploy: --no-deploy)'}`);
     console.log(`events:    seq ${startSeq + 1n}..${endSeq}: ${holes.length} missing from the table, ${nulls!.n} never numbered; readers: ${readerFigures.map((r) => `${r.reader} received ${r.received} over ${r.connections} connections (missing ${r.missing[0]! + r.missing[1]!}, twice ${r.duplicates[0]! + r.duplicates[1]!})`).join('; ')}`);
+    const siteName = new Map(s.sites.map((site) => [site.siteId, site.name]));
+    const simTotals = s.sites.map((site) => ({ site: site.name, ...site.sim!.totals() }));
+    console.log(`simulators: ${simTotals.map((t) => `site ${t.site}: ${t.pxeBoots} PXE boots, ${t.ramdiskBoots} ramdisk boots, ${t.refused} calls refused, ${t.failedCalls} failed`).join('; ')}`);
+    console.log(`commands:  ${claims.map((c) => `site ${siteName.get(c.site) ?? c.site} ${c.status} ${c.n} by ${c.claimer}`).join('; ')}`);
+    console.log(`CPU:       ${cpu.map(([name, t]) => `${name} ${Number.isNaN(t) ? '?' : t.toFixed(1)} s`).join(', ')}`);
     for (const [name, f] of Object.entries(phases)) {
       console.log(`\n-- ${name === 'kill' ? 'SIGKILL of the primary' : 'planned switchover'} --`);
       console.log(`process exits: ${f.processExits}`);
@@ -470,6 +527,8 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
       console.log(`duplicate destructive calls: ${f.duplicateDestructiveCalls}`);
       console.log(`stuck runs: ${f.stuckRuns}`);
       console.log(`resumed after ${f.resumedAfterS === null ? 'never' : f.resumedAfterS.toFixed(1)} s`);
+      const flight = f.details.inFlight as Awaited<ReturnType<typeof inFlightResume>> | null;
+      if (flight) console.log(`  (${flight.runs} runs in flight then: each made progress again after p50 ${flight.p50S?.toFixed(1) ?? '-'} s, max ${flight.maxS?.toFixed(1) ?? '-'} s; ${flight.over30s} after more than 30 s)`);
     }
     if (totalExits.length) console.log(`\nexits: ${totalExits.map((e) => `${e.name} code ${e.code} signal ${e.signal} at +${((e.at - started) / 1000).toFixed(1)} s`).join('; ')}`);
     for (const c of s.children) {
@@ -477,7 +536,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
       if (worst.length) console.log(`${c.name}: ${worst.map(([kind, n]) => `${n}x ${kind}`).join('; ')}`);
     }
     if (json) {
-      await fs.writeFile(json, `${JSON.stringify({ bench: 'failover', machine, machines: o.machines, workers: o.workers, agent: o.agent, deploy: o.deploy, wallS, nodes: counts, phases, readers: readerFigures, exits: totalExits }, null, 2)}\n`);
+      await fs.writeFile(json, `${JSON.stringify({ bench: 'failover', machine, machines: o.machines, workers: o.workers, agent: o.agent, deploy: o.deploy, wallS, nodes: counts, phases, readers: readerFigures, exits: totalExits, simulators: simTotals, commands: claims, cpuSeconds: Object.fromEntries(cpu) }, null, 2)}\n`);
     }
     const bad = Object.values(phases).some((f) => f.processExits || f.lostEvents || f.duplicateDestructiveCalls || f.stuckRuns || f.resumedAfterS === null);
     failed = bad || !phases.switchover || (phases.switchover.details.happened !== true);
@@ -525,10 +584,11 @@ async function lifecycleWall(o: Options): Promise<{ wallS: number; ready: number
 }
 
 async function run(argv: string[]): Promise<number> {
-  const args = parseBenchArgs(argv, ['machines', 'batch', 'timeout', 'json'], ['no-deploy', 'no-agent', 'workers-ratio']);
+  const args = parseBenchArgs(argv, ['machines', 'batch', 'timeout', 'stall', 'json'], ['no-deploy', 'no-agent', 'workers-ratio']);
   const machines = intOption(args, 'machines', 200, 1);
   const batch = intOption(args, 'batch', 25, 1);
   const timeoutS = intOption(args, 'timeout', 900, 1);
+  const stallS = intOption(args, 'stall', 180, 10);
   const json = option(args, 'json') ?? null;
   const missing = patroniMissing();
   if (missing) {
@@ -541,7 +601,7 @@ async function run(argv: string[]): Promise<number> {
   if (flag(args, 'workers-ratio')) {
     console.log(`failover benchmark, --workers-ratio: the lifecycle wall (enroll -> ready) of ${machines} simulated Redfish machines with 1 and with 2 ROLE=worker processes (2 ROLE=api each time) on a Patroni cluster, no failover`);
     console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}; date ${machine.date}`);
-    const base = { machines, batch, timeoutS, deploy: false, agent: false, failover: false };
+    const base = { machines, batch, timeoutS, stallS, deploy: false, agent: false, failover: false };
     const one = await lifecycleWall({ ...base, workers: 1 });
     const two = await lifecycleWall({ ...base, workers: 2 });
     const ratio = two.wallS / one.wallS;
@@ -549,7 +609,7 @@ async function run(argv: string[]): Promise<number> {
     if (json) await fs.writeFile(json, `${JSON.stringify({ bench: 'failover', mode: 'workers-ratio', machine, machines, oneWorkerS: one.wallS, twoWorkersS: two.wallS, ratio }, null, 2)}\n`);
     return one.ready === machines && two.ready === machines ? 0 : 1;
   }
-  const o: Options = { machines, batch, timeoutS, workers: 2, deploy: !flag(args, 'no-deploy'), agent: !flag(args, 'no-agent'), failover: true };
+  const o: Options = { machines, batch, timeoutS, stallS, workers: 2, deploy: !flag(args, 'no-deploy'), agent: !flag(args, 'no-agent'), failover: true };
   console.log(`failover benchmark: ${machines} simulated Redfish machines, enroll -> ready${o.deploy ? ' -> deployed' : ''}, on a Patroni cluster (etcd, primary + synchronous standby) with a multi-host DATABASE_URL`);
   console.log(`  processes: 2 x ROLE=api, 2 x ROLE=worker (engine + built-in agent)${o.agent ? ', 1 x ROLE=agent (remote agent of site b, against api-1)' : ''}; SIGKILL of the primary at 30% ready, a switchover at 60% deploying`);
   console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}; date ${machine.date}`);
@@ -558,6 +618,6 @@ async function run(argv: string[]): Promise<number> {
 
 export const failoverBench = {
   summary: 'several service processes on a Patroni cluster: a SIGKILLed primary and a switchover under load (issue 24)',
-  options: ['--machines 200 --batch 25 --timeout 900 [--no-deploy] [--no-agent] [--json <file>] | --workers-ratio'],
+  options: ['--machines 200 --batch 25 --timeout 900 --stall 180 [--no-deploy] [--no-agent] [--json <file>] | --workers-ratio'],
   run,
 };
