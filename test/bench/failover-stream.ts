@@ -20,7 +20,11 @@ export interface StreamReader {
   stop(): void;
 }
 
-export function readStream(name: string, url: string, token: string, after: bigint): StreamReader {
+/**
+ * `dropEveryMs`: the reader also ends its own connection that often (a client's network blip), so
+ * that resuming with Last-Event-ID is exercised even when no server ends a stream.
+ */
+export function readStream(name: string, url: string, token: string, after: bigint, dropEveryMs = 0): StreamReader {
   const seen = new Map<bigint, number>();
   const drops = new Map<string, number>();
   let last = after;
@@ -31,6 +35,9 @@ export function readStream(name: string, url: string, token: string, after: bigi
   void (async () => {
     while (!stopped) {
       controller = new AbortController();
+      const mine = controller;
+      let dropping = false;
+      const timer = dropEveryMs > 0 ? setTimeout(() => { dropping = true; mine.abort(); }, dropEveryMs) : null;
       try {
         connections += 1;
         const res = await fetch(`${url}/api/events?channel=all`, {
@@ -66,9 +73,11 @@ export function readStream(name: string, url: string, token: string, after: bigi
           drop('stream ended');
         }
       } catch {
-        if (!stopped) drop('connection lost');
+        if (!stopped) drop(dropping ? 'dropped by the reader' : 'connection lost');
+      } finally {
+        if (timer) clearTimeout(timer);
       }
-      if (!stopped) await sleep(500);
+      if (!stopped && !dropping) await sleep(500);
     }
   })();
   return {

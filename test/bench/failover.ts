@@ -21,7 +21,8 @@
  *   process exits: service children that exited (any exit of any child; by when it happened);
  *   lost events: seq values missing from the event table over the run (gaps, or rows never
  *     numbered) plus, for each of two SSE readers of /api/events (one per api process, each
- *     reconnecting with Last-Event-ID after every drop), seq values not received or received
+ *     reconnecting with Last-Event-ID after every drop, and dropping its own connection every 7 s
+ *     and 11 s to exercise that), seq values not received or received
  *     more than once (by seq: up to the seq at the switchover's start for the kill);
  *   duplicate destructive calls: idempotency keys the Redfish simulators accepted twice;
  *   stuck runs: for the kill, just before the switchover: active runs whose lease ran out or that
@@ -342,7 +343,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
     }
     const startSeq = BigInt((await q<{ m: string }>(pool, `SELECT coalesce(max(seq), 0)::text AS m FROM event`))[0]!.m);
     const apis = s.children.filter((c) => c.role === 'api');
-    s.readers.push(...apis.map((a) => readStream(a.name, a.url!, adminToken, startSeq)));
+    s.readers.push(...apis.map((a, i) => readStream(a.name, a.url!, adminToken, startSeq, (7 + 4 * i) * 1000)));
 
     const started = Date.now();
     await enrollAll(s, o, adminToken);
@@ -514,7 +515,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
     console.log(`processes: ${s.children.map((c) => c.name).join(', ')}${o.agent ? '' : ' (no remote agent: --no-agent)'}`);
     console.log(`machines:  ${fmt(counts)} (expected: ${ids.length} ${endState})${failedNodes.length ? `; failed: ${failedNodes.map((f) => `${f.n} from ${f.failed_from} ${f.code}`).join(', ')}` : ''}`);
     console.log(`wall:      ${wallS.toFixed(1)} s from the first enroll call${o.deploy ? '' : ' (no deploy: --no-deploy)'}`);
-    console.log(`events:    seq ${startSeq + 1n}..${endSeq}: ${holes.length} missing from the table, ${nulls!.n} never numbered; readers: ${readerFigures.map((r) => `${r.reader} received ${r.received} over ${r.connections} connections (missing ${r.missing[0]! + r.missing[1]!}, twice ${r.duplicates[0]! + r.duplicates[1]!})`).join('; ')}`);
+    console.log(`events:    seq ${startSeq + 1n}..${endSeq}: ${holes.length} missing from the table, ${nulls!.n} never numbered; readers: ${readerFigures.map((r) => `${r.reader} received ${r.received} over ${r.connections} connections (${Object.entries(r.drops).map(([why, n]) => `${n} ${why}`).join(', ') || 'no drop'}; missing ${r.missing[0]! + r.missing[1]!}, twice ${r.duplicates[0]! + r.duplicates[1]!})`).join('; ')}`);
     const siteName = new Map(s.sites.map((site) => [site.siteId, site.name]));
     const simTotals = s.sites.map((site) => ({ site: site.name, ...site.sim!.totals() }));
     console.log(`simulators: ${simTotals.map((t) => `site ${t.site}: ${t.pxeBoots} PXE boots, ${t.ramdiskBoots} ramdisk boots, ${t.refused} calls refused, ${t.failedCalls} failed`).join('; ')}`);
