@@ -575,7 +575,11 @@ async function lifecycleWall(o: Options): Promise<{ wallS: number; ready: number
     const wallS = (Date.now() - started) / 1000;
     const exited = exits(s);
     if (exited.length) throw new Error(`service processes exited: ${exited.map((e) => e.name).join(', ')}`);
-    console.log(`  ${o.workers} worker(s): ${fmt(counts)} in ${wallS.toFixed(1)} s`);
+    // The work shared: commands each worker's built-in agent claimed, CPU of each process.
+    const claims = await q<{ claimer: string; n: number }>(s.pool!, `SELECT coalesce(claimed_by, '-') AS claimer, count(*)::int AS n FROM command WHERE node_id = ANY($1::text[]) GROUP BY 1 ORDER BY 1`, [allNodeIds(s)]);
+    const byPid = new Map(s.children.map((c) => [String(c.pid), c.name]));
+    const cpu = await Promise.all(s.children.map(async (c) => `${c.name} ${(await cpuSeconds(c.pid)).toFixed(1)} s`));
+    console.log(`  ${o.workers} worker(s): ${fmt(counts)} in ${wallS.toFixed(1)} s; commands claimed: ${claims.map((c) => `${c.n} by ${byPid.get(/^builtin:[^:]*:(\d+):/.exec(c.claimer)?.[1] ?? '') ?? c.claimer}`).join(', ')}; CPU: ${cpu.join(', ')}`);
     return { wallS, ready: counts.ready ?? 0 };
   } finally {
     const left = await cleanup(s);
