@@ -39,7 +39,7 @@
  *
  * Options: --machines 200, --batch 25 (enroll calls in flight), --timeout 900 (s, per run),
  *          --stall 180 (s: stop waiting when no machine changed state for that long),
- *          --no-deploy (enroll -> ready only), --no-agent (no remote agent: one site), --json <file>,
+ *          --no-agent (no remote agent: one site), --json <file>,
  *          --workers-ratio.
  * Everything it starts (the cluster, the children, the simulators) is stopped at the end, on a
  * failure and on Ctrl-C; it then checks that no process of the cluster or of a child is left.
@@ -514,7 +514,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
     console.log(`machine:   ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
     console.log(`processes: ${s.children.map((c) => c.name).join(', ')}${o.agent ? '' : ' (no remote agent: --no-agent)'}`);
     console.log(`machines:  ${fmt(counts)} (expected: ${ids.length} ${endState})${failedNodes.length ? `; failed: ${failedNodes.map((f) => `${f.n} from ${f.failed_from} ${f.code}`).join(', ')}` : ''}`);
-    console.log(`wall:      ${wallS.toFixed(1)} s from the first enroll call${o.deploy ? '' : ' (no deploy: --no-deploy)'}`);
+    console.log(`wall:      ${wallS.toFixed(1)} s from the first enroll call`);
     console.log(`events:    seq ${startSeq + 1n}..${endSeq}: ${holes.length} missing from the table, ${nulls!.n} never numbered; readers: ${readerFigures.map((r) => `${r.reader} received ${r.received} over ${r.connections} connections (${Object.entries(r.drops).map(([why, n]) => `${n} ${why}`).join(', ') || 'no drop'}; missing ${r.missing[0]! + r.missing[1]!}, twice ${r.duplicates[0]! + r.duplicates[1]!})`).join('; ')}`);
     const siteName = new Map(s.sites.map((site) => [site.siteId, site.name]));
     const simTotals = s.sites.map((site) => ({ site: site.name, ...site.sim!.totals() }));
@@ -589,7 +589,7 @@ async function lifecycleWall(o: Options): Promise<{ wallS: number; ready: number
 }
 
 async function run(argv: string[]): Promise<number> {
-  const args = parseBenchArgs(argv, ['machines', 'batch', 'timeout', 'stall', 'json'], ['no-deploy', 'no-agent', 'workers-ratio']);
+  const args = parseBenchArgs(argv, ['machines', 'batch', 'timeout', 'stall', 'json'], ['no-agent', 'workers-ratio']);
   const machines = intOption(args, 'machines', 200, 1);
   const batch = intOption(args, 'batch', 25, 1);
   const timeoutS = intOption(args, 'timeout', 900, 1);
@@ -614,7 +614,7 @@ async function run(argv: string[]): Promise<number> {
     if (json) await fs.writeFile(json, `${JSON.stringify({ bench: 'failover', mode: 'workers-ratio', machine, machines, oneWorkerS: one.wallS, twoWorkersS: two.wallS, ratio }, null, 2)}\n`);
     return one.ready === machines && two.ready === machines ? 0 : 1;
   }
-  const o: Options = { machines, batch, timeoutS, stallS, workers: 2, deploy: !flag(args, 'no-deploy'), agent: !flag(args, 'no-agent'), failover: true };
+  const o: Options = { machines, batch, timeoutS, stallS, workers: 2, deploy: true, agent: !flag(args, 'no-agent'), failover: true };
   console.log(`failover benchmark: ${machines} simulated Redfish machines, enroll -> ready${o.deploy ? ' -> deployed' : ''}, on a Patroni cluster (etcd, primary + synchronous standby) with a multi-host DATABASE_URL`);
   console.log(`  processes: 2 x ROLE=api, 2 x ROLE=worker (engine + built-in agent)${o.agent ? ', 1 x ROLE=agent (remote agent of site b, against api-1)' : ''}; SIGKILL of the primary at 30% ready, a switchover at 60% deploying`);
   console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}; date ${machine.date}`);
@@ -623,6 +623,6 @@ async function run(argv: string[]): Promise<number> {
 
 export const failoverBench = {
   summary: 'several service processes on a Patroni cluster: a SIGKILLed primary and a switchover under load (issue 24)',
-  options: ['--machines 200 --batch 25 --timeout 900 --stall 180 [--no-deploy] [--no-agent] [--json <file>] | --workers-ratio'],
+  options: ['--machines 200 --batch 25 --timeout 900 --stall 180 [--no-agent] [--json <file>] | --workers-ratio'],
   run,
 };
