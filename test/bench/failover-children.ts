@@ -71,7 +71,7 @@ export async function spawnServiceChild(opts: {
         let kind = 'not JSON';
         try {
           const e = JSON.parse(line) as { level?: number; msg?: string; err?: { message?: string } };
-          kind = `${LEVELS[e.level ?? 0] ?? e.level}: ${e.msg ?? '?'}${e.err?.message ? ` (${e.err.message.slice(0, 160)})` : ''}`;
+          kind = `${LEVELS[e.level ?? 0] ?? e.level}: ${e.msg ?? '?'}${e.err?.message ? ` (${e.err.message.replace(/\s+/g, ' ').trim().slice(0, 160)})` : ''}`;
           if ((e.level ?? 0) < 40) {
             kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
             continue;

@@ -488,21 +488,24 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
     const failedCommands = await q<{ kind: string; code: string; n: number }>(pool,
       `SELECT kind, coalesce(result->>'code', '-') AS code, count(*)::int AS n FROM command
         WHERE node_id = ANY($1::text[]) AND status NOT IN ('succeeded', 'queued', 'claimed') GROUP BY 1, 2 ORDER BY 3 DESC`, [ids]);
-    // Power actions the BMCs performed beyond the bmc.power commands that succeeded: a command that ran
-    // but was reported failed or lost, and was sent again by its workflow under a new key (informative).
-    const powerOk = new Map((await q<{ name: string; n: number }>(pool,
-      `SELECT n.name, count(c.id)::int AS n FROM node n LEFT JOIN command c ON c.node_id = n.id AND c.kind = 'bmc.power' AND c.status = 'succeeded'
-        WHERE n.id = ANY($1::text[]) GROUP BY 1`, [ids])).map((r) => [r.name, r.n]));
+    // Power actions the BMCs performed against the bmc.power commands (informative): more resets on a
+    // machine than bmc.power commands of any outcome would be one command acting twice; a command whose
+    // result was lost (AGENT_LOST) and that the BMC did perform shows as performed but not succeeded.
+    const power = new Map((await q<{ name: string; ok: number; all: number }>(pool,
+      `SELECT n.name, count(c.id) FILTER (WHERE c.status = 'succeeded')::int AS ok, count(c.id)::int AS all FROM node n
+         LEFT JOIN command c ON c.node_id = n.id AND c.kind = 'bmc.power' WHERE n.id = ANY($1::text[]) GROUP BY 1`, [ids])).map((r) => [r.name, r]));
     let resets = 0;
-    let extraResets = 0;
-    let extraMachines = 0;
+    let powerSucceeded = 0;
+    let powerCommands = 0;
+    let overMachines = 0;
     for (const site of s.sites) {
       for (const m of site.sim!.machines) {
         const done = site.sim!.redfish.counts(m.id).reset;
+        const p = power.get(m.id);
         resets += done;
-        const extra = Math.max(0, done - (powerOk.get(m.id) ?? 0));
-        extraResets += extra;
-        if (extra) extraMachines += 1;
+        powerSucceeded += p?.ok ?? 0;
+        powerCommands += p?.all ?? 0;
+        if (done > (p?.all ?? 0)) overMachines += 1;
       }
     }
     const totalExits = exits(s);
@@ -541,7 +544,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
     console.log(`simulators: ${simTotals.map((t) => `site ${t.site}: ${t.pxeBoots} PXE boots, ${t.ramdiskBoots} ramdisk boots, ${t.refused} calls refused, ${t.failedCalls} failed`).join('; ')}`);
     console.log(`commands:  ${claims.map((c) => `site ${siteName.get(c.site) ?? c.site} ${c.status} ${c.n} by ${c.claimer}`).join('; ')}`);
     if (failedCommands.length) console.log(`not succeeded: ${failedCommands.map((c) => `${c.n} ${c.kind} ${c.code}`).join(', ')}`);
-    console.log(`power:     the BMCs performed ${resets} resets for ${[...powerOk.values()].reduce((a, b) => a + b, 0)} bmc.power commands that succeeded; ${extraResets} more than succeeded on ${extraMachines} machines (ran, then reported failed or lost: not a key accepted twice)`);
+    console.log(`power:     the BMCs performed ${resets} resets; ${powerCommands} bmc.power commands, ${powerSucceeded} of them succeeded; machines with more resets than bmc.power commands: ${overMachines}`);
     console.log(`CPU:       ${cpu.map(([name, t]) => `${name} ${Number.isNaN(t) ? '?' : t.toFixed(1)} s`).join(', ')}`);
     for (const [name, f] of Object.entries(phases)) {
       console.log(`\n-- ${name === 'kill' ? 'SIGKILL of the primary' : 'planned switchover'} --`);
@@ -559,7 +562,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
       if (worst.length) console.log(`${c.name}: ${worst.map(([kind, n]) => `${n}x ${kind}`).join('; ')}`);
     }
     if (json) {
-      await fs.writeFile(json, `${JSON.stringify({ bench: 'failover', machine, machines: o.machines, workers: o.workers, agent: o.agent, deploy: o.deploy, wallS, nodes: counts, phases, readers: readerFigures, exits: totalExits, simulators: simTotals, commands: claims, notSucceeded: failedCommands, power: { resets, extraResets, extraMachines }, cpuSeconds: Object.fromEntries(cpu) }, null, 2)}\n`);
+      await fs.writeFile(json, `${JSON.stringify({ bench: 'failover', machine, machines: o.machines, workers: o.workers, agent: o.agent, deploy: o.deploy, wallS, nodes: counts, phases, readers: readerFigures, exits: totalExits, simulators: simTotals, commands: claims, notSucceeded: failedCommands, power: { resets, powerCommands, powerSucceeded, overMachines }, cpuSeconds: Object.fromEntries(cpu) }, null, 2)}\n`);
     }
     const bad = Object.values(phases).some((f) => f.processExits || f.lostEvents || f.duplicateDestructiveCalls || f.stuckRuns || f.resumedAfterS === null);
     failed = bad || !phases.switchover || (phases.switchover.details.happened !== true);
