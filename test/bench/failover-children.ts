@@ -47,6 +47,8 @@ export async function spawnServiceChild(opts: {
   env: Record<string, string>;
   ready: (child: ServiceChild, lines: string[]) => Promise<boolean> | boolean;
   readyTimeoutMs?: number;
+  /** Called at once with the child, before it is ready (a Ctrl-C during start-up must stop it too). */
+  onSpawn?: (child: ServiceChild) => void;
 }): Promise<ServiceChild> {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), `metal-fo-${opts.name}-`));
   const [port] = await freePorts(1);
@@ -118,6 +120,7 @@ export async function spawnServiceChild(opts: {
     name: opts.name, role, pid: proc.pid, url: role === 'agent' ? null : `http://127.0.0.1:${port}`, proc, output,
     kinds: () => [...kinds].sort((a, b) => b[1] - a[1]), exits, alive, stop,
   };
+  opts.onSpawn?.(child);
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 120_000);
   try {
     for (;;) {

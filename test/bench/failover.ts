@@ -70,6 +70,8 @@ interface Site {
 }
 
 interface Setup {
+  /** The cluster while it starts (a Ctrl-C then waits for it, to stop it). */
+  starting: Promise<PatroniCluster> | null;
   cluster: PatroniCluster | null;
   children: ServiceChild[];
   sites: Site[];
@@ -99,6 +101,7 @@ function cleanup(s: Setup): Promise<string[]> {
         // gone
       }
     }
+    if (!s.cluster && s.starting) s.cluster = await s.starting.catch(() => null);
     if (s.cluster) {
       await s.cluster.stop().catch((e: unknown) => left.push(`cluster stop failed: ${String(e)}`));
       for (const p of s.cluster.leftovers()) left.push(`${p.pid} ${p.cmdline.slice(0, 120)}`);
@@ -161,7 +164,8 @@ interface Options {
 /** Starts the cluster, the children and the fleet's sites; registers them in `s` as they start. */
 async function setUp(s: Setup, o: Options, adminToken: string): Promise<void> {
   const started = Date.now();
-  s.cluster = await startPatroniCluster({ waitMs: 90_000 });
+  s.starting = startPatroniCluster({ waitMs: 90_000 });
+  s.cluster = await s.starting;
   const url = s.cluster.url;
   s.pool = databasePool(url, { max: 4 });
   s.pool.on('error', () => undefined);
@@ -169,12 +173,12 @@ async function setUp(s: Setup, o: Options, adminToken: string): Promise<void> {
   const secretKey = randomBytes(32).toString('base64');
   const common = { DATABASE_URL: url, SECRET_KEY: secretKey, ADMIN_TOKEN: adminToken, LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT_MS: '10000' };
   // The first api process runs the migrations; the others start on a migrated database.
-  const api1 = await spawnServiceChild({ name: 'api-1', env: { ...common, ROLE: 'api' }, ready: readyz });
-  s.children.push(api1);
+  const onSpawn = (c: ServiceChild) => s.children.push(c);
+  const api1 = await spawnServiceChild({ name: 'api-1', env: { ...common, ROLE: 'api' }, ready: readyz, onSpawn });
   const rest2 = await Promise.all([
-    spawnServiceChild({ name: 'api-2', env: { ...common, ROLE: 'api' }, ready: readyz }).then((c) => (s.children.push(c), c)),
+    spawnServiceChild({ name: 'api-2', env: { ...common, ROLE: 'api' }, ready: readyz, onSpawn }),
     ...Array.from({ length: o.workers }, (_, i) =>
-      spawnServiceChild({ name: `worker-${i + 1}`, env: { ...common, ROLE: 'worker' }, ready: logged('queue workers started') }).then((c) => (s.children.push(c), c))),
+      spawnServiceChild({ name: `worker-${i + 1}`, env: { ...common, ROLE: 'worker' }, ready: logged('queue workers started'), onSpawn })),
   ]);
   const api2 = rest2[0]!;
 
@@ -189,12 +193,12 @@ async function setUp(s: Setup, o: Options, adminToken: string): Promise<void> {
   if (o.agent) {
     const site = s.sites[1]!;
     const { registerSiteAgent } = await gql<{ registerSiteAgent: { token: string } }, unknown>(api1.url!, adminToken, 'mutation ($s: ID!) { registerSiteAgent(siteId: $s, name: "bench-failover") { token } }', { s: site.siteId });
-    const agent = await spawnServiceChild({
+    await spawnServiceChild({
       name: 'agent-1',
       env: { ROLE: 'agent', API_URL: api1.url!, AGENT_TOKEN: registerSiteAgent.token, LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT_MS: '10000' },
       ready: logged('site agent registered its key and is serving its site'),
+      onSpawn,
     });
-    s.children.push(agent);
   }
   for (const [i, site] of s.sites.entries()) {
     const count = perSite[i]!;
@@ -326,7 +330,7 @@ async function overdueRuns(s: Setup): Promise<number> {
 
 async function failoverRun(o: Options, json: string | null): Promise<number> {
   const adminToken = `bench_${randomBytes(24).toString('hex')}`;
-  const s: Setup = { cluster: null, children: [], sites: [], readers: [], pool: null };
+  const s: Setup = { starting: null, cluster: null, children: [], sites: [], readers: [], pool: null };
   current = s;
   cleaning = null;
   const endState = o.deploy ? 'deployed' : 'ready';
@@ -583,7 +587,7 @@ async function failoverRun(o: Options, json: string | null): Promise<number> {
 /** The lifecycle wall (enroll -> ready) with `workers` worker processes, on a fresh cluster. */
 async function lifecycleWall(o: Options): Promise<{ wallS: number; ready: number }> {
   const adminToken = `bench_${randomBytes(24).toString('hex')}`;
-  const s: Setup = { cluster: null, children: [], sites: [], readers: [], pool: null };
+  const s: Setup = { starting: null, cluster: null, children: [], sites: [], readers: [], pool: null };
   current = s;
   cleaning = null;
   try {
