@@ -12,6 +12,7 @@ process.env.BMC_NETWORKS = '127.0.0.0/8';
 import { bulkBench } from './bulk';
 import { eventsBench } from './events';
 import { fabricBench } from './fabric';
+import { failoverBench } from './failover';
 import { lifecycleBench } from './lifecycle';
 import { idleBench } from './idle';
 import { isoBench } from './iso';
@@ -33,6 +34,7 @@ const BENCHES: Record<string, Bench> = {
   lifecycle: lifecycleBench,
   idle: idleBench,
   iso: isoBench,
+  failover: failoverBench,
 };
 
 function usage(): string {
