@@ -1,6 +1,8 @@
 import type { Logger } from 'pino';
 import type { Sql } from '../src/db/sql';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { AppError } from '../src/errors';
+import { databaseFailure } from '../src/db/failure';
 import type { WorkflowKind } from '../src/modules/metal/states';
 import { wakeRun } from './wake';
 import type { WorkflowDef } from './engine-types';
@@ -58,6 +60,32 @@ export type AdvanceOutcome =
   | { kind: 'idle'; status: string }
   | { kind: 'waiting'; until: Date | null; for: string }
   | { kind: 'finished'; status: 'succeeded' | 'failed' | 'aborted' | 'superseded' };
+
+/** How long a hand-back the database refuses (a failover, a dropped connection) is tried again. */
+const HAND_BACK_TRY_MS = 15_000;
+
+/**
+ * Hands a run whose step failed back, due shortly (200 ms). The step's failure is often the
+ * database's (a failover, connections dropped): then the hand-back is tried again with growing
+ * pauses for up to HAND_BACK_TRY_MS, since a run left with its lease waits out the whole lease
+ * (a minute) before another worker takes it up as a dead worker's. A hand-back that finds the lease
+ * gone (another worker has the run) is done.
+ */
+async function handBack(deps: EngineDeps, runId: string, token: Date): Promise<void> {
+  const until = Date.now() + HAND_BACK_TRY_MS;
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      await deps.sql.query(releaseLeaseSql(`LEAST(due_at, now() + interval '200 milliseconds')`), [runId, token]);
+      return;
+    } catch (error) {
+      if (!databaseFailure(error) || Date.now() >= until) {
+        deps.log?.warn({ err: error, runId }, 'could not hand the run back; it is taken up again when its lease runs out');
+        return;
+      }
+      await sleep(Math.min(250 * 2 ** attempt, 2000));
+    }
+  }
+}
 
 /** A detached run taken: its body runs in this worker's background under the lease. */
 const DETACHED: AdvanceOutcome = { kind: 'waiting', until: null, for: 'its body, running in this worker (a detached run)' };
@@ -134,10 +162,7 @@ export async function advanceLeased(deps: EngineDeps, runId: string, lease: Leas
     if (error instanceof LeaseLost) return { kind: 'busy', retryInMs: BUSY_RETRY_MS };
     // Leave the run to be taken up again shortly rather than after the lease: a deadlock lost
     // to a verb's write is a retry, anything else is logged and retried the same way.
-    await deps.sql.query(
-      releaseLeaseSql(`LEAST(due_at, now() + interval '200 milliseconds')`),
-      [runId, token],
-    ).catch(() => undefined);
+    await handBack(deps, runId, token);
     if (error instanceof AppError && error.code === 'CONFLICT') return { kind: 'busy', retryInMs: 200 };
     throw error;
   }

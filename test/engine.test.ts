@@ -114,6 +114,32 @@ describe('advanceRun', () => {
     expect((await sql().query('SELECT lease_until FROM workflow_run WHERE id = $1', [runId])).rows[0].lease_until).toBeNull();
   });
 
+  it('a step the database fails (a failover) is handed back once the database answers again, not a lease later', async () => {
+    await sql().query('DROP SEQUENCE IF EXISTS test_hand_back_seq');
+    await sql().query('CREATE SEQUENCE test_hand_back_seq');
+    await sql().query(`CREATE OR REPLACE FUNCTION test_lost_step() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'the connection was lost (test)' USING ERRCODE = '08006'; END $$`);
+    // The first two hand-backs fail the same way (sequences are not rolled back with them).
+    await sql().query(`CREATE OR REPLACE FUNCTION test_lost_release() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF nextval('test_hand_back_seq') <= 2 THEN RAISE EXCEPTION 'the connection was lost (test)' USING ERRCODE = '08006'; END IF;
+        RETURN NEW;
+      END $$`);
+    const { runId } = await enrollingRun();
+    await sql().query(`CREATE TRIGGER test_lost_step BEFORE UPDATE ON workflow_step FOR EACH ROW WHEN (NEW.run_id = '${runId}') EXECUTE FUNCTION test_lost_step()`);
+    await sql().query(`CREATE TRIGGER test_lost_release BEFORE UPDATE ON workflow_run FOR EACH ROW
+      WHEN (NEW.id = '${runId}' AND OLD.lease_until IS NOT NULL AND NEW.lease_until IS NULL) EXECUTE FUNCTION test_lost_release()`);
+    try {
+      await expect(advanceRun(deps([powerStateStep]), runId)).rejects.toThrow(/the connection was lost/);
+      const { rows } = await sql().query(`SELECT lease_until, due_at <= now() + interval '1 second' AS soon FROM workflow_run WHERE id = $1`, [runId]);
+      expect(rows[0]).toEqual({ lease_until: null, soon: true });
+      expect(Number((await sql().query('SELECT last_value FROM test_hand_back_seq')).rows[0].last_value)).toBe(3);
+    } finally {
+      await sql().query('DROP TRIGGER IF EXISTS test_lost_step ON workflow_step');
+      await sql().query('DROP TRIGGER IF EXISTS test_lost_release ON workflow_run');
+    }
+  });
+
   it("a run that starts withdraws what the run it superseded left queued (never its own, never another node's)", async () => {
     const d = deps([powerStateStep, powerOnStep]);
     const { nodeId, runId: old } = await enrollingRun();
