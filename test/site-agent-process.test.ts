@@ -147,6 +147,29 @@ describe('a remote site agent process', () => {
     expect(agent.output()).not.toContain(PASSWORD);
   });
 
+  it("a result the service cannot take for a while (its database failing over: 503) is offered again until it is stored, not given up with its claim", async () => {
+    const sql = t.app.services.sql;
+    await sql.query('DROP SEQUENCE IF EXISTS test_report_seq');
+    await sql.query('CREATE SEQUENCE test_report_seq');
+    // The first three stores of a result fail as a failover does (sequences are not rolled back).
+    await sql.query(`CREATE OR REPLACE FUNCTION test_report_block() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF nextval('test_report_seq') <= 3 THEN RAISE EXCEPTION 'the database is shutting down (test)' USING ERRCODE = '57P01'; END IF;
+        RETURN NEW;
+      END $$`);
+    const nodeId = await nodeFor(0);
+    const queued = await queueCommand(sql, { kind: 'bmc.power-state', params: {}, nodeId, runId: null as never, stepIdx: null as never, idempotencyKey: `rep-${randomBytes(4).toString('hex')}`, ttlMs: 60000 });
+    await sql.query(`CREATE TRIGGER test_report_block BEFORE UPDATE ON command FOR EACH ROW
+      WHEN (NEW.id = '${queued.id}' AND NEW.status = 'succeeded') EXECUTE FUNCTION test_report_block()`);
+    try {
+      const done = await until('the result to be stored', () => command(queued.id), (c) => c.status !== 'queued' && c.status !== 'claimed', agent);
+      expect(done).toMatchObject({ status: 'succeeded', result: { ok: true } });
+      expect(Number((await sql.query('SELECT last_value FROM test_report_seq')).rows[0].last_value)).toBe(4);
+    } finally {
+      await sql.query('DROP TRIGGER IF EXISTS test_report_block ON command');
+    }
+  });
+
   it('stops cleanly on SIGTERM (exit 0), and an agent whose token is revoked stops with exit 1', async () => {
     process.kill(agent.pid, 'SIGTERM');
     expect(await agent.exited).toEqual({ code: 0, signal: null });

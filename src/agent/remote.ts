@@ -36,6 +36,9 @@ export interface RunningAgent {
   stop(graceMs?: number): Promise<void>;
 }
 
+/** How long a command's result is offered again while the service cannot take it (a failover). */
+export const REPORT_TRY_MS = 60_000;
+
 export class AgentApiError extends Error {
   constructor(readonly code: string, message: string, readonly status: number) {
     super(message);
@@ -107,18 +110,21 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   await heartbeat();
   log.info({ agentId, apiUrl: opts.apiUrl, drivers: opts.registry.names() }, 'site agent registered its key and is serving its site');
 
-  // A lost report of a destructive command that did run would end as AGENT_LOST: worth a few
-  // tries. A refusal (CONFLICT: no longer held; INVALID_INPUT) is final.
+  // A lost report of a destructive command that did run would end as AGENT_LOST, and one given up
+  // on keeps its claim renewed by every heartbeat (its run never moves on): tried again for up to
+  // REPORT_TRY_MS while the service cannot answer (no connection, a 5xx: its database failing over
+  // answers 503 for a few seconds). A refusal (CONFLICT: no longer held; INVALID_INPUT) is final.
   const report = async (commandId: string, result: CommandResult) => {
+    const until = Date.now() + REPORT_TRY_MS;
     for (let attempt = 1; ; attempt += 1) {
       try {
         await call(REPORT, { c: commandId, r: result });
         return;
       } catch (error) {
-        if (error instanceof AgentApiError && error.code !== 'INTERNAL') throw error;
-        if (attempt >= 4) throw error;
+        const passing = !(error instanceof AgentApiError) || error.code === 'INTERNAL' || error.status >= 500;
+        if (!passing || Date.now() >= until) throw error;
         log.warn({ commandId, attempt, err: error }, 'reporting a command result failed; retrying');
-        await sleep(250 * 2 ** attempt);
+        await sleep(Math.min(250 * 2 ** attempt, 4000));
       }
     }
   };
