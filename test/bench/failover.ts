@@ -53,7 +53,7 @@ import { patroniMissing, startPatroniCluster, type Member, type PatroniCluster }
 import { startMachineSim, type MachineSim } from '../sim/machine';
 import { logged, readyz, spawnServiceChild, type ServiceChild } from './failover-children';
 import { readStream, type StreamReader } from './failover-stream';
-import { flag, gql, intOption, machineInfo, option, parseBenchArgs, sleep } from './read';
+import { flag, gql, intOption, machineInfo, option, parseBenchArgs, processCpuSeconds, sleep } from './read';
 
 const hex = (n: number) => (n & 0xff).toString(16).padStart(2, '0');
 const ACTIVE = `(${ACTIVE_RUN_STATUSES.map((s) => `'${s}'`).join(', ')})`;
@@ -276,16 +276,7 @@ function downWatch(c: PatroniCluster, m: Member): { at: Promise<number>; stop():
 }
 
 /** /proc utime+stime in seconds of one pid; NaN when unreadable. */
-async function cpuSeconds(pid: number | undefined): Promise<number> {
-  if (pid === undefined) return NaN;
-  try {
-    const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return NaN;
-  }
-}
+const cpuSeconds = async (pid: number | undefined): Promise<number> => (pid === undefined ? NaN : (await processCpuSeconds(pid)) ?? NaN);
 
 /**
  * The runs in flight at `at` (ms since the epoch: created before, not finished by then) and, for each,

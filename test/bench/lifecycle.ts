@@ -37,7 +37,7 @@ import { StatementCounter } from '../../src/db/client';
 import { newId } from '../../src/ids';
 import { updateNode } from '../../src/modules/metal/node-store';
 import { CreatePoolDocument, CreateSiteDocument, CreateTenantDocument } from '../../src/generated/operations';
-import { cpuSample, flag, freePorts, gql, intOption, machineInfo, option, parseBenchArgs, sleep, startService, type CpuSample, type Service } from './read';
+import { cpuSample, flag, freePorts, gql, intOption, machineInfo, option, parseBenchArgs, processCpuSeconds, sleep, startService, type CpuSample, type Service } from './read';
 
 const TARGET_WALL_S = 60;
 const hex = (n: number) => (n & 0xff).toString(16).padStart(2, '0');
@@ -55,16 +55,7 @@ interface Children {
 }
 
 /** /proc utime+stime in seconds of one pid; NaN when unreadable. */
-async function cpuOf(pid: number | undefined): Promise<number> {
-  if (pid === undefined) return NaN;
-  try {
-    const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return NaN;
-  }
-}
+const cpuOf = async (pid: number | undefined): Promise<number> => (pid === undefined ? NaN : (await processCpuSeconds(pid)) ?? NaN);
 
 interface Cpu { api: CpuSample; worker: number; agent: number }
 async function sampleCpu(c: Children): Promise<Cpu> {

@@ -162,7 +162,7 @@ export async function stopAllServices(): Promise<void> {
 }
 
 /** CPU seconds (user + system) a process has used, from /proc (Linux); undefined when unreadable. */
-async function processCpuSeconds(pid: number): Promise<number | undefined> {
+export async function processCpuSeconds(pid: number): Promise<number | undefined> {
   try {
     const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
     // Fields after the command name (which may hold spaces) in parentheses; utime and stime are 14 and 15.

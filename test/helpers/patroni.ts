@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import YAML from 'yaml';
 import net from 'node:net';
+import { processesMentioning } from './service';
 
 /*
  * A Patroni cluster on loopback for tests and benches (issue 24): one etcd, two PostgreSQL members
@@ -110,20 +111,6 @@ function childEnv(): NodeJS.ProcessEnv {
   return env;
 }
 
-function processesMentioning(text: string): { pid: number; cmdline: string }[] {
-  const found: { pid: number; cmdline: string }[] = [];
-  for (const entry of fs.readdirSync('/proc')) {
-    const pid = Number(entry);
-    if (!Number.isInteger(pid) || pid === process.pid) continue;
-    try {
-      const cmdline = fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ');
-      if (cmdline.includes(text)) found.push({ pid, cmdline });
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return found;
-}
 
 async function httpStatus(url: string, init?: RequestInit, timeoutMs = 2000): Promise<{ status: number; body: string } | null> {
   try {
