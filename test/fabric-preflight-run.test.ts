@@ -50,7 +50,9 @@ describe('the preflight as a workflow run', () => {
     };
     await prisma.workflowRun.create({
       data: {
-        id: runId, nodeId: `fabric:preflight:${id}`, kind: 'fabric-preflight', status: 'running', leaseUntil: new Date(Date.now() - 1000),
+        // Not due: the test app's own engine must not take it up before the advanceRun below does
+        // (it did in a CI run: the run was then that engine's, still running, when the test looked).
+        id: runId, nodeId: `fabric:preflight:${id}`, kind: 'fabric-preflight', status: 'running', leaseUntil: new Date(Date.now() - 1000), dueAt: null,
         params: { underlay, overrides: [], vtepPool: { routerIdBase: '', routerIdPrefixLen: 0, capacity: 0, expectedNodes: 0, headroom: 0, overallocWarn: false } },
         steps: {
           create: [
