@@ -19,6 +19,7 @@ import { LISTEN_APPLICATION } from '../src/db/listen';
 import { databaseClient } from '../src/db/target';
 import { readMigrations } from '../src/db/migrate';
 import { gql } from './helpers/client';
+import { restStream } from './helpers/streams';
 import { patroniMissing, startPatroniCluster, type Member, type PatroniCluster } from './helpers/patroni';
 import { randomPort, spawnService, waitReady, type Service } from './helpers/service';
 
@@ -33,7 +34,7 @@ const maybe = missing ? describe.skip : describe;
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'metal-ha-svc-'));
 let cluster: PatroniCluster | null = null;
 let service: Service | null = null;
-let stream: AbortController | null = null;
+let stream: { abort(): void } | null = null;
 
 afterAll(async () => {
   stream?.abort();
@@ -44,35 +45,6 @@ afterAll(async () => {
   await cluster?.stop();
   fs.rmSync(dir, { recursive: true, force: true });
 });
-
-/** The subjects of the events an SSE reader of /api/events has seen so far. */
-function readEvents(url: string, token: string): { subjects: string[]; controller: AbortController } {
-  const controller = new AbortController();
-  const subjects: string[] = [];
-  void (async () => {
-    const res = await fetch(`${url}/api/events?channel=all`, { headers: { authorization: `Bearer ${token}` }, signal: controller.signal });
-    const decoder = new TextDecoder();
-    let buffer = '';
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      buffer += decoder.decode(chunk, { stream: true });
-      let end: number;
-      while ((end = buffer.indexOf('\n\n')) >= 0) {
-        const message = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        for (const line of message.split('\n')) {
-          if (!line.startsWith('data:')) continue;
-          try {
-            const data = JSON.parse(line.slice(5)) as { subject?: string };
-            if (data.subject) subjects.push(data.subject);
-          } catch {
-            // a keep-alive or an error message
-          }
-        }
-      }
-    }
-  })().catch(() => undefined);
-  return { subjects, controller };
-}
 
 async function waitFor(check: () => Promise<boolean> | boolean, ms: number, what: string): Promise<number> {
   const started = Date.now();
@@ -107,8 +79,8 @@ maybe('the service on a Patroni cluster (multi-host DATABASE_URL)', () => {
     expect(version.rows[0].v).toBeGreaterThanOrEqual(150000);
     expect(version.rows[0].applied).toBe((await readMigrations()).length); // every one of them
 
-    const reader = readEvents(url, adminToken);
-    stream = reader.controller;
+    const reader = restStream(url, adminToken, '?channel=all');
+    stream = { abort: reader.stop };
     let n = 0;
     const writeTenant = async () => {
       n += 1;
@@ -118,7 +90,7 @@ maybe('the service on a Patroni cluster (multi-host DATABASE_URL)', () => {
     /** An event committed on the primary (as any writer's would be): the sequencer numbers it, the hub fans it out. */
     const eventReaches = async (primary: Member, subject: string) => {
       await query(c, primary, `INSERT INTO event (type, subject, payload) VALUES ('node.ha_probe', $1, '{}')`, [subject]);
-      await waitFor(() => reader.subjects.includes(subject), 15_000, `the event ${subject} on the stream`);
+      await waitFor(() => reader.messages.some((m) => m.data?.subject === subject), 15_000, `the event ${subject} on the stream`);
     };
     const listening = async (primary: Member) =>
       (await query(c, primary, `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'`, [LISTEN_APPLICATION])).rows[0].n as number;

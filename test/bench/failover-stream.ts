@@ -6,6 +6,7 @@
  * compares what it saw with the event table: each seq exactly once.
  */
 import { sleep } from './read';
+import { sseMessages } from '../helpers/streams';
 
 export interface StreamReader {
   name: string;
@@ -48,26 +49,13 @@ export function readStream(name: string, url: string, token: string, after: bigi
           await res.arrayBuffer().catch(() => undefined);
           drop(`HTTP ${res.status}`);
         } else {
-          const decoder = new TextDecoder();
-          let buffer = '';
-          for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-            buffer += decoder.decode(chunk, { stream: true });
-            let end: number;
-            while ((end = buffer.indexOf('\n\n')) >= 0) {
-              const message = buffer.slice(0, end);
-              buffer = buffer.slice(end + 2);
-              let id: string | null = null;
-              let event = 'message';
-              for (const line of message.split('\n')) {
-                if (line.startsWith('id:')) id = line.slice(3).trim();
-                else if (line.startsWith('event:')) event = line.slice(6).trim();
-              }
-              if (event === 'error') drop('event: error');
-              else if (id !== null && /^\d+$/.test(id)) {
-                const seq = BigInt(id);
-                seen.set(seq, (seen.get(seq) ?? 0) + 1);
-                if (seq > last) last = seq;
-              }
+          for await (const message of sseMessages(res.body)) {
+            const id = message.id?.trim() ?? null;
+            if (message.event?.trim() === 'error') drop('event: error');
+            else if (id !== null && /^\d+$/.test(id)) {
+              const seq = BigInt(id);
+              seen.set(seq, (seen.get(seq) ?? 0) + 1);
+              if (seq > last) last = seq;
             }
           }
           drop('stream ended');

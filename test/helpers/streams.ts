@@ -69,6 +69,30 @@ export function sseSubscribe(baseUrl: string, token: string, query: string, vari
   return received;
 }
 
+/** The messages of an SSE body as they arrive: id, event and data (lines joined), comments skipped. */
+export async function* sseMessages(body: ReadableStream<Uint8Array>): AsyncGenerator<{ id?: string; event?: string; data?: string }> {
+  const decoder = new TextDecoder();
+  let buffer = '';
+  for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
+    buffer += decoder.decode(chunk, { stream: true });
+    let end;
+    while ((end = buffer.indexOf('\n\n')) !== -1) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const message: { id?: string; event?: string; data?: string } = {};
+      for (const line of block.split('\n')) {
+        if (line.startsWith(':')) continue;
+        const i = line.indexOf(':');
+        const key = line.slice(0, i);
+        const value = line.slice(i + 1).replace(/^ /, '');
+        if (key === 'id' || key === 'event') message[key] = value;
+        if (key === 'data') message.data = (message.data ? message.data + '\n' : '') + value;
+      }
+      yield message;
+    }
+  }
+}
+
 /** The REST event stream, read with fetch: `{ id, event, data }` per SSE message. */
 export function restStream(baseUrl: string, token: string, query: string, headers: Record<string, string> = {}) {
   const abort = new AbortController();
@@ -82,26 +106,9 @@ export function restStream(baseUrl: string, token: string, query: string, header
       state.done = true;
       return;
     }
-    const decoder = new TextDecoder();
-    let buffer = '';
     try {
-      for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-        buffer += decoder.decode(chunk, { stream: true });
-        let end;
-        while ((end = buffer.indexOf('\n\n')) !== -1) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const message: { id?: string; event?: string; data?: string } = {};
-          for (const line of block.split('\n')) {
-            if (line.startsWith(':')) continue;
-            const i = line.indexOf(':');
-            const key = line.slice(0, i);
-            const value = line.slice(i + 1).replace(/^ /, '');
-            if (key === 'id' || key === 'event') message[key] = value;
-            if (key === 'data') message.data = (message.data ? message.data + '\n' : '') + value;
-          }
-          if (message.data !== undefined) messages.push({ ...message, data: JSON.parse(message.data) });
-        }
+      for await (const message of sseMessages(response.body)) {
+        if (message.data !== undefined) messages.push({ ...message, data: JSON.parse(message.data) });
       }
     } catch {
       // aborted
