@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { freePorts, sleep } from './read';
+import { freePorts, onLines, sleep } from './read';
 
 export interface ChildExit {
   name: string;
@@ -62,13 +62,7 @@ export async function spawnServiceChild(opts: {
   let stopping = false;
   const exits: ChildExit[] = [];
   const collect = (stream: NodeJS.ReadableStream | null) => {
-    let rest = '';
-    stream?.setEncoding('utf8');
-    stream?.on('data', (chunk: string) => {
-      const parts = (rest + chunk).split('\n');
-      rest = parts.pop() ?? '';
-      for (const line of parts) {
-        if (!line.trim()) continue;
+    onLines(stream, (line) => {
         if (early.length < 400) early.push(line);
         let kind = 'not JSON';
         try {
@@ -76,7 +70,7 @@ export async function spawnServiceChild(opts: {
           kind = `${LEVELS[e.level ?? 0] ?? e.level}: ${e.msg ?? '?'}${e.err?.message ? ` (${e.err.message.replace(/\s+/g, ' ').trim().slice(0, 160)})` : ''}`;
           if ((e.level ?? 0) < 40) {
             kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
-            continue;
+            return;
           }
         } catch {
           // kept below
@@ -84,7 +78,6 @@ export async function spawnServiceChild(opts: {
         kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
         output.push(`[${opts.name}] ${line.length > 600 ? `${line.slice(0, 600)}…` : line}`);
         if (output.length > 200) output.shift();
-      }
     });
   };
   collect(proc.stdout);

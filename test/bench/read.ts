@@ -161,6 +161,17 @@ export async function stopAllServices(): Promise<void> {
   await Promise.allSettled([...running].map((stop) => stop()));
 }
 
+/** Calls `fn` with each non-blank line a child's output stream writes. */
+export function onLines(stream: NodeJS.ReadableStream | null, fn: (line: string) => void): void {
+  let rest = '';
+  stream?.setEncoding('utf8');
+  stream?.on('data', (chunk: string) => {
+    const parts = (rest + chunk).split('\n');
+    rest = parts.pop() ?? '';
+    for (const line of parts) if (line.trim()) fn(line);
+  });
+}
+
 /** CPU seconds (user + system) a process has used, from /proc (Linux); undefined when unreadable. */
 export async function processCpuSeconds(pid: number): Promise<number | undefined> {
   try {
@@ -272,13 +283,7 @@ export async function startService(opts: { nodeArgs?: string[]; env?: Record<str
     }
   };
   const collect = (stream: NodeJS.ReadableStream | null, name: string) => {
-    let rest = '';
-    stream?.setEncoding('utf8');
-    stream?.on('data', (chunk: string) => {
-      const parts = (rest + chunk).split('\n');
-      rest = parts.pop() ?? '';
-      for (const line of parts) {
-        if (!line.trim()) continue;
+    onLines(stream, (line) => {
         lines += 1;
         const kind = kindOf(line);
         kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
@@ -286,7 +291,6 @@ export async function startService(opts: { nodeArgs?: string[]; env?: Record<str
         if (output.length > 200) output.shift();
         if (lines <= 5) console.error(`[server ${name}] ${line.length > 400 ? line.slice(0, 400) + '…' : line}`);
         else if (lines === 6) console.error('[server] (further server output is not echoed; the last lines are kept)');
-      }
     });
   };
   collect(child.stdout, 'out');
