@@ -195,8 +195,9 @@ export class Sql {
         broken = true;
         const results = (await client.query(`${before}${prepare}EXECUTE ${statement.name}(${args})${after}`)) as unknown as pg.QueryResult[];
         broken = false;
-        if (prepare) preparedFirst.set(client, new Set([...(known ?? []), statement.name]));
-        return results[before ? results.length - 1 : prepare ? 1 : 0]!;
+        if (prepare) preparedFirst.set(client, (known ?? new Set<string>()).add(statement.name));
+        // The EXECUTE's answer: the last one, or the one before the statement `after` adds.
+        return results[results.length - (after ? 2 : 1)]!;
       };
       let first: pg.QueryResult | null = null;
       if (opts.first) first = await joined(`${begin}; `, opts.first, '');
