@@ -153,7 +153,7 @@ export async function startApp(overrides: Partial<Config> = {}, opts: { log?: Lo
     }
     const applied = await migrate(databaseUrl);
     if (applied.length) log.info({ applied }, 'migrations applied');
-    const database = connectDatabase(databaseUrl);
+    const database = connectDatabase(databaseUrl, { poolSize: config.databasePoolSize });
     cleanups.push(() => database.close());
     const tokens = new TokenStore(database.prisma, config.tokenCacheMs);
     await bootstrapAdmin(config, tokens, database, log);

@@ -1,3 +1,4 @@
+import { defaultDatabasePoolSize } from '../config';
 import pg from 'pg';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../generated/prisma/client';
@@ -28,7 +29,7 @@ export interface Database {
 
 export function connectDatabase(url: string, opts: { poolSize?: number } = {}): Database {
   // A multi-host URL's connections go to its primary (src/db/target.ts).
-  const pool = databasePool(url, { max: opts.poolSize ?? 20 });
+  const pool = databasePool(url, { max: opts.poolSize ?? defaultDatabasePoolSize() });
   // An idle client that loses its server (restart, failover) must not crash the process.
   pool.on('error', () => undefined);
   // Nor one checked out (Sql.transaction, Prisma's transactions): the pool listens to idle clients
