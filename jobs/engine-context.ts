@@ -1,5 +1,5 @@
 import { failed, type StepResult } from './steps';
-import { StepInterrupt, type RunInfo, type StepContext, type StepInfo } from './engine-types';
+import { StepInterrupt, type CommandCall, type RunInfo, type StepContext, type StepInfo } from './engine-types';
 import { updateNode, type NodeEvent, type Runner } from '../src/modules/metal/node-store';
 import type { NodeChange, NodeRow } from '../src/modules/metal/node-rows';
 import type { PoolPolicy } from '../src/modules/tenancy/pool';
@@ -158,6 +158,29 @@ export function buildContext(input: ContextInput): BuiltContext {
       const key = `${step.key}/${calls}`;
       const row = await queue({ kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: opts.ttlMs ?? input.commandTtlMs });
       return settle(row, params, key);
+    },
+    async commands(list: readonly CommandCall[]) {
+      const rows: { row: CommandRow; params: unknown; key: string }[] = [];
+      for (const { kind, params } of list) {
+        calls += 1;
+        const key = `${step.key}/${calls}`;
+        rows.push({ row: await queue({ kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: input.commandTtlMs }), params, key });
+      }
+      // In order, as separate calls would: the first failure fails the step; a command without a
+      // result yet suspends it only once the others are settled too (the earliest of their waits).
+      const values: unknown[] = [];
+      let wait: StepInterrupt | null = null;
+      for (const { row, params, key } of rows) {
+        try {
+          values.push(await settle(row, params, key));
+        } catch (error) {
+          if (!(error instanceof StepInterrupt) || error.result.kind !== 'wait') throw error;
+          if (!wait || (wait.result.kind === 'wait' && error.result.until < wait.result.until)) wait = error;
+          values.push(undefined);
+        }
+      }
+      if (wait) throw wait;
+      return values;
     },
     async bootEntry(purpose: BootPurpose, params: Record<string, unknown>) {
       const known = input.memo.bootEntries;

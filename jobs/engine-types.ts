@@ -54,6 +54,9 @@ export interface StepInfo {
   deadline: Date;
 }
 
+/** One command of StepContext.commands: its kind and parameters. */
+export type CommandCall = { [K in CommandKind]: { kind: K; params: CommandParams[K] } }[CommandKind];
+
 export interface StepContext {
   readonly run: RunInfo;
   /** The node as it is now (locked for the step's transaction); updateNode replaces it. */
@@ -71,6 +74,13 @@ export interface StepContext {
    * earlier); a failed or expired one fails the step with the command's code.
    */
   command<K extends CommandKind>(kind: K, params: CommandParams[K], opts?: { ttlMs?: number }): Promise<unknown>;
+  /**
+   * Several commands that do not depend on each other, queued together (keys in list order, as
+   * that many command() calls would have them) so one agent can run them at once and the run is
+   * woken once, when the last of them has a result (recordResult). Resolves to their values in
+   * order once all succeeded; suspends while any has no result; a failed one fails the step.
+   */
+  commands(list: readonly CommandCall[]): Promise<unknown[]>;
   /** The run's boot entry for this step attempt: issued once, then found again (NO_CONFIRMED_MAC without a MAC). */
   bootEntry(purpose: BootPurpose, params: Record<string, unknown>): Promise<string[]>;
   /** The run's ramdisk reports of one kind, oldest first. */

@@ -521,6 +521,88 @@ describe('waking a run in the process that committed the news (RunWaker)', () =>
     expect(await advanceJobs(runId)).toBe(0);
   });
 
+  /** A step that queues two independent commands at once (as pxeBootOnce does: boot device and power state). */
+  const bothStep: StepDef = {
+    name: 'both',
+    title: 'Setting the boot device and reading the power state',
+    async run(ctx) {
+      const [, state] = await ctx.commands([
+        { kind: 'bmc.boot-device', params: { device: 'pxe', persistent: false } },
+        { kind: 'bmc.power-state', params: {} },
+      ]);
+      return complete(`power is ${String(state)}`);
+    },
+  };
+  const claim = (id: string) => sql().query(
+    `UPDATE command SET status = 'claimed', claimed_by = 'agent-x', claimed_at = now(), lease_expires_at = now() + interval '1 minute' WHERE id = $1`, [id]);
+
+  it('commands(): both are queued in the step\'s transaction, with the keys two command() calls would have; the run wakes once, when the last result is in', async () => {
+    const d = deps([bothStep]);
+    const { runId } = await enrollingRun();
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting' });
+    // Both in the step's one transaction, before any result: the agent can take them together.
+    const [device, power] = await queuedCommands(sql(), runId);
+    expect([device!.kind, power!.kind]).toEqual(['bmc.boot-device', 'bmc.power-state']);
+    expect(device!.idempotencyKey).toMatch(/:0:1\/1$/);
+    expect(power!.idempotencyKey).toMatch(/:0:1\/2$/);
+    await claim(device!.id);
+    await claim(power!.id);
+    const woken: string[] = [];
+    // The first result: its sibling has none yet, so the run sleeps on.
+    expect(await recordResult(sql(), power!.id, 'agent-x', ok('off'), { wake: (id) => woken.push(id) })).toBe(true);
+    expect(woken).toEqual([]);
+    expect(await advanceJobs(runId)).toBe(0);
+    // The last one wakes it, and the step goes on with both values.
+    expect(await recordResult(sql(), device!.id, 'agent-x', ok(), { wake: (id) => woken.push(id) })).toBe(true);
+    expect(woken).toEqual([runId]);
+    expect(await advanceJobs(runId)).toBe(1);
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'succeeded' });
+    expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'succeeded', message: 'power is off' });
+  });
+
+  it('commands(): a sibling locked by another writer (its own result committing at the same moment) counts as done: the run is woken rather than left asleep', async () => {
+    const d = deps([bothStep]);
+    const { runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const [device, power] = await queuedCommands(sql(), runId);
+    await claim(device!.id);
+    await claim(power!.id);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => { release = resolve; });
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => { locked = resolve; });
+    // Another transaction holds the sibling's row, as a concurrent result write does until it commits.
+    const other = sql().transaction(async (tx) => {
+      await tx.query('SELECT 1 FROM command WHERE id = $1 FOR UPDATE', [device!.id]);
+      locked();
+      await held;
+    });
+    await isLocked;
+    try {
+      expect(await recordResult(sql(), power!.id, 'agent-x', ok('on'))).toBe(true);
+      expect(await advanceJobs(runId)).toBe(1);
+    } finally {
+      release();
+      await other;
+    }
+    // Woken early, the step finds the boot device still without a result and waits again: nothing is lost.
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting' });
+    expect(await recordResult(sql(), device!.id, 'agent-x', ok())).toBe(true);
+    expect(await advanceJobs(runId)).toBe(1);
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'succeeded' });
+  });
+
+  it('commands(): the first failure fails the step, as separate calls would, whatever the other answered', async () => {
+    const d = deps([bothStep]);
+    const { runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const [device, power] = await queuedCommands(sql(), runId);
+    await reportCommand(sql(), power!.id, ok('on'));
+    await reportCommand(sql(), device!.id, { ok: false, code: 'BMC_ERROR', message: 'the BMC refused the override', retryable: false });
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'finished', status: 'failed' });
+    expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'failed', errorCode: 'BMC_ERROR' });
+  });
+
   it('every wait is due at its end (no timer job, no sweep): a long wait that ran out is due and fails as a deadline passed', async () => {
     const long: StepDef = { name: 'await', title: 'Waiting for a long time', deadlineSeconds: 3600, async run(ctx) { return ctx.waitFor('a report that never comes'); } };
     const { runId } = await enrollingRun();

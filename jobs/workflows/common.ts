@@ -31,8 +31,11 @@ export const fail = (code: string, message: string, retryable = false): never =>
 
 /** Sets PXE for the next boot only, then powers the machine on (or cycles it when it runs). */
 export async function pxeBootOnce(ctx: StepContext, beforePower?: () => Promise<void>): Promise<string> {
-  await ctx.command('bmc.boot-device', { device: 'pxe', persistent: false });
-  const state = (await ctx.command('bmc.power-state', {})) as PowerState;
+  // Independent of each other: queued together, run at once by the agent, one wake-up for both.
+  const [, state] = (await ctx.commands([
+    { kind: 'bmc.boot-device', params: { device: 'pxe', persistent: false } },
+    { kind: 'bmc.power-state', params: {} },
+  ])) as [unknown, PowerState];
   const action = state === 'off' ? 'on' : 'cycle';
   await beforePower?.();
   await ctx.command('bmc.power', { action });
