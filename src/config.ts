@@ -216,7 +216,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     workflowEngine: engine !== 'off',
     pgStatStatements: stats === 'on',
     workflowLeaseMs,
-    agentConcurrency: intEnv(env, 'AGENT_CONCURRENCY', 32, 1),
+    agentConcurrency: intEnv(env, 'AGENT_CONCURRENCY', 64, 1),
     apiUrl: env.API_URL || undefined,
     agentToken: env.AGENT_TOKEN || undefined,
     agentTokenFile: env.AGENT_TOKEN_FILE || undefined,
