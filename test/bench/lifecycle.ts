@@ -296,7 +296,12 @@ async function run(argv: string[]): Promise<number> {
     const failed = (await sql.query(`SELECT failed_from, last_error_code, count(*)::int AS n FROM node WHERE pool_id = $1 AND provision_state = 'failed' GROUP BY 1, 2`, [createPool.id])).rows;
     const totals = sim.totals();
     let duplicates = 0;
-    for (const m of sim.machines) duplicates += sim.redfish.counts(m.id).duplicateKeys.length;
+    let bmcConnections = 0;
+    for (const m of sim.machines) {
+      const counts = sim.redfish.counts(m.id);
+      duplicates += counts.duplicateKeys.length;
+      bmcConnections += sim.redfish.connections(m.id);
+    }
     // Every HTTP request the simulated BMCs answered, by method and path (the simulator keeps the last 2,000 per BMC).
     const bmcRequests = new Map<string, number>();
     for (const m of sim.machines) {
@@ -328,7 +333,7 @@ async function run(argv: string[]): Promise<number> {
     console.log(`steps:              ${steps} workflow steps ran (${figures.skipped} of them skipped), ${figures.runs} runs: ${(steps / wallS).toFixed(1)} steps/s; median step ${(Number(figures.step_p50_s) * 1000).toFixed(0)} ms`);
     console.log(`work:               ${figures.commands} BMC commands, ${figures.reports} ramdisk reports`);
     console.log(`machines:           ${totals.pxeBoots} PXE boots, ${totals.ramdiskBoots} ramdisk boots, ${totals.wipesPerformed} disk wipes, ${totals.refused} calls refused, ${totals.failedCalls} failed; ${duplicates} idempotency keys accepted twice`);
-    console.log(`BMC requests:       ${bmcTotal} (${(bmcTotal / Number(figures.commands)).toFixed(2)} per BMC command): ${[...bmcRequests].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, n]) => `${n} ${k}`).join(', ')}`);
+    console.log(`BMC requests:       ${bmcTotal} (${(bmcTotal / Number(figures.commands)).toFixed(2)} per BMC command) on ${bmcConnections} TCP connections: ${[...bmcRequests].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, n]) => `${n} ${k}`).join(', ')}`);
     if (split) {
       console.log(`CPU, engine:        ${workerCpu.toFixed(1)} s = ${ms(workerCpu)} ms per step (ROLE=worker BUILTIN_AGENT=off: the workflow engine alone)`);
       console.log(`CPU, agent:         ${agentCpu.toFixed(1)} s = ${ms(agentCpu)} ms per step (ROLE=worker WORKFLOW_ENGINE=off: the built-in agent with the Redfish driver)`);
@@ -342,6 +347,21 @@ async function run(argv: string[]): Promise<number> {
     // Issue 23's target: all the service's processes and PostgreSQL together (with --split, the three children).
     const allServiceCpu = split ? serviceCpu + workerCpu + agentCpu : serviceCpu;
     console.log(`target service + PostgreSQL CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: ${Number.isFinite(dbCpu) ? `${pass(((allServiceCpu + dbCpu) * 1000) / steps <= TARGET_CPU_PER_STEP_MS)} (${ms(allServiceCpu + dbCpu)} ms)` : 'not measured (PostgreSQL is not a child here: DATABASE_URL)'}`);
+    // PostgreSQL's CPU by process: which backends (the LISTEN connection, the pools, autovacuum, the WAL writer) use it.
+    const byProcess = pgStats
+      ? await (async () => {
+        const rows = (await sql.query<{ pid: number; kind: string }>(
+          `SELECT pid, backend_type || CASE WHEN application_name <> '' THEN ' ' || application_name ELSE '' END AS kind FROM pg_stat_activity`)).rows;
+        const groups = new Map<string, { n: number; s: number }>();
+        for (const r of rows) {
+          const s = await processCpuSeconds(r.pid);
+          if (s === undefined) continue;
+          const g = groups.get(r.kind) ?? { n: 0, s: 0 };
+          groups.set(r.kind, { n: g.n + 1, s: g.s + s });
+        }
+        return [...groups].sort((a, b) => b[1].s - a[1].s);
+      })()
+      : null;
     console.log(split
       ? `target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: ${pass((workerCpu * 1000) / steps <= TARGET_CPU_PER_STEP_MS)} (${ms(workerCpu)} ms: the engine process)`
       : `target engine CPU per step <= ${TARGET_CPU_PER_STEP_MS} ms: not measured apart here (the one service process, API and agent included, used ${ms(workerCpu)} ms); --split runs the engine in a process of its own`);
@@ -353,6 +373,8 @@ async function run(argv: string[]): Promise<number> {
       for (const r of byCalls!.rows) console.log(`  ${String(r.calls).padStart(7)} calls (${(r.calls / steps).toFixed(2)} per step) ${String(r.exec).padStart(6)} ms  ${r.q}`);
       console.log('== the most called, run by triggers and functions ==');
       for (const r of nested!.rows) console.log(`  ${String(r.calls).padStart(7)} calls (${(r.calls / steps).toFixed(2)} per step) ${String(r.exec).padStart(6)} ms  ${r.q}`);
+      console.log('== PostgreSQL CPU by process (since each started; processes that ended are not listed) ==');
+      for (const [kind, g] of byProcess!) console.log(`  ${g.s.toFixed(1).padStart(6)} s  ${String(g.n).padStart(3)} x ${kind}`);
     }
     const errors = api.outputKinds().filter(([k]) => k.startsWith('error') || k.startsWith('fatal') || k.startsWith('warn'));
     if (errors.length) console.log(`service warnings/errors: ${errors.slice(0, 8).map(([k, n]) => `${n}x ${k}`).join('; ')}`);

@@ -203,6 +203,8 @@ export interface RedfishSim {
   machines: SimMachine[];
   setFault(id: string, faults: Faults): void;
   counts(id: string): Counts;
+  /** TCP connections the machine's BMC accepted so far. */
+  connections(id: string): number;
   requests(id: string): RequestRecord[];
   /** Forgets every session of the machine, as a BMC restart or a session timeout does. */
   expireSessions(id: string): void;
@@ -895,6 +897,7 @@ export async function startRedfishSim(opts: RedfishSimOptions = {}): Promise<Red
       machines: publicMachines,
       setFault: (id, faults) => { lookup(id).faults = structuredClone(faults); },
       counts: (id) => lookup(id).counts(),
+      connections: (id) => lookup(id).connections,
       requests: (id) => [...lookup(id).requests],
       expireSessions: (id) => { lookup(id).sessions.clear(); },
       stop: async () => {
