@@ -342,12 +342,14 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
       expect(await statements(() => post({ ...commission, token: `mbt_${'x'.repeat(43)}` }, 'heartbeat', { extra: 1 }))).toEqual({ status: 401, statements: 1 });
     });
 
-    it('a report nothing waits for is stored without waking the run: a heartbeat (but for rescue) and a step that started', async () => {
+    it('a report nothing waits for is stored without waking the run: a heartbeat (but for rescue), a step that started, and the end of a step no workflow reads', async () => {
       const jobsOf = async (runId: string) => Number((await sql.query(`SELECT count(*) FROM workflow_run WHERE id = $1 AND due_at <= now()`, [runId])).rows[0].count);
       // The engine took the run (none runs here: as its fetch leaves it, due at its lease's end).
       await sql.query(`UPDATE workflow_run SET due_at = now() + interval '1 minute' WHERE id = $1`, [commissionRun]);
       expect((await post(commission, 'heartbeat', { message: 'still erasing' })).status).toBe(201);
       expect((await post(commission, 'steps', { name: 'erase-devices', status: 'started' })).status).toBe(201);
+      // The DCGM step reads the dcgm report, never the ramdisk's dcgm-diag step: its end wakes nothing.
+      expect((await post(commission, 'steps', { name: 'dcgm-diag', status: 'succeeded' })).status).toBe(201);
       expect(await jobsOf(commissionRun)).toBe(0);
       expect((await post(commission, 'steps', { name: 'erase-devices', status: 'succeeded' })).status).toBe(201);
       expect(await jobsOf(commissionRun)).toBe(1);
@@ -355,7 +357,13 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
         reportWakesRun('rescue', 'heartbeat', {}), reportWakesRun('inspect', 'heartbeat', {}), reportWakesRun('deploy', 'step', { name: 'os', status: 'started' }),
         reportWakesRun('deploy', 'step', { name: 'os', status: 'succeeded' }), reportWakesRun('deploy', 'step', { name: 'os', status: 'failed' }),
         reportWakesRun('inspect', 'inventory', {}), reportWakesRun('commission', 'dcgm', {}), reportWakesRun('release', 'wipe', {}),
-      ]).toEqual([true, false, false, true, true, true, true, true]);
+        // The wipe's end ends a wipe step's wait (wipeOver), whatever the purpose that wipes.
+        reportWakesRun('commission', 'step', { name: 'erase-devices', status: 'succeeded' }), reportWakesRun('release', 'step', { name: 'erase-devices', status: 'failed' }),
+        reportWakesRun('retire', 'step', { name: 'erase-devices', status: 'succeeded' }), reportWakesRun('release', 'step', { name: 'erase-devices', status: 'started' }),
+        // Steps no workflow reads: the inventory and the DCGM report are what their steps wait for.
+        reportWakesRun('inspect', 'step', { name: 'inspect-hardware', status: 'succeeded' }), reportWakesRun('commission', 'step', { name: 'dcgm-diag', status: 'failed' }),
+        reportWakesRun('rescue', 'step', { name: 'shell', status: 'succeeded' }),
+      ]).toEqual([true, false, false, true, true, true, true, true, true, true, true, false, false, false, false]);
     });
 
     it("a boot's purpose decides which reports it takes (409, nothing stored)", async () => {

@@ -5,6 +5,7 @@ import type { BootPurpose, ReportRow } from '../../src/modules/boot/entries';
 import { revokeRunBoot } from '../../src/modules/boot/run-boot';
 import { heldPxeContinuous } from '../../src/modules/sites/commands';
 import type { PowerState } from '../../clients/bmc/driver';
+import { WIPE_STEP } from '../../src/modules/boot/ramdisk-steps';
 
 /**
  * Building blocks the workflow definitions share. Each is re-entrant (see engine-types.ts): the
@@ -147,8 +148,6 @@ export function wipeAttestation(inventory: unknown, reports: readonly ReportRow[
   return { attested: disks.length > 0 && missing.length === 0, missing, total: disks.length };
 }
 
-/** The ramdisk's step report that ends its wipes (docs/boot.md). */
-export const WIPE_STEP = 'erase-devices';
 
 /**
  * Whether the ramdisk is done wiping: every disk of the inventory has a wipe record (attested or

@@ -1,3 +1,4 @@
+import { WIPE_STEP } from './ramdisk-steps';
 import Ajv, { type ValidateFunction } from 'ajv';
 import addFormats from 'ajv-formats';
 import { AppError, invalidInput } from '../../errors';
@@ -129,15 +130,21 @@ export function reportAllowed(purpose: BootPurpose, kind: ReportKind): boolean {
 /**
  * Whether a report may end what its run waits for, so it wakes the run (due_at): a
  * heartbeat only for a rescue boot (the rescue workflow waits for the ramdisk's first call), a
- * step report only when the step ended (deploy's profile steps and a wipe's erase-devices are
- * read by their outcome, never by their start), anything else always. The others are stored
- * alike and read at the run's next wake-up; waking the run for them only made it look and wait
- * again (in the lifecycle bench, 7 of a machine's 12 reports). A run past its deadline is woken by
- * its own timer either way.
+ * step report only when a workflow reads it: a deploy's profile steps, and the end of the wipe
+ * (WIPE_STEP), both by their outcome, never by their start; anything else always. The others
+ * are stored alike and read at the run's next wake-up; waking the run for them only made it
+ * look and wait again (in the lifecycle bench, 9 of a machine's 12 reports: the inspection's and
+ * the DCGM run's step ends came right after the inventory and the DCGM report they follow, and
+ * woke a run already waiting on its next command). A run past its deadline is woken by its own
+ * timer either way. A workflow that comes to read another step report must be named here.
  */
 export function reportWakesRun(purpose: BootPurpose, kind: ReportKind, payload: unknown): boolean {
   if (kind === 'heartbeat') return purpose === 'rescue';
-  if (kind === 'step') return (payload as { status?: unknown } | null)?.status !== 'started';
+  if (kind === 'step') {
+    const step = payload as { name?: unknown; status?: unknown } | null;
+    if (step?.status === 'started') return false;
+    return purpose === 'deploy' || step?.name === WIPE_STEP;
+  }
   return true;
 }
 
