@@ -169,7 +169,7 @@ describe('metal-enroll, metal-inspect, metal-commission', () => {
     };
     const { runs } = await drive(deps, node.id, bmc, happyRamdisk(node), { agent });
     expect((await nodeOf(sql(), node.id)).provision_state).toBe('ready');
-    const inspect = (await sql().query(`SELECT kind, params FROM command WHERE run_id = $1 ORDER BY created_at, id`, [runs[1]])).rows.map((r) => [r.kind, r.params.device ?? r.params.action ?? null]);
+    const inspect = (await sql().query(`SELECT kind, params FROM command WHERE run_id = $1 ORDER BY created_at, idempotency_key`, [runs[1]])).rows.map((r) => [r.kind, r.params.device ?? r.params.action ?? null]);
     expect(inspect).toEqual([['bmc.boot-device', 'pxe'], ['bmc.power-state', null], ['bmc.power', 'on'], ['bmc.boot-device', 'disk'], ['bmc.power', 'off']]);
     expect((await stepsOf(sql(), runs[1]!))[2]!.message).toContain('set back to the disk');
   });

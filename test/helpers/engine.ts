@@ -85,7 +85,7 @@ export interface CommandSeen {
 
 export async function queuedCommands(sql: Sql, runId: string): Promise<CommandSeen[]> {
   const { rows } = await sql.query(
-    `SELECT id, kind, params, idempotency_key, step_idx FROM command WHERE run_id = $1 AND status = 'queued' ORDER BY created_at, id`, [runId],
+    `SELECT id, kind, params, idempotency_key, step_idx FROM command WHERE run_id = $1 AND status = 'queued' ORDER BY created_at, idempotency_key`, [runId],
   );
   return rows.map((r) => ({ id: r.id, kind: r.kind, params: r.params, idempotencyKey: r.idempotency_key, stepIdx: r.step_idx }));
 }
@@ -215,7 +215,7 @@ export async function nodeOf(sql: Sql, nodeId: string): Promise<RawNode> {
 
 /** Commands of the run per idempotency key: each key must name exactly one row. */
 export async function commandsOf(sql: Sql, runId: string): Promise<{ kind: string; key: string; status: string; params: Record<string, unknown> }[]> {
-  const { rows } = await sql.query(`SELECT kind, idempotency_key, status, params FROM command WHERE run_id = $1 ORDER BY created_at, id`, [runId]);
+  const { rows } = await sql.query(`SELECT kind, idempotency_key, status, params FROM command WHERE run_id = $1 ORDER BY created_at, idempotency_key`, [runId]);
   return rows.map((r) => ({ kind: r.kind, key: r.idempotency_key, status: r.status, params: r.params }));
 }
 
