@@ -274,6 +274,17 @@ describe('links, not guesses', () => {
     expect(sim.requests('pool').length).toBeGreaterThan(16);
   });
 
+  it('a connection idle for up to a second less than the keep-alive timeout the BMC advertises is used again, not dialled anew', async () => {
+    const m = M.pool!;
+    await drv('redfish').powerState(ep(m));
+    const before = m.state().connections;
+    // The simulated BMC says Keep-Alive: timeout=5 (as Node's server does). undici's default margin
+    // of 2 s closed it after 3 s: at 1,000 machines, most commands of a BMC came more than 3 s apart.
+    await new Promise((resolve) => setTimeout(resolve, 3500));
+    await drv('redfish').powerState(ep(m));
+    expect(m.state().connections).toBe(before);
+  });
+
   it('driverOptions.systemId must name one of the BMC systems', async () => {
     const m = M.pool!;
     const e = await failure(drv('redfish').powerState(ep(m, { options: { systemId: 'nope' } })));

@@ -285,6 +285,10 @@ export class RedfishTransport {
         connect: { ...tls.connect, timeout: this.options.connectTimeoutMs },
         headersTimeout: this.options.headersTimeoutMs,
         bodyTimeout: this.options.bodyTimeoutMs,
+        // A BMC that advertises Keep-Alive: timeout=N keeps an idle connection N s: undici's margin
+        // of 2 s below that is for slow links; on a BMC network 1 s is plenty, and a connection
+        // kept one second longer spares a new TCP (and TLS) handshake for commands 3-4 s apart.
+        keepAliveTimeoutThreshold: 1000,
       });
       this.pools.set(poolKey, pool);
     }
