@@ -216,8 +216,11 @@ describe('fabric rollout over real sshd', () => {
 
   it('strict mode: the first failure stops the fan-out and every touched node goes back to baseline; the job ends failed', async () => {
     await useNodes([sshdA, sshdB]);
+    // A fails its install 3 s in, by when B has certainly begun its own (10 s): both are touched.
+    // (A failing at once lost that race in a loaded CI run: B had not connected yet, "1 of 1".)
     await lab.setFakeExit(sshdA, 'apt-get', 100);
-    await slowAptGet(sshdB, 5);
+    await slowAptGet(sshdA, 3);
+    await slowAptGet(sshdB, 10);
     try {
       const started = await gql(t.url, admin, 'mutation { applyFabric(strict: true) { applyJobId created id message job { strict jobStatus } } }');
       expect(started.errors).toBeUndefined();
@@ -244,6 +247,7 @@ describe('fabric rollout over real sshd', () => {
       expect(types.filter((x) => x === 'fabric.node_rolled_back')).toHaveLength(2);
     } finally {
       await lab.setFakeExit(sshdA, 'apt-get', 0);
+      await slowAptGet(sshdA, 0);
       await slowAptGet(sshdB, 0);
     }
   });
