@@ -2,7 +2,7 @@ import { updateNode } from '../src/modules/metal/node-store';
 import { decideWorkflowMove, isWorkflowKind, type ProvisionState, type WorkflowOutcome } from '../src/modules/metal/states';
 import { DUE_WITH, RUN_ENDED_SET } from './engine-lease';
 import { clip, flush, type Loaded } from './engine-rows';
-import { doneStatus, nextStep, runBody, saveStep, startStep, stepEvent, stopWaiting, timerDue, withNotes, type Step } from './engine-step';
+import { doneStatus, nextStep, runBody, saveStep, startStep, stepEvent, stopWaiting, timerDue, withNotes, type Step } from './engine-step-state';
 
 /**
  * A run's failure, its cleanup and its end (the engine's overview is in jobs/engine.ts): failRun

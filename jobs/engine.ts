@@ -36,7 +36,8 @@ export { sweepRuns } from './engine-sweep';
  *
  * The engine's parts: engine-lease.ts (taking a run's lease), engine-rows.ts (a step transaction's
  * load and flush), engine-step.ts (the step logic), engine-cleanup.ts (a run's failure, cleanup and
- * end), engine-sweep.ts (the safety net for runs a writer forgot to wake).
+ * end), engine-step-state.ts (a step's start, end and wait in memory, which both of those use),
+ * engine-sweep.ts (the safety net for runs a writer forgot to wake).
  */
 
 export interface EngineDeps {
