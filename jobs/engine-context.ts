@@ -86,6 +86,13 @@ export function buildContext(input: ContextInput): BuiltContext {
     return input.defer && !known ? input.defer(command) : queueCommand(db, command);
   }
 
+  /** The step's next command call: its key `<step key>/<n>` (n = call order), queued or found. */
+  async function nextCall<K extends CommandKind>(kind: K, params: CommandParams[K], ttlMs?: number): Promise<{ row: CommandRow; key: string }> {
+    calls += 1;
+    const key = `${step.key}/${calls}`;
+    return { row: await queue({ kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: ttlMs ?? input.commandTtlMs }), key };
+  }
+
   async function expire(row: CommandRow): Promise<boolean> {
     const expired = await expireQueuedCommand(db, row.id, 'no site agent claimed it before it expired');
     if (expired) input.onExpired?.(row.kind);
@@ -154,18 +161,12 @@ export function buildContext(input: ContextInput): BuiltContext {
     db,
     memo: input.memo,
     async command<K extends CommandKind>(kind: K, params: CommandParams[K], opts: { ttlMs?: number } = {}) {
-      calls += 1;
-      const key = `${step.key}/${calls}`;
-      const row = await queue({ kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: opts.ttlMs ?? input.commandTtlMs });
+      const { row, key } = await nextCall(kind, params, opts.ttlMs);
       return settle(row, params, key);
     },
     async commands(list: readonly CommandCall[]) {
       const rows: { row: CommandRow; params: unknown; key: string }[] = [];
-      for (const { kind, params } of list) {
-        calls += 1;
-        const key = `${step.key}/${calls}`;
-        rows.push({ row: await queue({ kind, params, nodeId: node.id, runId: run.id, stepIdx: step.idx, idempotencyKey: key, ttlMs: input.commandTtlMs }), params, key });
-      }
+      for (const { kind, params } of list) rows.push({ ...(await nextCall(kind, params)), params });
       // In order, as separate calls would: the first failure fails the step; a command without a
       // result yet suspends it only once the others are settled too (the earliest of their waits).
       const values: unknown[] = [];

@@ -181,15 +181,20 @@ export class BootHttp {
   /** The boot of the bearer's token, checked against the entry the path names. Every failure is the same 401 to the caller; the log says which. */
   private async authenticate(bearer: Bearer, requestId: string): Promise<BootSession | null> {
     const session = await bootSession(this.sql, bearer.token);
+    return this.isBearers(session, bearer, requestId) ? session : null;
+  }
+
+  /** Whether the boot found for the token (null: none live) is the one the path names; logs why not. */
+  private isBearers(session: Pick<BootSession, 'tokenId' | 'entryId'> | null, bearer: Bearer, requestId: string): session is Pick<BootSession, 'tokenId' | 'entryId'> {
     if (!session) {
       this.log.info({ requestId }, 'boot callback with an unknown, revoked or expired boot token');
-      return null;
+      return false;
     }
     if (session.entryId !== bearer.entryId) {
       this.log.warn({ requestId, tokenId: session.tokenId, tokenEntryId: session.entryId }, 'boot callback with the token of another boot entry');
-      return null;
+      return false;
     }
-    return session;
+    return true;
   }
 
   /**
@@ -213,16 +218,9 @@ export class BootHttp {
       allowed: BOOT_PURPOSES.filter((purpose) => reportAllowed(purpose, kind)),
       wakes: BOOT_PURPOSES.filter((purpose) => reportWakesRun(purpose, kind, payload)),
     }, this.waker);
-    if (!stored) {
-      this.log.info({ requestId }, 'boot callback with an unknown, revoked or expired boot token');
-      return unauthorized(req, res, requestId);
-    }
+    if (!this.isBearers(stored ? stored.session : null, bearer, requestId) || !stored) return unauthorized(req, res, requestId);
     const { session } = stored;
     if (stored.kind === 'refused') {
-      if (session.entryId !== bearer.entryId) {
-        this.log.warn({ requestId, tokenId: session.tokenId, tokenEntryId: session.entryId }, 'boot callback with the token of another boot entry');
-        return unauthorized(req, res, requestId);
-      }
       throw new AppError('INVALID_STATE', `a ${session.purpose} boot takes no ${kind} report`, { purpose: session.purpose, reports: ['heartbeat', 'step', ...REPORTS_BY_PURPOSE[session.purpose]] });
     }
     this.log.info({ requestId, entryId: session.entryId, nodeId: session.nodeId, runId: session.runId, kind, reportId: stored.id }, 'ramdisk report stored');

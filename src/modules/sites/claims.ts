@@ -231,19 +231,6 @@ function toHeld(r: Record<string, unknown>): HeldCommand {
 }
 
 /**
- * The other commands of the same run step still without a result (StepContext.commands queues
- * several at once): a result wakes the run only when none is left, so the step wakes once for all
- * of them instead of once per result (and waits again). Locked, so two results of one step that
- * commit at the same time cannot both miss each other: the second waits for the first's lock and
- * then reads the first as done. SKIP LOCKED: a sibling locked elsewhere (its own result being
- * written, a claim, the sweep) counts as done, so a doubt wakes the run (it only looks again)
- * rather than leaving it asleep until its commands' expiry.
- */
-const PENDING_SIBLINGS_SQL = `SELECT 1 FROM command o, upd
-        WHERE o.run_id = upd.run_id AND o.step_idx = upd.step_idx AND o.id <> $1 AND o.status IN ('queued', 'claimed')
-        FOR UPDATE OF o SKIP LOCKED`;
-
-/**
  * Records the result of a command the agent still holds (status claimed, by it) and, when a run
  * queued it, that run woken (due_at), in one statement: no transaction needed around it. A result that arrives after the lease lapsed but
  * before a sweep is accepted: it is better knowledge than AGENT_LOST. Returns false when the agent
@@ -252,6 +239,14 @@ const PENDING_SIBLINGS_SQL = `SELECT 1 FROM command o, upd
  * With `waker` (a process that runs the engine itself: the built-in agent), that process's engine
  * is also told after the statement (it fetches at once, without waiting for the notification), so
  * `db` must not be a transaction then.
+ *
+ * The run is woken only when no other command of the same run step (StepContext.commands queues
+ * several at once) is still without a result (`siblings`), so the step wakes once for all
+ * of them instead of once per result (and waits again). Locked, so two results of one step that
+ * commit at the same time cannot both miss each other: the second waits for the first's lock and
+ * then reads the first as done. SKIP LOCKED: a sibling locked elsewhere (its own result being
+ * written, a claim, the sweep) counts as done, so a doubt wakes the run (it only looks again)
+ * rather than leaving it asleep until its commands' expiry.
  */
 export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult, waker?: RunWaker | null, metrics?: DomainCounters | null): Promise<boolean> {
   const { rows } = await db.query(
@@ -260,7 +255,9 @@ export async function recordResult(db: Runner, commandId: string, agentId: strin
         WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
        RETURNING run_id, kind, step_idx
      ), siblings AS (
-       ${PENDING_SIBLINGS_SQL}
+       SELECT 1 FROM command o, upd
+        WHERE o.run_id = upd.run_id AND o.step_idx = upd.step_idx AND o.id <> $1 AND o.status IN ('queued', 'claimed')
+        FOR UPDATE OF o SKIP LOCKED
      ), woke AS (
        ${wakeRunsSql('SELECT run_id FROM upd', { when: 'NOT EXISTS (SELECT 1 FROM siblings)' })}
      )
