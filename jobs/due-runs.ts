@@ -68,11 +68,16 @@ export class DueRunLoop implements RunWaker {
   private backlog = false;
   private readonly advancing = new Set<Promise<unknown>>();
 
+  /**
+   * `advance` takes one run; `opts.advanceGroup`, when given, takes up to `opts.groupSize` runs of
+   * one fetch together (engine.ts advanceLeasedBatch: one step transaction for them) and answers
+   * one promise per run, so each still holds its slot until its own advance ends.
+   */
   constructor(
     private readonly sql: Sql,
     private readonly advance: (run: DueRun) => Promise<unknown>,
     private readonly log: Logger,
-    private readonly opts: { concurrency: number; pollMs: number; leaseMs?: number },
+    private readonly opts: { concurrency: number; pollMs: number; leaseMs?: number; advanceGroup?: (runs: DueRun[]) => Promise<unknown>[]; groupSize?: number },
   ) {}
 
   start(): void {
@@ -102,7 +107,12 @@ export class DueRunLoop implements RunWaker {
         try {
           const { runs } = await fetchDueRuns(this.sql, free, this.opts.leaseMs);
           this.backlog = runs.length === free;
-          for (const run of runs) this.begin(run);
+          const size = this.opts.advanceGroup ? Math.max(1, this.opts.groupSize ?? 1) : 1;
+          for (let i = 0; i < runs.length; i += size) {
+            const group = runs.slice(i, i + size);
+            const advances = group.length > 1 ? this.opts.advanceGroup!(group) : [this.advance(group[0]!)];
+            group.forEach((run, j) => this.begin(run, advances[j]!));
+          }
           if (this.backlog) continue;
         } catch (error) {
           this.log.warn({ err: error }, 'fetching due workflow runs failed; retrying at the next poll');
@@ -125,9 +135,9 @@ export class DueRunLoop implements RunWaker {
     }
   }
 
-  private begin(run: DueRun): void {
+  private begin(run: DueRun, advancing: Promise<unknown>): void {
     this.active += 1;
-    const inFlight = this.advance(run)
+    const inFlight = advancing
       .catch((error: unknown) => this.log.error({ err: error, runId: run.runId }, 'advancing a workflow run failed; it is due again shortly'))
       .finally(() => {
         this.active -= 1;

@@ -140,25 +140,43 @@ export function toStep(row: Record<string, unknown>): StepRow {
  * run (node first, then run: FOR UPDATE OF locks in the order it names them, the order the node
  * store's statements lock them in, so no deadlock with a verb). The steps are read in the same
  * statement: only a worker holding the run's lease writes them, and the lease is checked here.
+ * `many`: several runs at once (loadManyStatement), locked in the order of their nodes' ids, the
+ * order every such load locks in, so two of them never wait for each other in a circle.
  */
-const LOAD_SQL = `SELECT ${nodeViewColumns('n')}, p.policy AS "pool.policy", now() AS "db.now", to_jsonb(w) AS "run.row",
+const loadSql = (many: boolean) => `SELECT ${nodeViewColumns('n')}, p.policy AS "pool.policy", now() AS "db.now", to_jsonb(w) AS "run.row",
             (SELECT COALESCE(jsonb_agg(to_jsonb(s) ORDER BY s.idx), '[]'::jsonb) FROM workflow_step s WHERE s.run_id = w.id) AS "run.steps",
             (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', c.id, 'kind', c.kind, 'status', c.status, 'result', c.result,
                                                           'expiresAt', c.expires_at, 'key', c.idempotency_key)), '[]'::jsonb)
                FROM command c WHERE c.run_id = w.id AND c.step_idx = w.step_index) AS "run.commands"
        FROM workflow_run w JOIN node n ON n.id = w.node_id LEFT JOIN hardware_profile hp ON hp.id = n.hardware_profile_id JOIN pool p ON p.id = n.pool_id
-      WHERE w.id = $1
+      WHERE ${many ? 'w.id = ANY($1::text[])\n      ORDER BY n.id, w.id' : 'w.id = $1'}
       FOR UPDATE OF n, w`;
+const LOAD_SQL = loadSql(false);
+const LOAD_MANY_SQL = loadSql(true);
 
 /** The load as its step transaction's first statement, sent with the BEGIN (Sql.transaction's `first`): one round trip fewer per step transaction. */
 export const loadStatement = (runId: string): FirstStatement => ({ name: 'metal_step_load', text: LOAD_SQL, types: ['text'], values: [runId] });
 
-export async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date, first: pg.QueryResult | null = null): Promise<Omit<Loaded, 'def' | 'info' | 'injected' | 'observed'> | null> {
+/** An array of ids as PostgreSQL's text[] literal (EXECUTE takes its values as literals). */
+const textArray = (ids: readonly string[]) => `{${ids.map((id) => `"${id.replace(/["\\]/g, (c) => `\\${c}`)}"`).join(',')}}`;
+
+/** The load of several runs (a step transaction of several runs, engine.ts advanceLeasedBatch), sent with the BEGIN. */
+export const loadManyStatement = (runIds: readonly string[]): FirstStatement =>
+  ({ name: 'metal_step_load_many', text: LOAD_MANY_SQL, types: ['text[]'], values: [textArray(runIds)] });
+
+/** A run's rows as the load read them, checked against the caller's lease (`token`). */
+export type Base = Omit<Loaded, 'def' | 'info' | 'injected' | 'observed'>;
+
+export async function load(deps: EngineDeps, tx: SqlTx, runId: string, token: Date, first: pg.QueryResult | null = null): Promise<Base | null> {
   const { rows } = first ?? await tx.query(LOAD_SQL, [runId]);
   const row = rows[0];
-  if (!row) return null;
+  return row ? fromLoadRow(deps, tx, row, token) : null;
+}
+
+/** One row of a load (of one run or several) as the step logic's rows; LeaseLost when the lease is no longer `token`. */
+export function fromLoadRow(deps: EngineDeps, tx: SqlTx, row: Record<string, unknown>, token: Date): Base {
   const run = toRun(row['run.row'] as Record<string, unknown>);
-  if (run.leaseUntil?.getTime() !== token.getTime()) throw new LeaseLost(runId);
+  if (run.leaseUntil?.getTime() !== token.getTime()) throw new LeaseLost(run.id);
   const node = toNodeRow(row);
   return {
     tx, deps, run, node, pool: { id: node.poolId, policy: readPolicy(row['pool.policy']) },

@@ -13,7 +13,7 @@ import { WORKFLOWS } from './workflows';
 import { newObservations, type EngineObservations } from '../src/ops/metrics';
 import type { EngineDeps } from './engine';
 import { ACTIVE } from './engine-lease';
-import { clip, flush, load, toStep, type Loaded, type StepRow } from './engine-rows';
+import { clip, flush, load, toStep, type Base, type Loaded, type StepRow } from './engine-rows';
 import { cleanupOnce, endCleanup, endRun, failRun } from './engine-cleanup';
 import {
   BodyThrew, DEFAULT_DEADLINE_S, doneStatus, nextStep, runBody, saveStep, startStep, stepEvent, stopWaiting, timerDue, withNotes,
@@ -40,7 +40,13 @@ export async function stepOnce(deps: EngineDeps, tx: SqlTx, runId: string, token
   injected: Injected | null, budget: number, observed: EngineObservations = newObservations(), first: pg.QueryResult | null = null): Promise<{ step: Step; steps: number }> {
   const base = await load(deps, tx, runId, token, first);
   if (!base) return { step: { kind: 'stop', outcome: { kind: 'idle', status: 'missing' } }, steps: 1 };
-  const { run } = base;
+  return stepLoaded(base, lostResumes, injected, budget, observed);
+}
+
+/** stepOnce for a run whose rows are loaded (by its own load, or by a load of several runs: engine.ts advanceLeasedBatch). */
+export async function stepLoaded(base: Base, lostResumes: number | null, injected: Injected | null, budget: number,
+  observed: EngineObservations): Promise<{ step: Step; steps: number }> {
+  const { run, deps } = base;
   if (!ACTIVE.includes(run.status)) return { step: { kind: 'stop', outcome: { kind: 'idle', status: run.status } }, steps: 1 };
   const kind = run.kind;
   const def = isWorkflowKind(kind) ? (deps.workflows ?? WORKFLOWS)[kind] : undefined;

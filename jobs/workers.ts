@@ -8,7 +8,7 @@ import { DetachedRuns } from './engine-detached';
 import { fabricPreflightWorkflow } from './workflows/fabric-preflight';
 import { buildRunIso, type IsoBuildDeps } from './iso-build';
 import { ISO_SWEEP_MS, sweepIsoDir } from '../src/modules/provision/iso-janitor';
-import { advanceLeased, LEASE_MS, sweepRuns } from './engine';
+import { advanceLeased, advanceLeasedBatch, BATCH_RUNS, LEASE_MS, sweepRuns } from './engine';
 import { DueRunLoop } from './due-runs';
 import { RUN_DUE_CHANNEL, type RunWaker } from './wake';
 import type { Notifications } from '../src/db/listen';
@@ -84,6 +84,7 @@ export async function startWorkers(queues: Queues, log: Logger,
   if (engineOn) {
     loop = new DueRunLoop(engineSql, (run) => advanceLeased(engine, run.runId, run), log, {
       concurrency: ADVANCE_CONCURRENCY, pollMs: queues.pollSeconds * 1000, leaseMs: deps.workflow?.leaseMs,
+      advanceGroup: (runs) => advanceLeasedBatch(engine, runs), groupSize: BATCH_RUNS,
     });
     if (deps.notifications) listener = await deps.notifications.subscribe(RUN_DUE_CHANNEL, () => loop?.kick());
     const dueLoop = loop;

@@ -78,6 +78,30 @@ describe('a transaction whose first statement goes with its BEGIN', () => {
     })).rejects.toThrow('workflow step write refused: run r: its rows changed');
     expect((await sql.query(`SELECT count(*)::int AS n FROM item WHERE id = 'never'`)).rows[0].n).toBe(0);
     await sql.transaction(async (tx) => { tx.commitWith({ ...check, values: ['true', 'fine'] }); });
-    await expect(sql.transaction(async (tx) => { tx.commitWith(add); tx.commitWith(add); })).rejects.toThrow(/one statement to send with its COMMIT/);
+  });
+
+  it('several last statements go with the one COMMIT in their order, each name prepared once; one that raises keeps all of them out', async () => {
+    const add = (id: string, n: number): FirstStatement => ({ name: 'test_item_add_many', text: 'INSERT INTO item VALUES ($1, $2)', types: ['text', 'int'], values: [id, String(n)] });
+    const prepared = async () => Number((await sql.query('SELECT count(*)::int AS n FROM pg_prepared_statements WHERE name = $1', ['test_item_add_many'])).rows[0].n);
+    const before = statements.count;
+    await sql.transaction(async (tx) => {
+      tx.commitWith(add('m1', 11));
+      tx.commitWith(add("m'2", 12));
+      tx.commitWith(add('m3', 13));
+    });
+    // BEGIN, then the three statements and the COMMIT.
+    expect(statements.count - before).toBe(5);
+    expect(await prepared()).toBe(1);
+    expect((await sql.query(`SELECT id FROM item WHERE n BETWEEN 11 AND 13 ORDER BY n`)).rows.map((r) => r.id)).toEqual(['m1', "m'2", 'm3']);
+    // Known on the connection now: sent without a PREPARE (a second one of the name would fail).
+    await sql.transaction(async (tx) => { tx.commitWith(add('m4', 14)); tx.commitWith(add('m5', 15)); });
+    expect((await sql.query(`SELECT count(*)::int AS n FROM item WHERE n IN (14, 15)`)).rows[0].n).toBe(2);
+    // The second one collides with a key: neither it, the first, nor the transaction's own insert stays.
+    await expect(sql.transaction(async (tx) => {
+      await tx.query("INSERT INTO item VALUES ('m6', 16)");
+      tx.commitWith(add('m7', 17));
+      tx.commitWith(add('m1', 18));
+    })).rejects.toThrow(/duplicate key/);
+    expect((await sql.query(`SELECT count(*)::int AS n FROM item WHERE n IN (16, 17, 18)`)).rows[0].n).toBe(0);
   });
 });

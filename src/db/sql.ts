@@ -115,9 +115,10 @@ export interface SqlTx {
   /** For APIs that take an executor (pg-boss's `db` option): its statements join this transaction. */
   executor: { executeSql(text: string, values: unknown[]): Promise<{ rows: unknown[] }> };
   /**
-   * The transaction's last statement, sent with its COMMIT in one round trip (as `first` is sent
-   * with the BEGIN) once the callback has returned. Its answer is not read: what it must check, it
-   * checks itself, raising (the COMMIT then does not run, and the transaction is rolled back).
+   * A statement sent with the COMMIT in one round trip (as `first` is sent with the BEGIN) once the
+   * callback has returned; several go in the order given (a step transaction of several runs: one
+   * flush each). Their answers are not read: what one must check, it checks itself, raising (the
+   * COMMIT then does not run, and the transaction is rolled back).
    */
   commitWith(statement: FirstStatement): void;
 }
@@ -183,26 +184,34 @@ export class Sql {
       // Two statements in one simple-protocol round trip (no parameters).
       const begin = opts.genericPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan' : 'BEGIN';
       /**
-       * `statement` run with EXECUTE in one simple-protocol message between `before` and `after`
-       * (PREPARE'd first on a connection that has not yet). Counted as the statements it joins.
-       * A failure may leave the PREPARE done and not recorded: that connection is not reused.
+       * `statements` run with EXECUTE in one simple-protocol message between `before` and `after`
+       * (each PREPARE'd first on a connection that has not yet). Counted as the statements it joins.
+       * A failure may leave a PREPARE done and not recorded: that connection is not reused.
        */
-      const joined = async (before: string, statement: FirstStatement, after: string): Promise<pg.QueryResult> => {
-        const known = preparedFirst.get(client);
-        const prepare = known?.has(statement.name) ? '' : `PREPARE ${statement.name}(${statement.types.join(', ')}) AS ${statement.text}; `;
-        const args = statement.values.map((v) => (v === null ? 'NULL' : client.escapeLiteral(v))).join(', ');
-        this.statements.count += 2;
+      const joined = async (before: string, statements: readonly FirstStatement[], after: string): Promise<pg.QueryResult> => {
+        const known = preparedFirst.get(client) ?? new Set<string>();
+        const preparing = new Set<string>();
+        let text = before;
+        for (const statement of statements) {
+          if (!known.has(statement.name) && !preparing.has(statement.name)) {
+            preparing.add(statement.name);
+            text += `PREPARE ${statement.name}(${statement.types.join(', ')}) AS ${statement.text}; `;
+          }
+        }
+        text += statements.map((statement) =>
+          `EXECUTE ${statement.name}(${statement.values.map((v) => (v === null ? 'NULL' : client.escapeLiteral(v))).join(', ')})`).join('; ');
+        this.statements.count += 1 + statements.length;
         broken = true;
-        const results = (await client.query(`${before}${prepare}EXECUTE ${statement.name}(${args})${after}`)) as unknown as pg.QueryResult[];
+        const results = (await client.query(`${text}${after}`)) as unknown as pg.QueryResult[];
         broken = false;
-        if (prepare) preparedFirst.set(client, (known ?? new Set<string>()).add(statement.name));
-        // The EXECUTE's answer: the last one, or the one before the statement `after` adds.
+        if (preparing.size) preparedFirst.set(client, new Set([...known, ...preparing]));
+        // The last EXECUTE's answer: the last one, or the one before the statement `after` adds.
         return results[results.length - (after ? 2 : 1)]!;
       };
       let first: pg.QueryResult | null = null;
-      if (opts.first) first = await joined(`${begin}; `, opts.first, '');
+      if (opts.first) first = await joined(`${begin}; `, [opts.first], '');
       else await query(begin);
-      let last: FirstStatement | null = null;
+      const last: FirstStatement[] = [];
       const queryArrays = async (text: string, values?: unknown[]) => {
         this.statements.count += 1;
         return (await client.query<unknown[]>({ text, values, rowMode: 'array', types: ARRAY_ROW_TYPES, name: values === undefined ? undefined : statementName(text) })).rows;
@@ -210,12 +219,10 @@ export class Sql {
       const result = await fn({
         query, queryArrays, executor: { executeSql: (text, values) => query(text, values) },
         commitWith: (statement) => {
-          if (last) throw new Error('a transaction has one statement to send with its COMMIT');
-          last = statement;
+          last.push(statement);
         },
       }, first);
-      const closing = last as FirstStatement | null;
-      if (closing) await joined('', closing, '; COMMIT');
+      if (last.length) await joined('', last, '; COMMIT');
       else await query('COMMIT');
       return result;
     } catch (error) {
