@@ -6,6 +6,7 @@ import { absent, decide } from '../../auth/decide';
 import { AppError, invalidInput } from '../../errors';
 import { newId } from '../../ids';
 import { createNode, type Runner } from './node-store';
+import type { NodeRow } from './node-rows';
 import { isSecretRef } from '../../../clients/secrets/broker';
 import { checkIpmiNode, IpmiConfigError } from '../../../clients/bmc/ipmi/options';
 import { checkRedfishNode, isRedfishDriver, RedfishNodeError } from '../../../clients/bmc/redfish/check';
@@ -115,6 +116,11 @@ export interface EnrollOptions {
 }
 
 export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptions = {}): Promise<string> {
+  return (await enrollNode(ctx, input, opts)).nodeId;
+}
+
+/** enroll, answering the node as its statement wrote it too (the GraphQL payload's node, with no read of its own). */
+export async function enrollNode(ctx: Context, input: EnrollInput, opts: EnrollOptions = {}): Promise<{ nodeId: string; row: NodeRow }> {
   const principal = requirePrincipal(ctx);
   // Enroll is the fleet's first call (2,000 machines at once): its reads and its transaction go
   // through Sql's named statements, not Prisma (about 20 ms of CPU per enroll went to Prisma's client).
@@ -200,13 +206,14 @@ export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptio
 
   const owner = pool;
   const id = newId('MetalNode');
+  let row: NodeRow | null = null;
   const writeNode = () =>
     ctx.sql.transaction(async (tx) => {
       if (macs.length) {
         await lockMacs(tx, owner.siteId, macs);
         await refuseTakenMacs(tx, owner.siteId, macs);
       }
-      await createNode(tx, {
+      row = await createNode(tx, {
         id,
         tenantId: owner.tenantId,
         siteId: owner.siteId,
@@ -242,5 +249,5 @@ export async function enroll(ctx: Context, input: EnrollInput, opts: EnrollOptio
     }
     throw error;
   }
-  return id;
+  return { nodeId: id, row: row! };
 }

@@ -216,8 +216,12 @@ export interface NewNode {
   driverBindings: Record<string, unknown>;
 }
 
-/** Creates a node with its events and the run it starts (and that run's job), in one statement. */
-export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrite, 'data' | 'activeRun'>, requestId: string | null): Promise<void> {
+/**
+ * Creates a node with its events and the run it starts (and that run's job), in one statement;
+ * answers the node as written (its metal view, hardware profile included), so a verb's payload
+ * needs no read of its own.
+ */
+export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrite, 'data' | 'activeRun'>, requestId: string | null): Promise<NodeRow> {
   const rows = await storeQuery<{ created: number }>(db,
     `WITH ins AS (
        INSERT INTO node (id, tenant_id, site_id, pool_id, name, provision_state, bmc_address, bmc_driver, bmc_driver_options,
@@ -225,7 +229,8 @@ export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrit
        VALUES ($1, $2, $3, $4, $5, $6::"ProvisionState", $7, $8, $9::jsonb, $10, $11::text[], $12::text[], $13::uuid, $14, $15::jsonb, $16::text)
        RETURNING *
      ), ${runEventsJob('ins', 16)}
-     SELECT (SELECT count(*) FROM ins)::int AS created, ${COUNTS}`,
+     SELECT (SELECT count(*) FROM ins)::int AS created, ${COUNTS}, ${nodeViewColumns('i')}
+       FROM ins i LEFT JOIN hardware_profile hp ON hp.id = i.hardware_profile_id`,
     [
       node.id, node.tenantId, node.siteId, node.poolId, node.name, node.provisionState, node.bmcAddress, node.bmcDriver,
       JSON.stringify(node.bmcDriverOptions), node.bmcCredentialsRef, node.addresses, node.macs, node.productUuid,
@@ -235,6 +240,7 @@ export async function createNode(db: Runner, node: NewNode, write: Omit<NodeWrit
     `node ${node.id}`,
   );
   if (Number(rows[0]?.created) !== 1) throw new Error(`node ${node.id} was not created`);
+  return toNodeRow(rows[0]!);
 }
 
 /** First key of the per-pool advisory lock bulk writes take (the second is the pool id's hash). */

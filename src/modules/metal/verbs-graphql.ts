@@ -1,6 +1,6 @@
 import { builder } from '../../graphql/builder';
 import { runMoveVerb, unrescue, WIPE_MODES, type MoveVerb, type VerbResult } from './verbs';
-import { enroll } from './enroll';
+import { enrollNode } from './enroll';
 import { AppError } from '../../errors';
 
 const WipeMode = builder.enumType('WipeMode', {
@@ -139,7 +139,7 @@ builder.mutationField('enrollNode', (t) =>
         throw new AppError('INVALID_INPUT', 'bmc.credentials: give either ref or username and password', { field: 'bmc.credentials' });
       }
       const credentials = credentialsInput.ref != null ? credentialsInput.ref : { username: credentialsInput.username ?? '', password: credentialsInput.password ?? '' };
-      return { nodeId: await enroll(ctx, { ...input, bmc: { ...input.bmc, credentials } }) };
+      return enrollNode(ctx, { ...input, bmc: { ...input.bmc, credentials } });
     },
   }),
 );
