@@ -82,6 +82,8 @@ const ARRAY_ROW_TYPES = {
  * texts (the service has about a hundred fixed ones) a new text is sent unnamed, as before.
  */
 const MAX_PREPARED = 400;
+/** How many times a single statement chosen as a deadlock's victim is sent again (Sql.query). */
+const DEADLOCK_RETRIES = 3;
 /** The FirstStatement names each connection has PREPARE'd (Sql.transaction). */
 const preparedFirst = new WeakMap<pg.PoolClient, Set<string>>();
 const prepared = new Map<string, string>();
@@ -151,8 +153,32 @@ export class Sql {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], opts?: { planEachTime?: boolean }): Promise<pg.QueryResult<R>> {
     this.statements.count += 1;
     // A text without parameters may hold several statements (the simple protocol): sent as it is.
-    const result = values === undefined ? this.pool.query<R>(text) : this.pool.query<R>({ text, values, name: opts?.planEachTime ? undefined : statementName(text) });
+    if (values === undefined) {
+      const result = this.pool.query<R>(text);
+      return this.health ? result.catch(this.observe) : result;
+    }
+    const config = { text, values, name: opts?.planEachTime ? undefined : statementName(text) };
+    const result = this.pool.query<R>(config).catch((error: unknown) => this.afterDeadlock(error, () => this.pool.query<R>(config)));
     return this.health ? result.catch(this.observe) : result;
+  }
+
+  /**
+   * A single statement outside a transaction that PostgreSQL chose as a deadlock's victim had no
+   * effect at all (it was rolled back whole), so it is sent again, up to DEADLOCK_RETRIES times.
+   * A command's result and the workflow engine's step transaction lock a command and its run in
+   * opposite orders (the result: the command, then the run it wakes; a run's end: the run, then
+   * its commands), and the caller (a site agent reporting over HTTP) should not see that as a 500.
+   */
+  private async afterDeadlock<T>(error: unknown, again: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; (error as { code?: unknown })?.code === '40P01' && attempt <= DEADLOCK_RETRIES; attempt += 1) {
+      this.statements.count += 1;
+      try {
+        return await again();
+      } catch (next) {
+        error = next;
+      }
+    }
+    throw error;
   }
 
   /**
