@@ -37,7 +37,7 @@ import { StatementCounter } from '../../src/db/client';
 import { newId } from '../../src/ids';
 import { updateNode } from '../../src/modules/metal/node-store';
 import { CreatePoolDocument, CreateSiteDocument, CreateTenantDocument } from '../../src/generated/operations';
-import { cpuSample, flag, freePorts, gql, intOption, machineInfo, option, parseBenchArgs, processCpuSeconds, sleep, startService, type CpuSample, type Service } from './read';
+import { cpuSample, flag, freePorts, gql, hostProbe, intOption, machineInfo, option, parseBenchArgs, processCpuSeconds, sleep, startService, type CpuSample, type Service } from './read';
 
 const TARGET_WALL_S = 60;
 const hex = (n: number) => (n & 0xff).toString(16).padStart(2, '0');
@@ -191,6 +191,7 @@ async function run(argv: string[]): Promise<number> {
   console.log(`  enroll over REST, ${batch} calls in flight; ramdisk ${quiet ? 'quiet (no step reports)' : 'with step reports'}; service ${split ? 'ROLE=api + engine (ROLE=worker BUILTIN_AGENT=off) + agent (ROLE=worker WORKFLOW_ENGINE=off)' : 'ROLE=all (one child)'}${knobs.length ? `; ${knobs.join(' ')}` : ''}${pgStats ? '; PG_STAT_STATEMENTS=on' : ''}`);
   console.log(`machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.os}`);
   console.log(`date: ${machine.date}`);
+  const probeBefore = await hostProbe();
 
   const nodeArgs = profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [];
   // One broker key for both children of --split: the worker's agent decrypts what the API's enroll stored.
@@ -328,6 +329,8 @@ async function run(argv: string[]): Promise<number> {
     for (const r of perStep.rows) console.log(`  ${`${r.kind} ${r.name}`.padEnd(50)} ${String(r.n).padStart(5)}  ${Number(r.p50).toFixed(3)} / ${Number(r.p95).toFixed(3)} s`);
     console.log('\n== summary: lifecycle ==');
     console.log(`machine:            ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}`);
+    const probeAfter = await hostProbe();
+    console.log(`host probe:         hashing ${probeBefore.hashMs} / ${probeAfter.hashMs} ms of CPU, a pipe round trip ${probeBefore.roundTripUs} / ${probeAfter.roundTripUs} us of CPU (before / after the run; higher: a slower host, see hostProbe)`);
     console.log(`nodes:              ${fmt(last.counts)}${failed.length ? ` (failed: ${failed.map((f) => `${f.n} from ${f.failed_from} ${f.last_error_code}`).join(', ')})` : ''}`);
     console.log(`wall:               ${wallS.toFixed(1)} s from the first enroll call to the last node settled (enrolling ${machines}: ${(enrolledMs / 1000).toFixed(1)} s of it)`);
     console.log(`steps:              ${steps} workflow steps ran (${figures.skipped} of them skipped), ${figures.runs} runs: ${(steps / wallS).toFixed(1)} steps/s; median step ${(Number(figures.step_p50_s) * 1000).toFixed(0)} ms`);

@@ -22,7 +22,7 @@
  * warn); anything else set in the environment (TOKEN_CACHE_MS, ...) reaches the child unchanged.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
@@ -392,6 +392,41 @@ export function machineInfo() {
     os: `${os.type()} ${os.release()} ${os.arch()}`,
     date: new Date().toISOString(),
   };
+}
+
+/**
+ * The host's speed now, measured two ways while nothing else of the bench runs: the CPU time (not
+ * wall) of a fixed piece of computation (a SHA-256 of 256 MiB on one core), and the CPU time both
+ * processes spend per round trip of a small message between this process and a child over a pipe
+ * (a write that wakes a sleeping process, the kind of cost every query to PostgreSQL and every
+ * HTTP call pays). On this kind of VM the same code's CPU per step moved by more than a third
+ * between hours of one day, each run's figures moving together; printed before and after a run,
+ * this says which kind of hour the run had (higher figures: a slower host).
+ */
+export async function hostProbe(): Promise<{ hashMs: number; roundTripUs: number }> {
+  const chunk = Buffer.alloc(1 << 20, 0x5a);
+  const start = process.cpuUsage();
+  const hash = createHash('sha256');
+  for (let i = 0; i < 256; i += 1) hash.update(chunk);
+  hash.digest();
+  const used = process.cpuUsage(start);
+  const hashMs = Math.round((used.user + used.system) / 1000);
+  const ROUND_TRIPS = 5000;
+  const child = spawn(process.execPath, ['-e', 'process.stdin.on("data", (b) => process.stdout.write(b))'], { stdio: ['pipe', 'pipe', 'ignore'] });
+  try {
+    // Started and echoing before anything is timed.
+    await new Promise<void>((resolve) => { child.stdout!.once('data', () => resolve()); child.stdin!.write('x'); });
+    const childBefore = (await processCpuSeconds(child.pid!)) ?? 0;
+    const ownBefore = process.cpuUsage();
+    for (let i = 0; i < ROUND_TRIPS; i += 1) {
+      await new Promise<void>((resolve) => { child.stdout!.once('data', () => resolve()); child.stdin!.write('ping'); });
+    }
+    const own = process.cpuUsage(ownBefore);
+    const childUsed = ((await processCpuSeconds(child.pid!)) ?? childBefore) - childBefore;
+    return { hashMs, roundTripUs: Math.round(((own.user + own.system) / 1e6 + childUsed) * 1e6 / ROUND_TRIPS) };
+  } finally {
+    child.kill();
+  }
 }
 
 /** A mistake on the command line: run.ts prints its message without a stack. */
