@@ -3,33 +3,16 @@
  * advanced by one load, their step logic, and every flush with one COMMIT; and whenever any part
  * of it fails, nothing of it kept and each run advanced alone, as without batching.
  */
-import { startTestApp, type TestApp } from './helpers/app';
-import { commandsOf, makeNode, makeWorld, playAgent, runOf, startRun, stepsOf, type World } from './helpers/engine';
+import { commandsOf, engineTestWorld, makeNode, playAgent, powerStateStep, runOf, startRun, stepsOf } from './helpers/engine';
 import { advanceLeasedBatch, type EngineDeps } from '../jobs/engine';
 import { DueRunLoop, fetchDueRuns, type DueRun } from '../jobs/due-runs';
 import type { StepDef, WorkflowDef } from '../jobs/engine-types';
 import { complete } from '../jobs/steps';
 import pino from 'pino';
 
-let t: TestApp;
-let world: World;
-beforeAll(async () => {
-  // No workers: the tests fetch and advance the runs themselves.
-  t = await startTestApp({ role: 'api' });
-  world = await makeWorld(t.app.services.prisma);
-});
-afterAll(async () => { await t?.stop(); });
+const env = engineTestWorld();
+const sql = () => env.t.app.services.sql;
 
-const sql = () => t.app.services.sql;
-
-const powerStateStep: StepDef = {
-  name: 'read-power',
-  title: 'Reading the power state',
-  async run(ctx) {
-    const state = await ctx.command('bmc.power-state', {});
-    return complete(`power is ${String(state)}`);
-  },
-};
 /** Throws for the runs whose node is in `throwFor` (a bug in a body), completes for the others. */
 const throwFor = new Set<string>();
 const pickyStep: StepDef = {
@@ -49,7 +32,7 @@ function deps(steps: StepDef[]): EngineDeps {
 async function enrollingRuns(n: number): Promise<{ nodeId: string; runId: string }[]> {
   const out: { nodeId: string; runId: string }[] = [];
   for (let i = 0; i < n; i += 1) {
-    const node = await makeNode(t.app.services.prisma, world, { state: 'enrolling' });
+    const node = await makeNode(env.t.app.services.prisma, env.world, { state: 'enrolling' });
     out.push({ nodeId: node.id, runId: await startRun(sql(), node.id, 'metal-enroll', { verb: 'enroll' }) });
   }
   return out;
@@ -75,7 +58,7 @@ describe('a step transaction of several runs', () => {
     const runs = await enrollingRuns(4);
     const ids = runs.map((r) => r.runId);
     const leased = await leaseOnly(ids);
-    const counter = t.app.database;
+    const counter = env.t.app.database;
     const before = counter.statements.count;
     const outcomes = await Promise.all(advanceLeasedBatch(d, leased));
     expect(outcomes).toEqual(leased.map(() => ({ kind: 'waiting', until: expect.any(Date), for: 'the site agent to run bmc.power-state' })));

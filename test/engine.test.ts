@@ -6,7 +6,7 @@
  */
 import { startTestApp, type TestApp } from './helpers/app';
 import {
-  commandsOf, expireCommands, expireTimers, makeNode, makeWorld, nodeOf, playAgent, queuedCommands, reportCommand, runOf, startRun, stepsOf, type World,
+  commandsOf, expireCommands, expireTimers, makeNode, makeWorld, nodeOf, playAgent, powerStateStep, queuedCommands, reportCommand, runOf, startRun, stepsOf, type World,
 } from './helpers/engine';
 import { advanceLeased, advanceRun, sweepRuns, type EngineDeps } from '../jobs/engine';
 import { fetchDueRuns } from '../jobs/due-runs';
@@ -29,14 +29,6 @@ afterAll(async () => { await t?.stop(); });
 
 const sql = () => t.app.services.sql;
 
-const powerStateStep: StepDef = {
-  name: 'read-power',
-  title: 'Reading the power state',
-  async run(ctx) {
-    const state = await ctx.command('bmc.power-state', {});
-    return complete(`power is ${String(state)}`);
-  },
-};
 const powerOnStep: StepDef = {
   name: 'power-on',
   title: 'Powering on',

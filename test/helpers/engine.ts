@@ -8,6 +8,9 @@ import type { ReportKind } from '../../src/modules/boot/entries';
 import { wakeRun as queueAdvance } from '../../jobs/wake';
 import { advanceRun, type AdvanceOutcome, type EngineDeps } from '../../jobs/engine';
 import type { WorkflowKind } from '../../src/modules/metal/states';
+import type { StepDef } from '../../jobs/engine-types';
+import { complete } from '../../jobs/steps';
+import { startTestApp, type TestApp } from './app';
 
 /**
  * Test stand-ins for the two parties outside the engine, writing exactly the rows their modules
@@ -281,3 +284,28 @@ export function happyRamdisk(node: { productUuid: string | null; macs: string[] 
     }
   };
 }
+
+/**
+ * For a test file of the engine: a test app with no workers (each test fetches and advances its
+ * runs itself, so every interleaving is the test's) and a tenant, site and pool, started before
+ * the file's tests and stopped after them. Read `t` and `world` inside the tests.
+ */
+export function engineTestWorld(): { readonly t: TestApp; readonly world: World } {
+  const holder = {} as { t: TestApp; world: World };
+  beforeAll(async () => {
+    holder.t = await startTestApp({ role: 'api' });
+    holder.world = await makeWorld(holder.t.app.services.prisma);
+  });
+  afterAll(async () => { await holder.t?.stop(); });
+  return holder;
+}
+
+/** A step that reads the power state through the site agent (one command) and completes with it. */
+export const powerStateStep: StepDef = {
+  name: 'read-power',
+  title: 'Reading the power state',
+  async run(ctx) {
+    const state = await ctx.command('bmc.power-state', {});
+    return complete(`power is ${String(state)}`);
+  },
+};
