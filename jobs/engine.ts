@@ -6,10 +6,10 @@ import { databaseFailure } from '../src/db/failure';
 import type { WorkflowKind } from '../src/modules/metal/states';
 import { wakeRun } from './wake';
 import type { WorkflowDef } from './engine-types';
-import { newObservations, type DomainCounters } from '../src/ops/metrics';
+import { newObservations, type DomainCounters, type EngineObservations } from '../src/ops/metrics';
 import type { DetachedRuns } from './engine-detached';
 import { BUSY_RETRY_MS, LEASE_MS, LeaseLost, releaseLeaseSql, takeLease, type Lease } from './engine-lease';
-import { clip, fromLoadRow, loadManyStatement, loadStatement } from './engine-rows';
+import { clip, fromLoadRow, loadManyStatement, loadStatement, type Base } from './engine-rows';
 import { BodyThrew, stepLoaded, stepOnce, type Injected, type Step } from './engine-step';
 import { isWorkflowKind } from '../src/modules/metal/states';
 
@@ -183,10 +183,9 @@ export const BATCH_RUNS = 8;
  *
  * Nothing of it is kept unless all of it commits: when any run's step throws, or the commit is
  * refused (a flush's check, a deadlock, the database away), the transaction is rolled back whole
- * and each run is advanced alone (advanceLeased), exactly as without batching;
- * so is a run the load did not find (a detached run's row joins no node). A run whose lease another
- * worker took meanwhile is left untouched (busy), as advanceLeased leaves it. Only metal workflow runs
- * are batched: a detached run goes to its own path. A run whose step goes on in a transaction of
+ * and each run is advanced alone (advanceLeased), exactly as without batching; so is a run the
+ * load did not find. A run whose lease another worker took meanwhile is left untouched (busy), as
+ * advanceLeased leaves it. Only metal workflow runs are batched: a detached run goes to its own path. A run whose step goes on in a transaction of
  * its own (`next`) continues alone, with the steps the batch ran counted in its budget.
  *
  * Returns one outcome per run, in the order given.
@@ -196,7 +195,7 @@ export function advanceLeasedBatch(deps: EngineDeps, runs: readonly (Lease & { r
   const alone = (run: Lease & { runId: string }) => advanceLeased(deps, run.runId, run);
   if (batchable.length < 2) return runs.map(alone);
   const budget = deps.maxStepsPerAdvance ?? 25;
-  type Stepped = { step: Step; steps: number; observed: ReturnType<typeof newObservations> };
+  type Stepped = { step: Step; steps: number; observed: EngineObservations };
   const batch: Promise<Map<string, Stepped> | null> = deps.sql.transaction(async (tx, first) => {
     const stepped = new Map<string, Stepped>();
     const byId = new Map(batchable.map((run) => [run.runId, run]));
@@ -205,7 +204,7 @@ export function advanceLeasedBatch(deps: EngineDeps, runs: readonly (Lease & { r
       const runRow = row['run.row'] as { id: string };
       const run = byId.get(runRow.id)!;
       const observed = newObservations();
-      let base: ReturnType<typeof fromLoadRow>;
+      let base: Base;
       try {
         base = fromLoadRow(deps, tx, row, run.leaseUntil);
       } catch (error) {
@@ -224,6 +223,7 @@ export function advanceLeasedBatch(deps: EngineDeps, runs: readonly (Lease & { r
     return null;
   });
   return runs.map(async (run) => {
+    // A run left out of the batch (a detached one) does not wait for it.
     const stepped = batchable.includes(run) ? (await batch)?.get(run.runId) : undefined;
     if (!stepped) return alone(run);
     deps.metrics?.engine(stepped.observed);
