@@ -342,6 +342,24 @@ describe('boot entries over HTTP: iPXE scripts and the ramdisk callbacks', () =>
       expect(await statements(() => post({ ...commission, token: `mbt_${'x'.repeat(43)}` }, 'heartbeat', { extra: 1 }))).toEqual({ status: 401, statements: 1 });
     });
 
+    it('reports of several machines that wait for a connection go in one message (one transaction), each answered as it would be alone', async () => {
+      const pool = t.app.database.sql.pool;
+      const held = await Promise.all(Array.from({ length: pool.options.max ?? 10 }, () => pool.connect()));
+      const before = Number((await sql.query('SELECT coalesce(max(id), 0) AS id FROM ramdisk_report')).rows[0].id);
+      const answers = Promise.all([
+        post(inspect, 'heartbeat', {}),
+        post(commission, 'heartbeat', {}),
+        post({ ...commission, token: `mbt_${'y'.repeat(43)}` }, 'heartbeat', {}),
+        post(inspect, 'wipe', { disks: [{ serial: 'S1', mode: 'quick', attested: true, method: 'blkdiscard' }] }),
+      ]);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      for (const client of held) client.release();
+      expect((await answers).map((r) => r.status)).toEqual([201, 201, 401, 409]);
+      const rows = (await sql.query('SELECT node_id, xmin::text AS tx FROM ramdisk_report WHERE id > $1 ORDER BY id', [before])).rows;
+      expect(rows.map((r) => r.node_id).sort()).toEqual([nodes.a, nodes.b].sort());
+      expect(new Set(rows.map((r) => r.tx)).size).toBe(1);
+    });
+
     it('a report nothing waits for is stored without waking the run: a heartbeat (but for rescue), a step that started, and the end of a step no workflow reads', async () => {
       const jobsOf = async (runId: string) => Number((await sql.query(`SELECT count(*) FROM workflow_run WHERE id = $1 AND due_at <= now()`, [runId])).rows[0].count);
       // The engine took the run (none runs here: as its fetch leaves it, due at its lease's end).

@@ -10,7 +10,7 @@ import {
 } from './helpers/engine';
 import { advanceLeased, advanceRun, sweepRuns, type EngineDeps } from '../jobs/engine';
 import { fetchDueRuns } from '../jobs/due-runs';
-import { recordResult } from '../src/modules/sites/claims';
+import { recordResult, recordResultStatement, settleRecorded } from '../src/modules/sites/claims';
 import type { StepDef, WorkflowDef } from '../jobs/engine-types';
 import { complete, continueAfter, failed } from '../jobs/steps';
 import { wakeRun as queueAdvance } from '../jobs/wake';
@@ -550,6 +550,28 @@ describe('waking a run in the process that committed the news (RunWaker)', () =>
     expect(await advanceJobs(runId)).toBe(1);
     expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'succeeded' });
     expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'succeeded', message: 'power is off' });
+  });
+
+  it('commands(): both results in one message (the built-in agent\'s JoinedWriter) wake the run once, at the second, as one after the other would', async () => {
+    const d = deps([bothStep]);
+    const { runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const [device, power] = await queuedCommands(sql(), runId);
+    await claim(device!.id);
+    await claim(power!.id);
+    const results = [{ id: power!.id, result: ok('off') }, { id: device!.id, result: ok() }];
+    const { results: answers } = await sql().joinedWhenConnected(() => results.map((r) => recordResultStatement(r.id, 'agent-x', r.result)));
+    expect(answers.map((a) => Number(a.rows[0].woken))).toEqual([0, 1]);
+    const woken: string[] = [];
+    expect(results.map((r, i) => settleRecorded(answers[i]!.rows[0], r.result, { wake: (id) => woken.push(id) }))).toEqual([true, true]);
+    expect(woken).toEqual([runId]);
+    expect(await advanceJobs(runId)).toBe(1);
+    expect(await advanceRun(d, runId)).toEqual({ kind: 'finished', status: 'succeeded' });
+    expect((await stepsOf(sql(), runId))[0]).toMatchObject({ status: 'succeeded', message: 'power is off' });
+    // A result for a command no longer held (written again): not recorded, nothing woken.
+    const { results: late } = await sql().joinedWhenConnected(() => [recordResultStatement(power!.id, 'agent-x', ok('on'))]);
+    expect(settleRecorded(late[0]!.rows[0], ok('on'), { wake: (id) => woken.push(id) })).toBe(false);
+    expect(woken).toEqual([runId]);
   });
 
   it('commands(): a sibling locked by another writer (its own result committing at the same moment) counts as done: the run is woken rather than left asleep', async () => {

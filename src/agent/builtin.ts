@@ -6,13 +6,14 @@ import type { DriverRegistry } from '../../clients/bmc/registry';
 import type { SecretBroker } from '../../clients/secrets/broker';
 import type { Notifications } from '../db/listen';
 import type { Sql } from '../db/sql';
-import { builtinClaimants, claimHeld, lapseClaim, lapseClaims, recordResult, renewLeases, sweepCommands, type HeldCommand } from '../modules/sites/claims';
+import { builtinClaimants, claimHeld, lapseClaim, lapseClaims, recordResult, recordResultStatement, renewLeases, settleRecorded, sweepCommands, type HeldCommand } from '../modules/sites/claims';
 import { AppError } from '../errors';
 import { databaseFailure } from '../db/failure';
 import { DESTRUCTIVE_COMMANDS, type CommandKind, type CommandResult } from '../modules/sites/commands';
 import { executeCommand } from './execute';
 import type { RunWaker } from '../../jobs/wake';
 import { CommandPump } from './pump';
+import { JoinedWriter } from '../db/joined-writer';
 import type { DomainCounters } from '../ops/metrics';
 
 /**
@@ -153,6 +154,12 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   const log = opts.log.child({ agent: 'builtin' });
   let stopping = false;
   const kept = opts.keptCredentials ?? new KeptCredentials();
+  /** Results go with the others that wait for a connection: one round trip and one commit for them all. */
+  const results = new JoinedWriter<{ commandId: string; result: CommandResult }, boolean>(opts.sql, {
+    statement: ({ commandId, result }) => recordResultStatement(commandId, agentId, result),
+    settle: (row, { result }) => settleRecorded(row!, result, opts.waker, opts.metrics),
+    alone: ({ commandId, result }) => recordResult(opts.sql, commandId, agentId, result, opts.waker, opts.metrics),
+  });
   /** Claims let go (their result could not be stored): the heartbeat no longer renews them. */
   const letGo = new Set<string>();
   /**
@@ -172,8 +179,9 @@ export function startBuiltinAgent(opts: BuiltinAgentOptions): BuiltinAgent {
   };
   /** One attempt at storing a result: false when the agent no longer holds the command. */
   const store = async (commandId: string, result: CommandResult) => {
-    // One statement (the result, and its run's wake-up unless this process's engine wakes it): no transaction around it.
-    const recorded = await recordResult(opts.sql, commandId, agentId, result, opts.waker, opts.metrics);
+    // One statement (the result, and its run's wake-up unless this process's engine wakes it), sent
+    // with the other results that wait for a connection (JoinedWriter).
+    const recorded = await results.write({ commandId, result });
     if (!recorded) log.warn({ commandId }, 'the built-in agent no longer held the command when it finished; result dropped');
   };
   /**

@@ -109,6 +109,32 @@ export interface FirstStatement {
   values: readonly (string | null)[];
 }
 
+/**
+ * `statements` run with EXECUTE in one simple-protocol message between `before` and `after` (each
+ * PREPARE'd first on a connection that has not yet), so in one round trip. Resolves to the
+ * EXECUTEs' answers in order. `after` is empty or one statement (`; COMMIT`). After a failure
+ * the connection may hold a PREPARE not recorded here: the caller must not reuse it.
+ */
+async function sendJoined(client: pg.PoolClient, before: string, statements: readonly FirstStatement[], after: string): Promise<pg.QueryResult[]> {
+  const known = preparedFirst.get(client) ?? new Set<string>();
+  const preparing = new Set<string>();
+  let text = before;
+  for (const statement of statements) {
+    if (!known.has(statement.name) && !preparing.has(statement.name)) {
+      preparing.add(statement.name);
+      text += `PREPARE ${statement.name}(${statement.types.join(', ')}) AS ${statement.text}; `;
+    }
+  }
+  text += statements.map((statement) =>
+    `EXECUTE ${statement.name}(${statement.values.map((v) => (v === null ? 'NULL' : client.escapeLiteral(v))).join(', ')})`).join('; ');
+  const answer = (await client.query(`${text}${after}`)) as unknown as pg.QueryResult | pg.QueryResult[];
+  if (preparing.size) preparedFirst.set(client, new Set([...known, ...preparing]));
+  // One statement in the message is answered alone, several as an array.
+  const results = Array.isArray(answer) ? answer : [answer];
+  const end = results.length - (after ? 1 : 0);
+  return results.slice(end - statements.length, end);
+}
+
 /** One connection inside an open transaction. */
 export interface SqlTx {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
@@ -198,6 +224,36 @@ export class Sql {
    * depend on their values (lookups by key). The workflow engine's load and flush were planned at
    * every call, 0.6-0.9 ms each (26 s of PostgreSQL's time at 1,000 machines).
    */
+  /**
+   * Statements sent as one simple-protocol message (see sendJoined), so as one implicit
+   * transaction: all of them take effect or none does. `take` is called once a connection is held
+   * and says what to send then: a caller that gathers statements (a site agent's results) sends
+   * everything that arrived while it waited for the connection. Resolves to each statement's
+   * answer, in order (none when `take` gives none).
+   */
+  async joinedWhenConnected(take: () => readonly FirstStatement[]): Promise<{ statements: readonly FirstStatement[]; results: pg.QueryResult[] }> {
+    const client = await this.pool.connect();
+    let broken = true;
+    try {
+      const statements = take();
+      if (statements.length === 0) {
+        broken = false;
+        return { statements, results: [] };
+      }
+      this.statements.count += statements.length;
+      const results = await sendJoined(client, '', statements, '');
+      broken = false;
+      return { statements, results };
+    } catch (error) {
+      this.health?.observe(error);
+      throw error;
+    } finally {
+      // A failed message was rolled back whole by PostgreSQL; the connection is not reused only
+      // because a PREPARE it held may not be recorded (sendJoined).
+      client.release(broken);
+    }
+  }
+
   async transaction<T>(fn: (tx: SqlTx, first: pg.QueryResult | null) => Promise<T>, opts: { genericPlans?: boolean; first?: FirstStatement } = {}): Promise<T> {
     const client = await this.pool.connect();
     const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) => {
@@ -209,33 +265,16 @@ export class Sql {
     try {
       // Two statements in one simple-protocol round trip (no parameters).
       const begin = opts.genericPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan' : 'BEGIN';
-      /**
-       * `statements` run with EXECUTE in one simple-protocol message between `before` and `after`
-       * (each PREPARE'd first on a connection that has not yet). Counted as the statements it joins.
-       * A failure may leave a PREPARE done and not recorded: that connection is not reused.
-       */
-      const joined = async (before: string, statements: readonly FirstStatement[], after: string): Promise<pg.QueryResult> => {
-        const known = preparedFirst.get(client) ?? new Set<string>();
-        const preparing = new Set<string>();
-        let text = before;
-        for (const statement of statements) {
-          if (!known.has(statement.name) && !preparing.has(statement.name)) {
-            preparing.add(statement.name);
-            text += `PREPARE ${statement.name}(${statement.types.join(', ')}) AS ${statement.text}; `;
-          }
-        }
-        text += statements.map((statement) =>
-          `EXECUTE ${statement.name}(${statement.values.map((v) => (v === null ? 'NULL' : client.escapeLiteral(v))).join(', ')})`).join('; ');
+      let first: pg.QueryResult | null = null;
+      /** A failure may leave a PREPARE done and not recorded: that connection is not reused. */
+      const joined = async (before: string, statements: readonly FirstStatement[], after: string): Promise<pg.QueryResult[]> => {
         this.statements.count += 1 + statements.length;
         broken = true;
-        const results = (await client.query(`${text}${after}`)) as unknown as pg.QueryResult[];
+        const results = await sendJoined(client, before, statements, after);
         broken = false;
-        if (preparing.size) preparedFirst.set(client, new Set([...known, ...preparing]));
-        // The last EXECUTE's answer: the last one, or the one before the statement `after` adds.
-        return results[results.length - (after ? 2 : 1)]!;
+        return results;
       };
-      let first: pg.QueryResult | null = null;
-      if (opts.first) first = await joined(`${begin}; `, [opts.first], '');
+      if (opts.first) first = (await joined(`${begin}; `, [opts.first], ''))[0]!;
       else await query(begin);
       const last: FirstStatement[] = [];
       const queryArrays = async (text: string, values?: unknown[]) => {

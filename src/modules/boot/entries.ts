@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
 import { afterWake, wakeRunsSql, type RunWaker } from '../../../jobs/wake';
+import type { FirstStatement } from '../../db/sql';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -252,11 +253,26 @@ export type StoredReport =
  * statement). With `waker` (this process runs the engine), that engine is also told after the
  * statement (it fetches at once): `db` must not be a transaction then.
  */
-export async function storeReport(db: Runner, report: { token: string; entryId: string; kind: ReportKind; payload: object; allowed: readonly BootPurpose[]; wakes: readonly BootPurpose[] },
-  waker?: RunWaker | null): Promise<StoredReport> {
-  if (!report.token.startsWith(BOOT_TOKEN_PREFIX)) return null;
-  const { rows } = await db.query(
-    `WITH s AS (
+export async function storeReport(db: Runner, report: ReportToStore, waker?: RunWaker | null): Promise<StoredReport> {
+  if (!reportPossible(report)) return null;
+  const { rows } = await db.query(STORE_REPORT_SQL, storeReportValues(report));
+  return settleStoredReport(rows[0], waker);
+}
+
+/** Whether the report's token can be a boot token at all (else no statement is sent: no live boot). */
+export const reportPossible = (report: Pick<ReportToStore, 'token'>): boolean => report.token.startsWith(BOOT_TOKEN_PREFIX);
+
+/** A report as storeReport takes it. */
+export interface ReportToStore {
+  token: string;
+  entryId: string;
+  kind: ReportKind;
+  payload: object;
+  allowed: readonly BootPurpose[];
+  wakes: readonly BootPurpose[];
+}
+
+const STORE_REPORT_SQL = `WITH s AS (
        SELECT t.id AS token_id, e.id AS entry_id, e.node_id, e.run_id, e.purpose
          FROM boot_token t JOIN boot_entry e ON e.id = t.boot_entry_id AND e.node_id = t.node_id
         WHERE t.hash = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
@@ -269,10 +285,26 @@ export async function storeReport(db: Runner, report: { token: string; entryId: 
      ), woke AS (
        ${wakeRunsSql('SELECT rep.run_id FROM rep, s WHERE s.purpose = ANY($4::text[])')}
      )
-     SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM woke) AS woken FROM s LEFT JOIN rep ON true`,
-    [hashToken(report.token), report.kind, JSON.stringify(report.payload), report.wakes, report.entryId, report.allowed],
-  );
-  const r = rows[0];
+     SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM woke) AS woken FROM s LEFT JOIN rep ON true`;
+
+/** Purposes as a text[] literal (they are the fixed BOOT_PURPOSES: quoted all the same). */
+const purposesLiteral = (purposes: readonly BootPurpose[]) => `{${purposes.map((p) => `"${p.replace(/["\\]/g, (c) => `\\${c}`)}"`).join(',')}}`;
+
+function storeReportValues(report: ReportToStore): string[] {
+  return [hashToken(report.token), report.kind, JSON.stringify(report.payload), purposesLiteral(report.wakes), report.entryId, purposesLiteral(report.allowed)];
+}
+
+/**
+ * storeReport's statement for Sql.joinedWhenConnected (the report route's JoinedWriter): reports
+ * of many machines in one message. The caller checks the token's prefix first, as storeReport does
+ * (reportPossible).
+ */
+export function storeReportStatement(report: ReportToStore): FirstStatement {
+  return { name: 'metal_store_report', text: STORE_REPORT_SQL, types: ['text', 'text', 'jsonb', 'text[]', 'text', 'text[]'], values: storeReportValues(report) };
+}
+
+/** What storeReport makes of its statement's answer (its first row, if any). */
+export function settleStoredReport(r: Record<string, unknown> | undefined, waker?: RunWaker | null): StoredReport {
   if (!r) return null;
   const session = { tokenId: r.token_id as string, entryId: r.entry_id as string, nodeId: r.node_id as string, runId: (r.run_id as string | null) ?? null, purpose: r.purpose as BootPurpose };
   if (r.id == null) return { kind: 'refused', session };

@@ -10,7 +10,8 @@ import { sendFile } from '../../http/file';
 import { ISO_URL_PREFIX, liveIso } from '../provision/iso-store';
 import { checkString } from '../../limits';
 import { normalizeMac } from '../metal/mac';
-import { BOOT_PURPOSES, bootSession, startBoot, storeReport, type BootSession, type ReportKind } from './entries';
+import { BOOT_PURPOSES, bootSession, reportPossible, settleStoredReport, startBoot, storeReport, storeReportStatement, type BootSession, type ReportKind, type ReportToStore, type StoredReport } from './entries';
+import { JoinedWriter } from '../../db/joined-writer';
 import type { RunWaker } from '../../../jobs/wake';
 import { checkReport, reportAllowed, reportWakesRun, REPORTS_BY_PURPOSE } from './reports';
 
@@ -93,6 +94,8 @@ export class BootHttp {
   private readonly ramdiskDir: string | null;
   private readonly isoDir: string | null;
   private readonly waker: RunWaker | null;
+  /** Reports of many machines that wait for a connection go in one message (one round trip, one commit). */
+  private readonly reports: JoinedWriter<ReportToStore, StoredReport>;
 
   constructor(private sql: Sql, private log: Logger, opts: BootHttpOptions = {}) {
     this.publicUrl = opts.publicUrl ? checkUrlSetting('PUBLIC_URL', opts.publicUrl) : null;
@@ -101,6 +104,11 @@ export class BootHttp {
     this.ramdiskDir = opts.ramdiskDir ?? null;
     this.isoDir = opts.isoDir ?? null;
     this.waker = opts.waker ?? null;
+    this.reports = new JoinedWriter<ReportToStore, StoredReport>(sql, {
+      statement: storeReportStatement,
+      settle: (row) => settleStoredReport(row, this.waker),
+      alone: (report) => storeReport(sql, report, this.waker),
+    });
   }
 
   owns(pathname: string): boolean {
@@ -198,8 +206,8 @@ export class BootHttp {
   }
 
   /**
-   * A report, authenticated and stored in one statement (storeReport) when its query and body are
-   * good. A request refused for its query or body is authenticated first (one more statement), so
+   * A report, authenticated and stored in one statement (storeReport, sent with the other reports
+   * waiting for a connection) when its query and body are good. A request refused for its query or body is authenticated first (one more statement), so
    * a caller without a live token of this entry learns nothing but 401, as when the lookup came
    * first. The token is checked in the statement that stores: a new iPXE fetch or a revocation
    * that committed before it wins, and nothing is stored for a boot that is over.
@@ -213,11 +221,12 @@ export class BootHttp {
       if (!(await this.authenticate(bearer, requestId))) return unauthorized(req, res, requestId);
       throw error;
     }
-    const stored = await storeReport(this.sql, {
+    const toStore: ReportToStore = {
       token: bearer.token, entryId: bearer.entryId, kind, payload,
       allowed: BOOT_PURPOSES.filter((purpose) => reportAllowed(purpose, kind)),
       wakes: BOOT_PURPOSES.filter((purpose) => reportWakesRun(purpose, kind, payload)),
-    }, this.waker);
+    };
+    const stored = reportPossible(toStore) ? await this.reports.write(toStore) : null;
     if (!this.isBearers(stored ? stored.session : null, bearer, requestId) || !stored) return unauthorized(req, res, requestId);
     const { session } = stored;
     if (stored.kind === 'refused') {

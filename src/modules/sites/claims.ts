@@ -1,6 +1,7 @@
 import { afterWake, wakeRunsSql, type RunWaker } from '../../../jobs/wake';
 import { COMMAND_KINDS, DESTRUCTIVE_COMMANDS, resultStatus, type CommandKind, type CommandResult } from './commands';
 import type { DomainCounters } from '../../ops/metrics';
+import type { FirstStatement } from '../../db/sql';
 
 /**
  * The rows of the agent protocol, in SQL shared by the remote agents' API (agent.ts) and the
@@ -249,8 +250,11 @@ function toHeld(r: Record<string, unknown>): HeldCommand {
  * rather than leaving it asleep until its commands' expiry.
  */
 export async function recordResult(db: Runner, commandId: string, agentId: string, result: CommandResult, waker?: RunWaker | null, metrics?: DomainCounters | null): Promise<boolean> {
-  const { rows } = await db.query(
-    `WITH upd AS (
+  const { rows } = await db.query(RECORD_RESULT_SQL, recordResultValues(commandId, agentId, result));
+  return settleRecorded(rows[0]!, result, waker, metrics);
+}
+
+const RECORD_RESULT_SQL = `WITH upd AS (
        UPDATE command SET status = $3, result = $4::jsonb, lease_expires_at = NULL, updated_at = now()
         WHERE id = $1 AND claimed_by = $2 AND status = 'claimed'
        RETURNING run_id, kind, step_idx
@@ -262,12 +266,26 @@ export async function recordResult(db: Runner, commandId: string, agentId: strin
        ${wakeRunsSql('SELECT run_id FROM upd', { when: 'NOT EXISTS (SELECT 1 FROM siblings)' })}
      )
      SELECT (SELECT count(*) FROM upd)::int AS recorded, (SELECT run_id FROM upd) AS run_id, (SELECT kind FROM upd) AS kind,
-            (SELECT count(*) FROM woke)::int AS woken`,
-    [commandId, agentId, resultStatus(result), JSON.stringify(result)],
-  );
-  const r = rows[0]!;
-  if (Number(r.recorded) === 0) return false;
-  metrics?.command(r.kind as string, resultStatus(result) as 'succeeded' | 'unverified' | 'failed', result.ok ? null : result.code);
-  afterWake(Number(r.woken) ? (r.run_id as string) : null, waker);
+            (SELECT count(*) FROM woke)::int AS woken`;
+
+function recordResultValues(commandId: string, agentId: string, result: CommandResult): string[] {
+  return [commandId, agentId, resultStatus(result), JSON.stringify(result)];
+}
+
+/**
+ * recordResult's statement for Sql.joinedWhenConnected: several results in one message (the
+ * built-in agent's JoinedWriter). Each statement of a message sees the ones before it, so two
+ * results of one step's commands sent together wake the run once, at the second, as they would
+ * one after the other.
+ */
+export function recordResultStatement(commandId: string, agentId: string, result: CommandResult): FirstStatement {
+  return { name: 'metal_record_result', text: RECORD_RESULT_SQL, types: ['text', 'text', 'text', 'jsonb'], values: recordResultValues(commandId, agentId, result) };
+}
+
+/** What recordResult does with its statement's answer: false when the agent no longer held the command. */
+export function settleRecorded(row: Record<string, unknown>, result: CommandResult, waker?: RunWaker | null, metrics?: DomainCounters | null): boolean {
+  if (Number(row.recorded) === 0) return false;
+  metrics?.command(row.kind as string, resultStatus(result) as 'succeeded' | 'unverified' | 'failed', result.ok ? null : result.code);
+  afterWake(Number(row.woken) ? (row.run_id as string) : null, waker);
   return true;
 }
