@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { fromRoot } from '../src/paths';
 import pg from 'pg';
-import { createLogger, serializeError } from '../src/ops/log';
+import { createLogger, serializeError, TurnBatchedOutput } from '../src/ops/log';
 import { startTestApp, type TestApp } from './helpers/app';
 import { gql } from './helpers/client';
 
@@ -181,5 +181,49 @@ describe('the remote site agent process (ROLE=agent)', () => {
     } finally {
       await new Promise((resolve) => server.close(resolve));
     }
+  });
+});
+
+/**
+ * The service's standard output (TurnBatchedOutput): the lines of one event-loop turn in one
+ * write, in their order; nothing lost at the turn's end, past the size bound, at flush or at exit.
+ */
+describe('log lines written together per event-loop turn', () => {
+  it('one write per turn, in order; at once past 64 KiB; flush writes what waits', async () => {
+    const writes: string[] = [];
+    const out = new TurnBatchedOutput({ write: (text: string) => writes.push(text) });
+    out.write('a\n');
+    out.write('b\n');
+    out.write('c\n');
+    expect(writes).toEqual([]);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(writes).toEqual(['a\nb\nc\n']);
+    const big = `${'x'.repeat(40 * 1024)}\n`;
+    out.write(big);
+    out.write(big);
+    // Past the bound within the turn: written at once, the two together.
+    expect(writes).toEqual(['a\nb\nc\n', big + big]);
+    out.write('d\n');
+    let flushed = false;
+    out.flush(() => { flushed = true; });
+    expect(flushed).toBe(true);
+    expect(writes.at(-1)).toBe('d\n');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(writes).toHaveLength(3);
+  });
+
+  it('a process that exits in the same turn as its last lines still writes them all (a real child on a pipe)', async () => {
+    if (!fs.existsSync(fromRoot('dist', 'src', 'ops', 'log.js'))) throw new Error('run `npm run build` first (npm test does)');
+    const script = `const { createLogger } = require(${JSON.stringify(fromRoot('dist', 'src', 'ops', 'log.js'))});
+      const log = createLogger('info');
+      for (let i = 0; i < 2000; i += 1) log.info({ i }, 'line');
+      process.exit(3);`;
+    const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+    expect(code).toBe(3);
+    const lines = out.trim().split('\n').map((l) => JSON.parse(l) as Line);
+    expect(lines.map((l) => l.i)).toEqual(Array.from({ length: 2000 }, (_, i) => i));
   });
 });

@@ -218,6 +218,7 @@ async function run(argv: string[]): Promise<number> {
     if (pgStats) {
       await sql.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
       await sql.query('SELECT pg_stat_statements_reset()');
+      await sql.query('SELECT pg_stat_reset()');
     }
     const { createTenant } = await gql(api.url, api.adminToken, CreateTenantDocument, { input: { name: 'bench-lifecycle' } });
     const { createSite } = await gql(api.url, api.adminToken, CreateSiteDocument, { input: { name: 'bench-lifecycle-site', tenantId: createTenant.id } });
@@ -376,6 +377,15 @@ async function run(argv: string[]): Promise<number> {
       for (const r of byCalls!.rows) console.log(`  ${String(r.calls).padStart(7)} calls (${(r.calls / steps).toFixed(2)} per step) ${String(r.exec).padStart(6)} ms  ${r.q}`);
       console.log('== the most called, run by triggers and functions ==');
       for (const r of nested!.rows) console.log(`  ${String(r.calls).padStart(7)} calls (${(r.calls / steps).toFixed(2)} per step) ${String(r.exec).padStart(6)} ms  ${r.q}`);
+      // Which tables are read by scans of many rows, and how many updates were HOT (no index entry).
+      const tables = await sql.query<{ t: string; seq: string; seqRows: string; idx: string; idxRows: string; upd: string; hot: string; ins: string; dead: string }>(
+        `SELECT relname AS t, seq_scan::text AS seq, seq_tup_read::text AS "seqRows", COALESCE(idx_scan, 0)::text AS idx, COALESCE(idx_tup_fetch, 0)::text AS "idxRows",
+                n_tup_upd::text AS upd, n_tup_hot_upd::text AS hot, n_tup_ins::text AS ins, n_dead_tup::text AS dead
+           FROM pg_stat_user_tables WHERE seq_scan + COALESCE(idx_scan, 0) + n_tup_ins + n_tup_upd > 0 ORDER BY seq_tup_read + COALESCE(idx_tup_fetch, 0) DESC LIMIT 14`);
+      console.log('== tables: scans and the rows they read, inserts, updates (HOT), dead rows now ==');
+      for (const r of tables.rows) {
+        console.log(`  ${r.t.padEnd(22)} seq ${r.seq.padStart(6)} (${r.seqRows.padStart(9)} rows)  idx ${r.idx.padStart(7)} (${r.idxRows.padStart(9)} rows)  ins ${r.ins.padStart(6)}  upd ${r.upd.padStart(6)} (${r.hot} HOT)  dead ${r.dead}`);
+      }
       console.log('== PostgreSQL CPU by process (since each started; processes that ended are not listed) ==');
       for (const [kind, g] of byProcess!) console.log(`  ${g.s.toFixed(1).padStart(6)} s  ${String(g.n).padStart(3)} x ${kind}`);
     }
