@@ -104,4 +104,33 @@ describe('a transaction whose first statement goes with its BEGIN', () => {
     })).rejects.toThrow(/duplicate key/);
     expect((await sql.query(`SELECT count(*)::int AS n FROM item WHERE n IN (16, 17, 18)`)).rows[0].n).toBe(0);
   });
+  it('a last statement\'s answer is had once the transaction committed; when the transaction fails, it rejects with the same error (ignored, it raises nothing)', async () => {
+    const add = (id: string, n: number): FirstStatement => ({ name: 'test_item_add_returning', text: 'INSERT INTO item VALUES ($1, $2) RETURNING id, n', types: ['text', 'int'], values: [id, String(n)] });
+    let answer: Promise<pg.QueryResult> | null = null;
+    let settledInside = false;
+    await sql.transaction(async (tx) => {
+      answer = tx.commitWith(add('r1', 21));
+      void answer.then(() => { settledInside = true; });
+      await tx.query('SELECT 1');
+      // Not before the COMMIT was sent.
+      expect(settledInside).toBe(false);
+    });
+    expect((await answer!).rows).toEqual([{ id: 'r1', n: 21 }]);
+    let failed: Promise<pg.QueryResult> | null = null;
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      await expect(sql.transaction(async (tx) => {
+        failed = tx.commitWith(add('r2', 22));
+        tx.commitWith(add('r1', 23));
+      })).rejects.toThrow(/duplicate key/);
+      await expect(failed!).rejects.toThrow(/duplicate key/);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect((await sql.query(`SELECT count(*)::int AS n FROM item WHERE n IN (22, 23)`)).rows[0].n).toBe(0);
+  });
 });

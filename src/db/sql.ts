@@ -145,10 +145,12 @@ export interface SqlTx {
   /**
    * A statement sent with the COMMIT in one round trip (as `first` is sent with the BEGIN) once the
    * callback has returned; several go in the order given (a step transaction of several runs: one
-   * flush each). Their answers are not read: what one must check, it checks itself, raising (the
-   * COMMIT then does not run, and the transaction is rolled back).
+   * flush each). What one must check, it checks itself, raising (the COMMIT then does not run, and
+   * the transaction is rolled back). Resolves to the statement's answer once the transaction has
+   * committed, or rejects with the transaction's error; never to be awaited inside the callback
+   * (it waits for the callback to return). Ignoring it is fine: its rejection is handled.
    */
-  commitWith(statement: FirstStatement): void;
+  commitWith(statement: FirstStatement): Promise<pg.QueryResult>;
 }
 
 /**
@@ -262,6 +264,8 @@ export class Sql {
       return values === undefined ? client.query<R>(text) : client.query<R>({ text, values, name: statementName(text) });
     };
     let broken = false;
+    /** commitWith's statements, and their answers' promises. */
+    const last: { statement: FirstStatement; resolve(result: pg.QueryResult): void; reject(error: unknown): void }[] = [];
     try {
       // Two statements in one simple-protocol round trip (no parameters).
       const begin = opts.genericPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan' : 'BEGIN';
@@ -276,7 +280,6 @@ export class Sql {
       };
       if (opts.first) first = (await joined(`${begin}; `, [opts.first], ''))[0]!;
       else await query(begin);
-      const last: FirstStatement[] = [];
       const queryArrays = async (text: string, values?: unknown[]) => {
         this.statements.count += 1;
         return (await client.query<unknown[]>({ text, values, rowMode: 'array', types: ARRAY_ROW_TYPES, name: values === undefined ? undefined : statementName(text) })).rows;
@@ -284,14 +287,24 @@ export class Sql {
       const result = await fn({
         query, queryArrays, executor: { executeSql: (text, values) => query(text, values) },
         commitWith: (statement) => {
-          last.push(statement);
+          const answer = new Promise<pg.QueryResult>((resolve, reject) => last.push({ statement, resolve, reject }));
+          answer.catch(() => undefined);
+          return answer;
         },
       }, first);
-      if (last.length) await joined('', last, '; COMMIT');
-      else await query('COMMIT');
+      if (last.length) {
+        const answers = await joined('', last.map((l) => l.statement), '; COMMIT');
+        last.forEach((l, i) => l.resolve(answers[i]!));
+      } else {
+        await query('COMMIT');
+      }
       return result;
     } catch (error) {
       this.health?.observe(error);
+      const told = (final: unknown) => {
+        for (const l of last) l.reject(final);
+        return final;
+      };
       await query('ROLLBACK').catch(() => {
         broken = true;
       });
@@ -299,9 +312,9 @@ export class Sql {
       // the retryable code, not as an internal error.
       const sqlstate = (error as { code?: unknown }).code;
       if (sqlstate === '40P01' || sqlstate === '40001') {
-        throw new AppError('CONFLICT', 'a concurrent change to the same rows won; nothing was written, read them again and retry');
+        throw told(new AppError('CONFLICT', 'a concurrent change to the same rows won; nothing was written, read them again and retry'));
       }
-      throw error;
+      throw told(error);
     } finally {
       client.release(broken);
     }

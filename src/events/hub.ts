@@ -354,11 +354,26 @@ export class EventHub {
     // The process's shared LISTEN connection: after a loss, what was committed meanwhile is read
     // from the table (the head is a cursor), so nothing is missed.
     this.listening.push(
-      await this.notifications.subscribe('metal_events', () => this.pump(), { back: () => this.pump() }),
+      await this.notifications.subscribe('metal_events', (head) => this.heard(head), { back: () => this.pump() }),
       await this.notifications.subscribe('metal_cache', (table) => {
         if (table === 'api_token' || table === 'api_grant') void this.recheckTokens();
       }),
     );
+  }
+
+  /**
+   * The sequencer's NOTIFY, whose payload is the head it numbered up to. With nobody subscribed in
+   * this process, the head moves there without a statement (as read() would move it, reading the
+   * same number); a payload that is not a cursor, or a subscriber, makes it a read.
+   */
+  private heard(payload: string): void {
+    if (this.subs.size === 0 && /^[0-9]{1,19}$/.test(payload)) {
+      const head = BigInt(payload);
+      if (head > this.head) this.head = head;
+      this.skipped += 1;
+      return;
+    }
+    this.pump();
   }
 
   /** Reads and dispatches everything after the head; runs never overlap. */
@@ -386,6 +401,8 @@ export class EventHub {
       const { rows } = await this.sql.query<Row>(`SELECT ${COLUMNS} FROM event WHERE seq > $1 ORDER BY event.seq LIMIT 1000`, [String(this.head)], { planEachTime: true });
       for (const row of rows) {
         const e = toEvent(row);
+        // Passed already: heard() moved the head while nobody was subscribed.
+        if (e.seq <= this.head) continue;
         this.head = e.seq;
         this.dispatch(e);
       }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
 import { afterWake, wakeRunsSql, type RunWaker } from '../../../jobs/wake';
-import type { FirstStatement } from '../../db/sql';
+import type { FirstStatement, Sql } from '../../db/sql';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -152,40 +152,32 @@ export interface Boot {
  * revokes the entry's earlier tokens (a new fetch is a new boot, so the last boot's ramdisk can no
  * longer report) and mints the token of this one, expiring with the entry; only its hash is kept.
  * Resolves null when the MAC has no such entry or its entry used up MAX_BOOTS_PER_ENTRY: the two
- * are the same answer to the machine. Run it in a transaction: the entry row is locked, so two
- * fetches at once leave one live token. The lock is NO KEY UPDATE, not UPDATE: a report being
+ * are the same answer to the machine. Its own transaction: the entry row is locked, so two fetches
+ * at once leave one live token. The lock is NO KEY UPDATE, not UPDATE: a report being
  * stored holds its token and takes the entry's KEY SHARE for its foreign key, and an UPDATE lock
  * here would deadlock with it (test/boot-routes.test.ts races the two).
  */
-export async function startBoot(db: Runner, mac: string): Promise<Boot | null> {
-  const { rows: entries } = await db.query(
-    `SELECT e.id, e.node_id, e.run_id, e.purpose, e.expires_at
-       FROM boot_entry e JOIN node n ON n.id = e.node_id
-      WHERE e.mac = $1 AND e.revoked_at IS NULL AND e.expires_at > now() AND e.mac = ANY(n.macs)
-        FOR NO KEY UPDATE OF e`,
-    [mac],
-  );
-  const entry = entries[0];
-  if (!entry) return null;
-  const entryId = entry.id as string;
+export async function startBoot(sql: Sql, mac: string): Promise<Boot | null> {
   const token = BOOT_TOKEN_PREFIX + randomBytes(32).toString('base64url');
   const tokenId = newId('BootToken');
-  const { rows } = await db.query(
-    `WITH boots AS (
-       SELECT count(*)::int AS n FROM boot_token WHERE boot_entry_id = $1
-     ), revoked AS (
-       UPDATE boot_token SET revoked_at = now()
-        WHERE boot_entry_id = $1 AND revoked_at IS NULL AND (SELECT n FROM boots) < $5
-     )
-     INSERT INTO boot_token (id, boot_entry_id, node_id, hash, expires_at)
-     SELECT $2, $1, $3, $4, e.expires_at FROM boot_entry e
-      WHERE e.id = $1 AND (SELECT n FROM boots) < $5
-     RETURNING id`,
-    [entryId, tokenId, entry.node_id, hashToken(token), MAX_BOOTS_PER_ENTRY],
-  );
+  let inserted: Promise<{ rows: Record<string, unknown>[] }> | null = null;
+  // The entry's lookup (locking it) goes with the BEGIN, the token's insert with the COMMIT: one
+  // round trip each. Two statements, not one: the insert's snapshot is taken after the lock, so it
+  // sees (and revokes) the token a concurrent fetch of the same entry committed meanwhile.
+  const entry = await sql.transaction(async (tx, first) => {
+    const found = first!.rows[0];
+    if (!found) return null;
+    inserted = tx.commitWith({
+      name: 'metal_boot_token_insert', text: BOOT_TOKEN_INSERT_SQL, types: ['text', 'text', 'text', 'text', 'int'],
+      values: [found.id as string, tokenId, found.node_id as string, hashToken(token), String(MAX_BOOTS_PER_ENTRY)],
+    });
+    return found;
+  }, { first: { name: 'metal_boot_entry_lock', text: BOOT_ENTRY_LOCK_SQL, types: ['text'], values: [mac] } });
+  if (!entry) return null;
+  const { rows } = await inserted!;
   if (!rows[0]) return null;
   return {
-    entryId,
+    entryId: entry.id as string,
     nodeId: entry.node_id as string,
     runId: (entry.run_id as string | null) ?? null,
     purpose: entry.purpose as BootPurpose,
@@ -194,6 +186,24 @@ export async function startBoot(db: Runner, mac: string): Promise<Boot | null> {
     expiresAt: entry.expires_at as Date,
   };
 }
+
+/** startBoot's lookup: the MAC's live entry, its node still holding the MAC, locked. */
+const BOOT_ENTRY_LOCK_SQL = `SELECT e.id, e.node_id, e.run_id, e.purpose, e.expires_at
+       FROM boot_entry e JOIN node n ON n.id = e.node_id
+      WHERE e.mac = $1 AND e.revoked_at IS NULL AND e.expires_at > now() AND e.mac = ANY(n.macs)
+        FOR NO KEY UPDATE OF e`;
+
+/** startBoot's new token: the entry's earlier ones revoked, unless it has booted $5 times already (then nothing). */
+const BOOT_TOKEN_INSERT_SQL = `WITH boots AS (
+       SELECT count(*)::int AS n FROM boot_token WHERE boot_entry_id = $1
+     ), revoked AS (
+       UPDATE boot_token SET revoked_at = now()
+        WHERE boot_entry_id = $1 AND revoked_at IS NULL AND (SELECT n FROM boots) < $5
+     )
+     INSERT INTO boot_token (id, boot_entry_id, node_id, hash, expires_at)
+     SELECT $2, $1, $3, $4, e.expires_at FROM boot_entry e
+      WHERE e.id = $1 AND (SELECT n FROM boots) < $5
+     RETURNING id`;
 
 /** The boot a valid token belongs to: what a ramdisk callback may act for. */
 export interface BootSession {

@@ -289,7 +289,7 @@ export class BootHttp {
       // normalizeMac quotes what it was given; this route never echoes a caller's input.
       throw invalidInput('query.mac', 'is not a MAC address');
     }
-    const boot = await this.sql.transaction((tx) => startBoot(tx, mac));
+    const boot = await startBoot(this.sql, mac);
     let script = NO_ENTRY_SCRIPT;
     if (boot) {
       const base = this.publicUrl ?? localUrl(req);
