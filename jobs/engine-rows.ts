@@ -103,6 +103,12 @@ export interface Loaded {
   commands: Map<string, CommandRow>;
   /** Commands the step bodies queued in this transaction, written by the next flush. */
   newCommands: NewCommand[];
+  /**
+   * Set when this transaction laid out the run's steps (engine-step.ts createSteps): they are in
+   * `steps` only, and the next flush inserts every one of them as it is then, and withdraws what
+   * the node's other runs left queued (this result), in its one statement.
+   */
+  created?: { withdrawnResult: string } | null;
 }
 
 /** A command a body queued (engine-step.ts deferCommand), as the flush inserts it. */
@@ -196,10 +202,21 @@ export function fromLoadRow(deps: EngineDeps, tx: SqlTx, row: Record<string, unk
  * (a key already taken: no fresh attempt's keys can be), so it can go with the COMMIT unread.
  * Parameters: $1 the run, $2 the steps (JSON), $3-$9 the run's change, $10-$13 the node's tenant,
  * site, pool and id, $14 the events (JSON), $15 their subject, $16 the commands (JSON), $17 and
- * $18 how many steps and commands must be written.
+ * $18 how many steps and commands must be written, $19 the steps a run just laid out (JSON: all
+ * inserted) and $20 the result its withdrawal of the node's other runs' queued commands records.
  */
-function flushSql(withEvents: boolean, withCommands: boolean): string {
-  return `WITH steps AS (
+function flushSql(withEvents: boolean, withCommands: boolean, withCreated: boolean): string {
+  return `WITH ${withCreated ? `withdrawn AS (
+    UPDATE command SET status = 'expired', result = $20::jsonb, updated_at = now()
+     WHERE node_id = $13::text AND run_id IS NOT NULL AND run_id <> $1::text AND status = 'queued'
+    RETURNING 1
+  ), created AS (
+    INSERT INTO workflow_step (run_id, idx, name, title, destructive, status, attempts, idempotency_key, state, message, error_code, started_at, finished_at)
+    SELECT $1::text, v.idx, v.name, v.title, v.destructive, v.status, v.attempts, v.key, COALESCE(v.state, '{}'::jsonb), v.message, v.error_code, v.started_at, v.finished_at
+      FROM jsonb_to_recordset($19::jsonb)
+           AS v(idx int, name text, title text, destructive boolean, status text, attempts int, key text, state jsonb, message text, error_code text, started_at timestamptz, finished_at timestamptz)
+    RETURNING 1
+  ), ` : ''}steps AS (
     UPDATE workflow_step s SET status = v.status, attempts = v.attempts, idempotency_key = v.key, state = v.state, message = v.message,
            error_code = v.error_code, started_at = v.started_at, finished_at = v.finished_at, updated_at = now()
       FROM jsonb_to_recordset($2::jsonb)
@@ -226,14 +243,16 @@ function flushSql(withEvents: boolean, withCommands: boolean): string {
     RETURNING 1
   )` : ''}
   SELECT metal_flush_check((SELECT count(*) FROM steps) = $17::int AND (SELECT count(*) FROM run) = CASE WHEN $3::boolean THEN 1 ELSE 0 END
-           ${withCommands ? 'AND (SELECT count(*) FROM cmd) = $18::int' : ''},
+           ${withCommands ? 'AND (SELECT count(*) FROM cmd) = $18::int' : ''}
+           ${withCreated ? 'AND (SELECT count(*) FROM created) = jsonb_array_length($19::jsonb)' : ''},
            'run ' || $1::text || ': its rows changed under the step''s lock, or a command key its step queued was taken') AS ok,
          -- Every parameter named with its type, whichever parts are left out (one list of values for the four texts).
-         num_nulls($10::text, $11::text, $12::text, $13::text, $14::jsonb, $15::text, $16::jsonb, $18::int) AS typed`;
+         num_nulls($10::text, $11::text, $12::text, $13::text, $14::jsonb, $15::text, $16::jsonb, $18::int, $19::jsonb, $20::jsonb) AS typed`;
 }
 const FLUSH_TYPES = ['text', 'jsonb', 'boolean', 'int', 'int', 'text', 'timestamptz', 'text', 'timestamptz',
-  'text', 'text', 'text', 'text', 'jsonb', 'text', 'jsonb', 'int', 'int'] as const;
-const FLUSH_SQL = [[false, false], [false, true], [true, false], [true, true]].map(([events, commands]) => flushSql(events!, commands!));
+  'text', 'text', 'text', 'text', 'jsonb', 'text', 'jsonb', 'int', 'int', 'jsonb', 'jsonb'] as const;
+/** By variant: 1 commands, 2 events, 4 the run's steps created (each part only when the transaction has it). */
+const FLUSH_SQL = Array.from({ length: 8 }, (_, variant) => flushSql((variant & 2) !== 0, (variant & 1) !== 0, (variant & 4) !== 0));
 
 /** A value as the literal EXECUTE takes (the statement's parameter types cast it). */
 const literal = (value: unknown): string | null =>
@@ -247,12 +266,14 @@ const literal = (value: unknown): string | null =>
  * it, so it goes with the COMMIT (one round trip fewer).
  */
 export async function flush(loaded: Loaded, last = false): Promise<void> {
-  const steps = [...loaded.dirty];
+  const created = loaded.created ?? null;
+  // Steps just laid out are inserted whole, as they are now; none of them is updated.
+  const steps = created ? [] : [...loaded.dirty];
   const run = loaded.runWrite;
   const commands = loaded.newCommands;
-  if (steps.length === 0 && !run && loaded.events.length === 0 && commands.length === 0) return;
+  if (!created && steps.length === 0 && !run && loaded.events.length === 0 && commands.length === 0) return;
   for (const event of loaded.events) checkEventPayload(event.payload);
-  const variant = (loaded.events.length > 0 ? 2 : 0) + (commands.length > 0 ? 1 : 0);
+  const variant = (created ? 4 : 0) + (loaded.events.length > 0 ? 2 : 0) + (commands.length > 0 ? 1 : 0);
   const values: unknown[] = [
     loaded.run.id,
     JSON.stringify(steps.map((step) => ({
@@ -268,6 +289,11 @@ export async function flush(loaded: Loaded, last = false): Promise<void> {
     loaded.run.params.jobId ?? loaded.run.id,
     JSON.stringify(commands.map((c) => ({ id: c.id, kind: c.kind, params: c.params, key: c.key, expires_at: c.expiresAt.toISOString(), step_idx: c.stepIdx }))),
     steps.length, commands.length,
+    created ? JSON.stringify(loaded.steps.map((step) => ({
+      idx: step.idx, name: step.name, title: step.title, destructive: step.destructive, status: step.status, attempts: step.attempts,
+      key: step.idempotencyKey, state: step.state, message: step.message, error_code: step.errorCode, started_at: step.startedAt, finished_at: step.finishedAt,
+    }))) : null,
+    created?.withdrawnResult ?? null,
   ];
   if (last) {
     loaded.tx.commitWith({ name: `metal_step_flush_${variant}`, text: FLUSH_SQL[variant]!, types: FLUSH_TYPES, values: values.map(literal) });
@@ -275,6 +301,7 @@ export async function flush(loaded: Loaded, last = false): Promise<void> {
     await loaded.tx.query(FLUSH_SQL[variant]!, values);
   }
   loaded.dirty.clear();
+  loaded.created = null;
   loaded.runWrite = null;
   loaded.events = [];
   loaded.newCommands = [];

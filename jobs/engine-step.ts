@@ -13,7 +13,7 @@ import { WORKFLOWS } from './workflows';
 import { newObservations, type EngineObservations } from '../src/ops/metrics';
 import type { EngineDeps } from './engine';
 import { ACTIVE } from './engine-lease';
-import { clip, flush, load, toStep, type Base, type Loaded, type StepRow } from './engine-rows';
+import { clip, flush, load, type Base, type Loaded, type StepRow } from './engine-rows';
 import { cleanupOnce, endCleanup, endRun, failRun } from './engine-cleanup';
 import {
   BodyThrew, DEFAULT_DEADLINE_S, doneStatus, nextStep, runBody, saveStep, startStep, stepEvent, stopWaiting, timerDue, withNotes,
@@ -75,7 +75,7 @@ async function dispatch(loaded: Loaded, lostResumes: number | null): Promise<Ste
     return failRun(loaded, { kind: 'failed', code: 'UNSUPPORTED', message: `no workflow is defined for ${run.kind}` });
   }
   const kind = run.kind;
-  if (loaded.steps.length === 0) await createSteps(loaded, def);
+  if (loaded.steps.length === 0) createSteps(loaded, def);
   const state = loaded.node.provisionState as ProvisionState;
   if (state !== WORKFLOW_KINDS[kind].state) return endRun(loaded, 'superseded');
   if (lostResumes !== null) {
@@ -100,25 +100,22 @@ function deadlineOf(loaded: Loaded, kind: WorkflowKind, stepDef: StepDef): Date 
   return new Date(loaded.now.getTime() + seconds * 1000);
 }
 
-async function createSteps(loaded: Loaded, def: WorkflowDef): Promise<void> {
-  const titles = def.steps.map((s) => (typeof s.title === 'function' ? s.title(loaded.info) : s.title));
-  // With the steps, in the same statement: a run the node store superseded is never advanced
-  // again, so what it left queued must not run after this one starts (a power-off of the old run
-  // arriving in the middle of the new one).
-  const { rows } = await loaded.tx.query(
-    `WITH withdrawn AS (
-       UPDATE command SET status = 'expired', result = $6::jsonb, updated_at = now()
-        WHERE node_id = $5 AND run_id IS NOT NULL AND run_id <> $1 AND status = 'queued'
-     )
-     INSERT INTO workflow_step (run_id, idx, name, title, destructive)
-     SELECT $1, s.idx - 1, s.name, s.title, s.destructive FROM unnest($2::text[], $3::text[], $4::boolean[]) WITH ORDINALITY AS s(name, title, destructive, idx)
-     RETURNING *`,
-    [loaded.run.id, def.steps.map((s) => s.name), titles, def.steps.map((s) => Boolean(s.destructive)), loaded.node.id,
-      JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: a newer workflow run of the node started', retryable: false })],
-  );
-  loaded.steps = rows.map(toStep).sort((a, b) => a.idx - b.idx);
+/**
+ * Lays out the run's steps in memory; the next flush inserts them (as they are by then) and, in the
+ * same statement, withdraws what the node's other runs left queued: a run the node store superseded
+ * is never advanced again, so what it left queued must not run after this one starts (a power-off
+ * of the old run arriving in the middle of the new one). Nothing is sent here.
+ */
+function createSteps(loaded: Loaded, def: WorkflowDef): void {
+  loaded.steps = def.steps.map((s, idx) => ({
+    idx, name: s.name, title: typeof s.title === 'function' ? s.title(loaded.info) : s.title, cleanup: false, destructive: Boolean(s.destructive),
+    status: 'pending', attempts: 0, idempotencyKey: null, state: {}, message: null, errorCode: null, startedAt: null, finishedAt: null,
+  }));
+  loaded.created = { withdrawnResult: WITHDRAWN_BY_NEWER_RUN };
   loaded.observed.started.push(loaded.run.kind);
 }
+
+const WITHDRAWN_BY_NEWER_RUN = JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdrawn: a newer workflow run of the node started', retryable: false });
 
 
 async function applyResult(loaded: Loaded, step: StepRow, stepDef: StepDef, result: StepResult, notes: string[], unverified: string[] = []): Promise<Step> {

@@ -93,16 +93,22 @@ describe('advanceRun', () => {
       name: 'drop-next',
       title: 'Dropping the next step row (a bug)',
       async run(ctx) {
-        await ctx.db.query('DELETE FROM workflow_step WHERE run_id = $1 AND idx = 1', [ctx.run.id]);
+        await ctx.db.query('DELETE FROM workflow_step WHERE run_id = $1 AND idx = 2', [ctx.run.id]);
         return complete('dropped');
       },
     };
-    const d = deps([vanishing, powerStateStep]);
+    const d = deps([powerStateStep, vanishing, powerOnStep]);
     const { runId } = await enrollingRun();
+    // The first transaction lays out the three steps (inserted by its flush) and waits for the power state.
+    expect(await advanceRun(d, runId)).toMatchObject({ kind: 'waiting' });
+    const laidOut = await stepsOf(sql(), runId);
+    expect(laidOut.map((s) => [s.idx, s.name, s.status])).toEqual([[0, 'read-power', 'waiting'], [1, 'drop-next', 'pending'], [2, 'power-on', 'pending']]);
+    await playAgent(sql(), runId, () => ok('off'));
+    // The second: the first step ends, the bug drops the third step's row, the third starts: its write finds no row.
     await expect(advanceRun(d, runId)).rejects.toThrow(/workflow step write refused: run .*: its rows changed under the step's lock/);
-    // Not even the step rows the transaction laid out, nor the delete: the run is as its lease left it, handed back.
-    expect(await stepsOf(sql(), runId)).toEqual([]);
-    expect(await runOf(sql(), runId)).toMatchObject({ status: 'running' });
+    // Nothing of it, the delete included: the steps are as the first transaction left them, the run handed back.
+    expect(await stepsOf(sql(), runId)).toEqual(laidOut);
+    expect(await runOf(sql(), runId)).toMatchObject({ status: 'waiting' });
     expect((await sql().query('SELECT lease_until FROM workflow_run WHERE id = $1', [runId])).rows[0].lease_until).toBeNull();
   });
 
