@@ -533,6 +533,16 @@ describe('waking a run in the process that committed the news (RunWaker)', () =>
   };
   const claim = (id: string) => sql().query(
     `UPDATE command SET status = 'claimed', claimed_by = 'agent-x', claimed_at = now(), lease_expires_at = now() + interval '1 minute' WHERE id = $1`, [id]);
+  /** A run of bothStep waiting for its two commands, both claimed by agent-x. */
+  const bothClaimed = async () => {
+    const d = deps([bothStep]);
+    const { runId } = await enrollingRun();
+    await advanceRun(d, runId);
+    const [device, power] = await queuedCommands(sql(), runId);
+    await claim(device!.id);
+    await claim(power!.id);
+    return { d, runId, device: device!, power: power! };
+  };
 
   it('commands(): both are queued in the step\'s transaction, with the keys two command() calls would have; the run wakes once, when the last result is in', async () => {
     const d = deps([bothStep]);
@@ -559,12 +569,7 @@ describe('waking a run in the process that committed the news (RunWaker)', () =>
   });
 
   it('commands(): both results in one message (the built-in agent\'s JoinedWriter) wake the run once, at the second, as one after the other would', async () => {
-    const d = deps([bothStep]);
-    const { runId } = await enrollingRun();
-    await advanceRun(d, runId);
-    const [device, power] = await queuedCommands(sql(), runId);
-    await claim(device!.id);
-    await claim(power!.id);
+    const { d, runId, device, power } = await bothClaimed();
     const results = [{ id: power!.id, result: ok('off') }, { id: device!.id, result: ok() }];
     const { results: answers } = await sql().joinedWhenConnected(() => results.map((r) => recordResultStatement(r.id, 'agent-x', r.result)));
     expect(answers.map((a) => Number(a.rows[0].woken))).toEqual([0, 1]);
@@ -581,12 +586,7 @@ describe('waking a run in the process that committed the news (RunWaker)', () =>
   });
 
   it('commands(): a sibling locked by another writer (its own result committing at the same moment) counts as done: the run is woken rather than left asleep', async () => {
-    const d = deps([bothStep]);
-    const { runId } = await enrollingRun();
-    await advanceRun(d, runId);
-    const [device, power] = await queuedCommands(sql(), runId);
-    await claim(device!.id);
-    await claim(power!.id);
+    const { d, runId, device, power } = await bothClaimed();
     let release!: () => void;
     const held = new Promise<void>((resolve) => { release = resolve; });
     let locked!: () => void;

@@ -4,7 +4,7 @@
  * commit. The built-in agent's command results and the ramdisk reports use them.
  */
 import pg from 'pg';
-import { createTestDatabase } from './helpers/app';
+import { oneConnectionSql } from './helpers/app';
 import { Sql, type FirstStatement } from '../src/db/sql';
 import { StatementCounter } from '../src/db/client';
 import { JoinedWriter } from '../src/db/joined-writer';
@@ -15,10 +15,7 @@ let sql: Sql;
 let statements: StatementCounter;
 beforeAll(async () => {
   // One connection: holding it makes every write wait, as a busy pool does.
-  pool = new pg.Pool({ connectionString: await createTestDatabase(), max: 1 });
-  statements = new StatementCounter();
-  sql = new Sql(pool, statements);
-  await sql.query('CREATE TABLE item (id text PRIMARY KEY, n int NOT NULL)');
+  ({ pool, sql, statements } = await oneConnectionSql());
 });
 afterAll(async () => { await pool?.end(); });
 

@@ -5,7 +5,7 @@
  * (jobs/engine-rows.ts loadStatement, flush).
  */
 import pg from 'pg';
-import { createTestDatabase } from './helpers/app';
+import { oneConnectionSql } from './helpers/app';
 import { Sql, type FirstStatement } from '../src/db/sql';
 import { StatementCounter } from '../src/db/client';
 
@@ -14,10 +14,7 @@ let sql: Sql;
 let statements: StatementCounter;
 beforeAll(async () => {
   // One connection: every transaction below reuses it, so a second PREPARE of one name would fail.
-  pool = new pg.Pool({ connectionString: await createTestDatabase(), max: 1 });
-  statements = new StatementCounter();
-  sql = new Sql(pool, statements);
-  await sql.query('CREATE TABLE item (id text PRIMARY KEY, n int NOT NULL)');
+  ({ pool, sql, statements } = await oneConnectionSql());
   await sql.query(`INSERT INTO item VALUES ('a', 1), ('o''brien', 2), ('back\\slash', 3)`);
 });
 afterAll(async () => { await pool?.end(); });

@@ -4,6 +4,8 @@ import pg from 'pg';
 import pino from 'pino';
 import { startApp, type App } from '../../src/app';
 import type { Config } from '../../src/config';
+import { Sql } from '../../src/db/sql';
+import { StatementCounter } from '../../src/db/client';
 
 export const TEMPLATE_DB = 'metal_template';
 
@@ -26,6 +28,19 @@ export async function createTestDatabase(): Promise<string> {
     await admin.end();
   }
   return withDatabase(adminUrl, name);
+}
+
+/**
+ * Plain SQL on a fresh database through a pool of one connection (a second PREPARE of one name on
+ * it would fail; holding it makes every other statement wait, as a busy pool does), with an
+ * `item (id text PRIMARY KEY, n int NOT NULL)` table to write.
+ */
+export async function oneConnectionSql(): Promise<{ pool: pg.Pool; sql: Sql; statements: StatementCounter }> {
+  const pool = new pg.Pool({ connectionString: await createTestDatabase(), max: 1 });
+  const statements = new StatementCounter();
+  const sql = new Sql(pool, statements);
+  await sql.query('CREATE TABLE item (id text PRIMARY KEY, n int NOT NULL)');
+  return { pool, sql, statements };
 }
 
 export interface TestApp {
