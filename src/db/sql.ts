@@ -219,33 +219,25 @@ export class Sql {
   }
 
   /**
-   * Runs fn inside BEGIN ... COMMIT on one connection; any throw rolls back and is rethrown.
-   * `genericPlans`: the transaction's prepared statements run their generic plan at once
-   * (plan_cache_mode = force_generic_plan, set in the BEGIN's round trip) instead of being planned
-   * again at each call while PostgreSQL compares custom plans: for statements whose plan does not
-   * depend on their values (lookups by key). The workflow engine's load and flush were planned at
-   * every call, 0.6-0.9 ms each (26 s of PostgreSQL's time at 1,000 machines).
-   */
-  /**
    * Statements sent as one simple-protocol message (see sendJoined), so as one implicit
    * transaction: all of them take effect or none does. `take` is called once a connection is held
    * and says what to send then: a caller that gathers statements (a site agent's results) sends
    * everything that arrived while it waited for the connection. Resolves to each statement's
    * answer, in order (none when `take` gives none).
    */
-  async joinedWhenConnected(take: () => readonly FirstStatement[]): Promise<{ statements: readonly FirstStatement[]; results: pg.QueryResult[] }> {
+  async joinedWhenConnected(take: () => readonly FirstStatement[]): Promise<{ results: pg.QueryResult[] }> {
     const client = await this.pool.connect();
     let broken = true;
     try {
       const statements = take();
       if (statements.length === 0) {
         broken = false;
-        return { statements, results: [] };
+        return { results: [] };
       }
       this.statements.count += statements.length;
       const results = await sendJoined(client, '', statements, '');
       broken = false;
-      return { statements, results };
+      return { results };
     } catch (error) {
       this.health?.observe(error);
       throw error;
@@ -256,6 +248,14 @@ export class Sql {
     }
   }
 
+  /**
+   * Runs fn inside BEGIN ... COMMIT on one connection; any throw rolls back and is rethrown.
+   * `genericPlans`: the transaction's prepared statements run their generic plan at once
+   * (plan_cache_mode = force_generic_plan, set in the BEGIN's round trip) instead of being planned
+   * again at each call while PostgreSQL compares custom plans: for statements whose plan does not
+   * depend on their values (lookups by key). The workflow engine's load and flush were planned at
+   * every call, 0.6-0.9 ms each (26 s of PostgreSQL's time at 1,000 machines).
+   */
   async transaction<T>(fn: (tx: SqlTx, first: pg.QueryResult | null) => Promise<T>, opts: { genericPlans?: boolean; first?: FirstStatement } = {}): Promise<T> {
     const client = await this.pool.connect();
     const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) => {

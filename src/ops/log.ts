@@ -41,9 +41,8 @@ const BATCH_MAX_CHARS = 64 * 1024;
 
 /**
  * Standard output for the logs, the lines of one event-loop turn written together: one write(2)
- * where pino's default destination makes one per line. Under load the service logs a few lines
- * per command, report and request (in the lifecycle bench, a write per line was about a tenth of
- * the service's CPU). A line waits at most until the end of the turn it was logged in (or until
+ * where pino's default destination makes one per line (under load the service logs a few lines
+ * per command, report and request). A line waits at most until the end of the turn it was logged in (or until
  * BATCH_MAX_CHARS are waiting); the process's exit writes what waits, and `flush` (pino's
  * logger.flush, called before a stop's exit) does too. The writes themselves are sonic-boom's
  * synchronous ones (pino.destination's), which retry a pipe that is full (EAGAIN).

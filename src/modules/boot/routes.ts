@@ -207,7 +207,8 @@ export class BootHttp {
 
   /**
    * A report, authenticated and stored in one statement (storeReport, sent with the other reports
-   * waiting for a connection) when its query and body are good. A request refused for its query or body is authenticated first (one more statement), so
+   * waiting for a connection) when its query and body are good. A request refused for its query
+   * or body is authenticated first (one more statement), so
    * a caller without a live token of this entry learns nothing but 401, as when the lookup came
    * first. The token is checked in the statement that stores: a new iPXE fetch or a revocation
    * that committed before it wins, and nothing is stored for a boot that is over.
