@@ -117,15 +117,15 @@ export async function until<T>(what: string, read: () => Promise<T>, done: (v: T
   }
 }
 
-/** Until every node is out of `moving` and has no active run (its cleanups done); their states. */
-export async function settle(cp: ControlPlane, nodeIds: string[], moving: string[], limitMs: number): Promise<string[]> {
+/** Until every node is out of `moving` and has no active run (its cleanups done); their states. A failure names each node's runs and `more()`. */
+export async function settle(cp: ControlPlane, nodeIds: string[], moving: string[], limitMs: number, more?: () => string): Promise<string[]> {
   const read = () => Promise.all(nodeIds.map(async (id) => {
     const node = await nodeRow(cp, id);
     const active = (await runsOf(cp, id)).some((r) => ACTIVE_RUN.includes(r.status));
     return { state: node.state, busy: moving.includes(node.state) || active };
   }));
   const done = await until(`settling of ${moving.join('/')}`, read, (v) => v.every((n) => !n.busy), limitMs,
-    async () => (await Promise.all(nodeIds.map((id) => describeNode(cp, id)))).join('\n'));
+    async () => [...await Promise.all(nodeIds.map((id) => describeNode(cp, id))), ...(more ? [more()] : [])].join('\n'));
   return done.map((n) => n.state);
 }
 

@@ -12,8 +12,15 @@
  *   int(time.time()) + randint(1, 11), so a change can apply less than a second after it was asked;
  * - ForceRestart/GracefulRestart set PowerState Off at once and On later (fakedriver.py: 'Restart'
  *   sets power_state Off, pending On): a restart is the same Off-then-On transition, so a restart
- *   is a boot too. A restart whose Off lasts less than one poll (100 ms) is not seen (then no boot
- *   is counted; the suite checks the BMC instead);
+ *   is a boot too. The Off of a restart can last less than one poll: the deadline can fall a few
+ *   ms after the Reset, and the service's own read-back GET then applies the On before this player
+ *   looks (seen in CI, 2026-12-07: node-2's release waited 200 s for a ramdisk that never booted).
+ *   So the player also reads sushy's access log (werkzeug writes one line per request to
+ *   emulator.log, status included): a Reset answered 204 while the machine read On, after which
+ *   it still reads On at a poll sent 11 s later (past any deadline: int(time) + 11 at most), with
+ *   no Off seen between, was a restart whose Off no poll caught (a pending ForceOff would read Off
+ *   by then, and the project's driver sends no On to a machine it reads On: power.ts). It boots
+ *   then, late, from the target the BMC held at the first poll after the Reset;
  * - BootSourceOverrideEnabled always reads Continuous (templates/system.json; README "Boot override"):
  *   the target is what the machine boots on every power-on until it is changed, so the player reads
  *   the target at each boot, whatever Enabled says; Hdd (sushy's default, fakedriver.py
@@ -21,6 +28,8 @@
  * - the fake systems report no CPUs, memory or (except node-1's) drives out of band: the in-band
  *   hardware below is the machine's own, node-1's drive the one emulator.conf gives its BMC.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import type { Hardware } from '../../sim/machine/inventory';
 import { PlayedMachine, type MachineBehaviour, type PlayFleet, type PxeEvent } from '../../sim/machine/play';
 import { SUSHY_SYSTEMS, type Sushy, type SushyNode } from './sushy';
@@ -38,6 +47,8 @@ export interface PowerObservation {
   power: string;
   /** The boot the machine made at this power-on (null: no boot, a power-off or the first read). */
   booted: string | null;
+  /** A restart no poll saw Off, found by its Reset in sushy's access log (booted late). */
+  offMissed?: boolean;
 }
 
 export interface SushyMachine extends PlayedMachine {
@@ -61,7 +72,57 @@ export interface SushyMachines {
    * message, and printed when the machines stop.
    */
   transient: string[];
+  /** Each machine's last power observations, boots and refused or failed calls: for a failing test's message. */
+  describe(): string;
   stop(): Promise<void>;
+}
+
+/** A poll sent this long after a Reset was read from the log is past sushy's deadline for it (int(time) + randint(1, 11)). */
+export const RESET_APPLIED_MS = 11_100;
+
+/**
+ * Resets sushy answered 204, per system, from its access log (werkzeug's request lines in
+ * emulator.log): `take(uuid)` counts those read since the last take. Reads only what was appended.
+ */
+function resetLog(file: string): { take(uuid: string): number } {
+  let offset = 0;
+  let partial = '';
+  const counts = new Map<string, number>();
+  const RESET = /"POST \/redfish\/v1\/Systems\/([^/\s]+)\/Actions\/ComputerSystem\.Reset HTTP\/1\.[01]" 204 /;
+  const read = () => {
+    let size = 0;
+    try { size = fs.statSync(file).size; } catch { return; }
+    if (size <= offset) return;
+    const fd = fs.openSync(file, 'r');
+    try {
+      const buffer = Buffer.alloc(size - offset);
+      const got = fs.readSync(fd, buffer, 0, buffer.length, offset);
+      offset += got;
+      const lines = (partial + buffer.subarray(0, got).toString('utf8')).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) {
+        const uuid = RESET.exec(line)?.[1];
+        if (uuid) counts.set(uuid, (counts.get(uuid) ?? 0) + 1);
+      }
+    } finally {
+      fs.closeSync(fd);
+    }
+  };
+  return {
+    take(uuid) {
+      read();
+      const n = counts.get(uuid) ?? 0;
+      counts.delete(uuid);
+      return n;
+    },
+  };
+}
+
+/** The target a machine powered on now boots: the override when one is set, else its disk. */
+function bootTarget(body: any): string {
+  const boot = (body?.Boot ?? {}) as { BootSourceOverrideTarget?: string; BootSourceOverrideEnabled?: string };
+  const enabled = boot.BootSourceOverrideEnabled ?? 'Disabled';
+  return (enabled === 'Once' || enabled === 'Continuous') && boot.BootSourceOverrideTarget && boot.BootSourceOverrideTarget !== 'None' ? boot.BootSourceOverrideTarget : 'Hdd';
 }
 
 /** Failed polls in a row a machine rides out (as firmware polling its BMC would) before it is an error. */
@@ -90,6 +151,7 @@ export async function startSushyMachines(opts: { sushy: Sushy; serviceUrl: strin
     lingering() {},
   };
   const machines = new Map<SushyNode, SushyMachine>();
+  const resets = resetLog(path.join(opts.sushy.harnessDir, 'sushy', 'emulator.log'));
   let stopped = false;
   const loops: Promise<void>[] = [];
   for (const node of opts.nodes) {
@@ -104,29 +166,38 @@ export async function startSushyMachines(opts: { sushy: Sushy; serviceUrl: strin
     machines.set(node, machine);
     loops.push((async () => {
       let failedInARow: string[] = [];
+      // A Reset answered while the machine read On, with no Off seen since: when it was read, and the target the BMC held then.
+      let unexplained: { at: number; target: string | null } | null = null;
       while (!stopped) {
         try {
+          if (resets.take(system.uuid) > 0 && state.power === 'On' && !unexplained) unexplained = { at: Date.now(), target: null };
+          const sentAt = Date.now();
           const r = await opts.sushy.get(`/redfish/v1/Systems/${system.uuid}`);
           if (r.status !== 200) throw new Error(`GET system answered ${r.status}${upstreamMessage(r.body)}`);
           if (failedInARow.length) transient.push(...failedInARow);
           failedInARow = [];
           const power = String(r.body.PowerState);
+          if (unexplained && unexplained.target === null) unexplained.target = bootTarget(r.body);
           if (power !== state.power) {
             const before = state.power;
             state.power = power;
             let booted: string | null = null;
             // Off -> On: a power-on or the second half of a restart; the first read is no transition.
             if (before === 'Off' && power === 'On') {
-              const boot = (r.body.Boot ?? {}) as { BootSourceOverrideTarget?: string; BootSourceOverrideEnabled?: string };
-              const enabled = boot.BootSourceOverrideEnabled ?? 'Disabled';
-              const target = (enabled === 'Once' || enabled === 'Continuous') && boot.BootSourceOverrideTarget && boot.BootSourceOverrideTarget !== 'None' ? boot.BootSourceOverrideTarget : 'Hdd';
-              booted = target;
-              machine.powerOn(target);
+              booted = bootTarget(r.body);
+              machine.powerOn(booted);
             } else if (power === 'Off') {
               // Power gone: a play in progress stops at its next call (poweredOn() is false now).
               machine.interrupt();
+              unexplained = null;
             }
             machine.observations.push({ at: Date.now(), power, booted });
+          } else if (power === 'On' && unexplained && sentAt >= unexplained.at + RESET_APPLIED_MS) {
+            // Still On past the Reset's deadline with no Off seen: a restart whose Off no poll caught.
+            const booted = unexplained.target ?? bootTarget(r.body);
+            unexplained = null;
+            machine.powerOn(booted);
+            machine.observations.push({ at: Date.now(), power, booted, offMissed: true });
           }
         } catch (error) {
           if (!stopped) {
@@ -148,6 +219,13 @@ export async function startSushyMachines(opts: { sushy: Sushy; serviceUrl: strin
     pxe,
     errors,
     transient,
+    describe() {
+      return [...machines.values()].map((m) => {
+        const c = m.counters;
+        const seen = m.observations.slice(-8).map((o) => `${new Date(o.at).toISOString().slice(11, 23)} ${o.power}${o.booted ? ` booted ${o.booted}` : ''}${o.offMissed ? ' (Off missed)' : ''}`);
+        return `machine ${m.node}: boots ${m.boots.map((b) => b.purpose).join(', ') || 'none'}; pxe ${c.pxeBoots}, ramdisk ${c.ramdiskBoots}, disk ${c.diskBoots}, refused ${c.refused}, failed calls ${c.failedCalls}, wipes ${c.wipesPerformed}\n    power: ${seen.join('; ')}`;
+      }).join('\n');
+    },
     async stop() {
       stopped = true;
       for (const m of machines.values()) m.interrupt();

@@ -76,7 +76,7 @@ export function sushySuite(tls: boolean): void {
 
     it('node-1 and node-2 go enrolling -> inspecting -> commissioning -> ready; the machines PXE-booted the inspection and commissioning ramdisks', async () => {
       if (!ids['node-2']) throw new Error('not enrolled (the test before failed to enroll)');
-      const states = await settle(cp, NODES.map((n) => ids[n]), ['enrolling', 'inspecting', 'commissioning'], 200000);
+      const states = await settle(cp, NODES.map((n) => ids[n]), ['enrolling', 'inspecting', 'commissioning'], 200000, () => machines.describe());
       await expectStates(states, 'ready');
       for (const node of NODES) {
         const runs = await runsOf(cp, ids[node]);
@@ -97,7 +97,7 @@ export function sushySuite(tls: boolean): void {
       const before = Object.fromEntries(NODES.map((n) => [n, machines.machine(n).counts()]));
       const deployedAt = Date.now();
       for (const node of NODES) expect((await verb(cp, 'deploy', { nodeId: ids[node], ...profile })).status).toBe(200);
-      await expectStates(await settle(cp, NODES.map((n) => ids[n]), ['deploying'], 200000), 'deployed');
+      await expectStates(await settle(cp, NODES.map((n) => ids[n]), ['deploying'], 200000, () => machines.describe()), 'deployed');
       for (const node of NODES) {
         const m = machines.machine(node);
         expect(m.boots.at(-1)?.purpose).toBe('deploy');
@@ -115,7 +115,7 @@ export function sushySuite(tls: boolean): void {
         }
       }
       for (const node of NODES) expect((await verb(cp, 'undeploy', { nodeId: ids[node], wipe: 'quick' })).status).toBe(200);
-      await expectStates(await settle(cp, NODES.map((n) => ids[n]), ['releasing'], 200000), 'ready');
+      await expectStates(await settle(cp, NODES.map((n) => ids[n]), ['releasing'], 200000, () => machines.describe()), 'ready');
       for (const node of NODES) {
         const m = machines.machine(node);
         expect(m.boots.at(-1)?.purpose).toBe('release');
@@ -126,7 +126,7 @@ export function sushySuite(tls: boolean): void {
     it('power on, cycle, reset and off end with the truth read back from sushy; nmi of the running machine (501 there) ends BMC_UNSUPPORTED', async () => {
       if (!ids['node-2']) throw new Error('not enrolled');
       // No run of its own may still send power commands (a failed run's cleanup).
-      await settle(cp, [ids['node-2']], [], 120000);
+      await settle(cp, [ids['node-2']], [], 120000, () => machines.describe());
       const seen: unknown[] = [];
       const want: unknown[] = [];
       const power = async (action: string, expected: string) => {
@@ -148,7 +148,7 @@ export function sushySuite(tls: boolean): void {
     it('virtual media: insert puts a loopback image in the empty Cd slot (sushy downloads it), eject empties it', async () => {
       if (!ids['node-2']) throw new Error('not enrolled');
       // One active run per node: the commands below run under a run of their own.
-      await settle(cp, [ids['node-2']], [], 200000);
+      await settle(cp, [ids['node-2']], [], 200000, () => machines.describe());
       const slotPath = `/redfish/v1/Systems/${SUSHY_SYSTEMS['node-2'].uuid}/VirtualMedia/Cd`;
       // sushy's empty slot: ConnectedVia "URI", Image "", Inserted false (peers README).
       expect((await sushy.get(slotPath)).body).toMatchObject({ Inserted: false, Image: '' });
