@@ -1,6 +1,6 @@
 import { updateNode } from '../src/modules/metal/node-store';
 import { decideWorkflowMove, isWorkflowKind, type ProvisionState, type WorkflowOutcome } from '../src/modules/metal/states';
-import { DUE_WITH, RUN_ENDED_SET } from './engine-lease';
+import { DUE_WITH } from './engine-lease';
 import { clip, flush, type Loaded } from './engine-rows';
 import { doneStatus, nextStep, runBody, saveStep, startStep, stepEvent, stopWaiting, timerDue, withNotes, type Step } from './engine-step-state';
 
@@ -142,28 +142,16 @@ const WITHDRAWN = JSON.stringify({ ok: false, code: 'EXPIRED', message: 'withdra
 
 /**
  * Ends the run: its status, finished_at, the lease released, queued commands withdrawn, and its
- * boot entries revoked (entries, then their tokens: the order an iPXE fetch locks them in), in one
- * statement (a data-modifying WITH runs to completion whether or not the query reads it).
+ * boot entries revoked (entries, then their tokens: the order an iPXE fetch locks them in), with
+ * what the transaction changed so far, in the one statement of the flush (its check raises when
+ * the run's row is gone). Commands queued in this transaction are written by a flush of their own
+ * first: the end's withdrawal, in the same statement as their insert, would not see them.
  */
 export async function endRun(loaded: Loaded, status: 'succeeded' | 'failed' | 'aborted' | 'superseded'): Promise<Step> {
-  // What this transaction changed so far goes to the rows first: the statement below reads them.
-  await flush(loaded);
+  if (loaded.newCommands.length > 0) await flush(loaded);
   // The rescue ramdisk keeps its entry and token while it runs: its run's success is that it is up.
-  const revoke = !(status === 'succeeded' && loaded.run.kind === 'metal-rescue');
-  const { rows } = await loaded.tx.query(
-    `WITH run AS (
-       UPDATE workflow_run SET status = $2, attempt = COALESCE($3::int, attempt), ${RUN_ENDED_SET} WHERE id = $1 RETURNING 1
-     ), withdrawn AS (
-       UPDATE command SET status = 'expired', result = $4::jsonb, updated_at = now() WHERE run_id = $1 AND status = 'queued' RETURNING 1
-     ), e AS (
-       UPDATE boot_entry SET revoked_at = now() WHERE run_id = $1 AND revoked_at IS NULL AND $5::boolean RETURNING id
-     ), t AS (
-       UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND boot_entry_id IN (SELECT id FROM e) RETURNING 1
-     )
-     SELECT (SELECT count(*) FROM run)::int AS run`,
-    [loaded.run.id, status, loaded.attempt ?? null, WITHDRAWN, revoke],
-  );
-  if (Number(rows[0]?.run) !== 1) throw new Error(`run ${loaded.run.id}: its row changed under the step's lock`);
+  loaded.ending = { status, revoke: !(status === 'succeeded' && loaded.run.kind === 'metal-rescue'), withdrawnResult: WITHDRAWN };
+  await flush(loaded);
   loaded.observed.finished.push({ kind: loaded.run.kind, status, code: loaded.run.lastErrorCode });
   loaded.events.push({
     type: 'workflow.finished',

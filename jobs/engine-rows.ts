@@ -8,7 +8,7 @@ import type { EngineObservations } from '../src/ops/metrics';
 import type { RunInfo, RunParams, WorkflowDef } from './engine-types';
 import type { EngineDeps } from './engine';
 import type { Injected } from './engine-step';
-import { DUE_WITH, LEASE_MS, LeaseLost } from './engine-lease';
+import { DUE_WITH, LEASE_MS, LeaseLost, RUN_ENDED_SET } from './engine-lease';
 
 /**
  * A step transaction's rows (the engine's overview is in jobs/engine.ts): load reads the node, its
@@ -109,6 +109,12 @@ export interface Loaded {
    * the node's other runs left queued (this result), in its one statement.
    */
   created?: { withdrawnResult: string } | null;
+  /**
+   * Set by endRun: the next flush ends the run in its one statement (status, no lease, no due time,
+   * queued commands withdrawn with `withdrawnResult`, boot entries and their tokens revoked when
+   * `revoke`), instead of writing the run's pending change.
+   */
+  ending?: { status: string; revoke: boolean; withdrawnResult: string } | null;
 }
 
 /** A command a body queued (engine-step.ts deferCommand), as the flush inserts it. */
@@ -206,9 +212,12 @@ export function fromLoadRow(deps: EngineDeps, tx: SqlTx, row: Record<string, unk
  * Parameters: $1 the run, $2 the steps (JSON), $3-$9 the run's change, $10-$13 the node's tenant,
  * site, pool and id, $14 the events (JSON), $15 their subject, $16 the commands (JSON), $17 and
  * $18 how many steps and commands must be written, $19 the steps a run just laid out (JSON: all
- * inserted) and $20 the result its withdrawal of the node's other runs' queued commands records.
+ * inserted) and $20 the result its withdrawal of the node's other runs' queued commands records;
+ * ending the run (endRun): $21 its status, $22 whether its boot entries are revoked, $23 the result
+ * its queued commands are withdrawn with. An ending flush inserts no commands: its withdrawal could
+ * not see them (one statement, one snapshot), so endRun flushes those first.
  */
-function flushSql(withEvents: boolean, withCommands: boolean, withCreated: boolean): string {
+function flushSql(withEvents: boolean, withCommands: boolean, withCreated: boolean, withEnd: boolean): string {
   return `WITH ${withCreated ? `withdrawn AS (
     UPDATE command SET status = 'expired', result = $20::jsonb, updated_at = now()
      WHERE node_id = $13::text AND run_id IS NOT NULL AND run_id <> $1::text AND status = 'queued'
@@ -226,13 +235,23 @@ function flushSql(withEvents: boolean, withCommands: boolean, withCreated: boole
            AS v(idx int, status text, attempts int, key text, state jsonb, message text, error_code text, started_at timestamptz, finished_at timestamptz)
      WHERE s.run_id = $1::text AND s.idx = v.idx
     RETURNING 1
-  ), run AS (
+  ), run AS (${withEnd ? `
+    UPDATE workflow_run SET step_index = COALESCE($4::int, step_index), attempt = COALESCE($5::int, attempt), status = $21::text, ${RUN_ENDED_SET}
+     WHERE id = $1::text AND $3::boolean
+    RETURNING 1
+  ), end_withdrawn AS (
+    UPDATE command SET status = 'expired', result = $23::jsonb, updated_at = now() WHERE run_id = $1::text AND status = 'queued' RETURNING 1
+  ), end_entries AS (
+    UPDATE boot_entry SET revoked_at = now() WHERE run_id = $1::text AND revoked_at IS NULL AND $22::boolean RETURNING id
+  ), end_tokens AS (
+    -- Entries, then their tokens: the order an iPXE fetch locks them in.
+    UPDATE boot_token SET revoked_at = now() WHERE revoked_at IS NULL AND boot_entry_id IN (SELECT id FROM end_entries) RETURNING 1` : `
     UPDATE workflow_run SET step_index = COALESCE($4::int, step_index), attempt = COALESCE($5::int, attempt),
            status = CASE WHEN status = 'aborting' THEN status ELSE $6::text END,
            wait_until = $7::timestamptz, waiting_for = $8::text, lease_until = $9::timestamptz,
            ${DUE_WITH('COALESCE($7::timestamptz, $9::timestamptz)')}, updated_at = now(), version = version + 1
      WHERE id = $1::text AND $3::boolean
-    RETURNING 1
+    RETURNING 1`}
   )${withEvents ? `, ev AS (
     INSERT INTO event (type, tenant_id, site_id, pool_id, node_id, subject, payload)
     SELECT e.x->>'type', $10::text, $11::text, $12::text, $13::text, $15::text, e.x->'payload'
@@ -250,12 +269,17 @@ function flushSql(withEvents: boolean, withCommands: boolean, withCreated: boole
            ${withCreated ? 'AND (SELECT count(*) FROM created) = jsonb_array_length($19::jsonb)' : ''},
            'run ' || $1::text || ': its rows changed under the step''s lock, or a command key its step queued was taken') AS ok,
          -- Every parameter named with its type, whichever parts are left out (one list of values for the four texts).
-         num_nulls($10::text, $11::text, $12::text, $13::text, $14::jsonb, $15::text, $16::jsonb, $18::int, $19::jsonb, $20::jsonb) AS typed`;
+         num_nulls($6::text, $7::timestamptz, $8::text, $9::timestamptz, $10::text, $11::text, $12::text, $13::text, $14::jsonb, $15::text,
+                   $16::jsonb, $18::int, $19::jsonb, $20::jsonb, $21::text, $22::boolean, $23::jsonb) AS typed`;
 }
 const FLUSH_TYPES = ['text', 'jsonb', 'boolean', 'int', 'int', 'text', 'timestamptz', 'text', 'timestamptz',
-  'text', 'text', 'text', 'text', 'jsonb', 'text', 'jsonb', 'int', 'int', 'jsonb', 'jsonb'] as const;
-/** By variant: 1 commands, 2 events, 4 the run's steps created (each part only when the transaction has it). */
-const FLUSH_SQL = Array.from({ length: 8 }, (_, variant) => flushSql((variant & 2) !== 0, (variant & 1) !== 0, (variant & 4) !== 0));
+  'text', 'text', 'text', 'text', 'jsonb', 'text', 'jsonb', 'int', 'int', 'jsonb', 'jsonb', 'text', 'boolean', 'jsonb'] as const;
+/**
+ * By variant: 1 commands, 2 events, 4 the run's steps created, 8 the run's end (each part only when
+ * the transaction has it; an end has no commands).
+ */
+const FLUSH_SQL = Array.from({ length: 16 }, (_, variant) => ((variant & 9) === 9 ? null
+  : flushSql((variant & 2) !== 0, (variant & 1) !== 0, (variant & 4) !== 0, (variant & 8) !== 0)));
 
 /** A value as the literal EXECUTE takes (the statement's parameter types cast it). */
 const literal = (value: unknown): string | null =>
@@ -270,20 +294,22 @@ const literal = (value: unknown): string | null =>
  */
 export async function flush(loaded: Loaded, last = false): Promise<void> {
   const created = loaded.created ?? null;
+  const ending = loaded.ending ?? null;
   // Steps just laid out are inserted whole, as they are now; none of them is updated.
   const steps = created ? [] : [...loaded.dirty];
   const run = loaded.runWrite;
   const commands = loaded.newCommands;
-  if (!created && steps.length === 0 && !run && loaded.events.length === 0 && commands.length === 0) return;
+  if (ending && commands.length > 0) throw new Error(`run ${loaded.run.id}: an ending flush cannot insert commands (endRun flushes them first)`);
+  if (!created && !ending && steps.length === 0 && !run && loaded.events.length === 0 && commands.length === 0) return;
   for (const event of loaded.events) checkEventPayload(event.payload);
-  const variant = (created ? 4 : 0) + (loaded.events.length > 0 ? 2 : 0) + (commands.length > 0 ? 1 : 0);
+  const variant = (ending ? 8 : 0) + (created ? 4 : 0) + (loaded.events.length > 0 ? 2 : 0) + (commands.length > 0 ? 1 : 0);
   const values: unknown[] = [
     loaded.run.id,
     JSON.stringify(steps.map((step) => ({
       idx: step.idx, status: step.status, attempts: step.attempts, key: step.idempotencyKey, state: step.state, message: step.message,
       error_code: step.errorCode, started_at: step.startedAt, finished_at: step.finishedAt,
     }))),
-    run !== null, run?.stepIndex ?? null, run ? (loaded.attempt ?? null) : null, run?.status ?? null,
+    run !== null || ending !== null, run?.stepIndex ?? null, run || ending ? (loaded.attempt ?? null) : null, run?.status ?? null,
     run?.waitUntil ?? null, run?.waitingFor ?? null, run?.leaseUntil ?? null,
     loaded.node.tenantId, loaded.node.siteId, loaded.node.poolId, loaded.node.id,
     JSON.stringify(loaded.events.map((event) => ({ type: event.type, payload: event.payload }))),
@@ -297,6 +323,7 @@ export async function flush(loaded: Loaded, last = false): Promise<void> {
       key: step.idempotencyKey, state: step.state, message: step.message, error_code: step.errorCode, started_at: step.startedAt, finished_at: step.finishedAt,
     }))) : null,
     created?.withdrawnResult ?? null,
+    ending?.status ?? null, ending?.revoke ?? null, ending?.withdrawnResult ?? null,
   ];
   if (last) {
     loaded.tx.commitWith({ name: `metal_step_flush_${variant}`, text: FLUSH_SQL[variant]!, types: FLUSH_TYPES, values: values.map(literal) });
@@ -305,6 +332,7 @@ export async function flush(loaded: Loaded, last = false): Promise<void> {
   }
   loaded.dirty.clear();
   loaded.created = null;
+  loaded.ending = null;
   loaded.runWrite = null;
   loaded.events = [];
   loaded.newCommands = [];

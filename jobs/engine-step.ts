@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import type { SqlTx } from '../src/db/sql';
 import { newId } from '../src/ids';
-import { updateNode, type NodeEvent } from '../src/modules/metal/node-store';
+import { updateNodeStatement, type NodeEvent } from '../src/modules/metal/node-store';
 import { reportsOf } from '../src/modules/boot/entries';
 import {
   decideWorkflowMove, isWorkflowKind, STUCK_RESUMES, WAITS, WORKFLOW_CHAINS, WORKFLOW_KINDS,
@@ -184,8 +184,9 @@ async function applyResult(loaded: Loaded, step: StepRow, stepDef: StepDef, resu
 
 /** Every step ran: the outcome goes through decideWorkflowMove, and the node moves with the run's end. */
 async function finishSuccess(loaded: Loaded, def: WorkflowDef): Promise<Step> {
-  // What this transaction changed so far goes to the rows first: the statements below read them.
-  await flush(loaded);
+  // What this transaction changed so far goes to the rows first when finish reads them (its
+  // reports, its own queries); else endRun writes it with the run's end, in one statement.
+  if (def.finish) await flush(loaded);
   const kind = loaded.run.kind as WorkflowKind;
   const finish = def.finish
     ? await def.finish({ run: loaded.info, node: loaded.node, pool: loaded.pool, db: loaded.tx, reports: (reportKind) => reportsOf(loaded.tx, loaded.run.id, { kind: reportKind }) })
@@ -211,7 +212,9 @@ async function finishSuccess(loaded: Loaded, def: WorkflowDef): Promise<Step> {
     if (thenRun && nextRun) {
       events.push({ type: `node.provision.${to}`, payload: { workflowId: nextRun.id, kind: nextRun.kind, from: decision.to, to, ...(jobId ? { jobId } : {}), verb: thenRun.params.verb ?? null } });
     }
-    const moved = await updateNode(loaded.tx, { id: loaded.node.id, version: loaded.node.version }, {
+    // With the COMMIT (before the run's last flush, whose events follow the node's): the node is
+    // locked by the load, and the statement raises when it writes no node, so the COMMIT fails.
+    loaded.tx.commitWith(updateNodeStatement({ id: loaded.node.id, version: loaded.node.version }, {
       data: { ...(finish.data ?? {}), ...(to ? { provisionState: to } : {}) },
       run: nextRun ? {
         ...nextRun,
@@ -221,8 +224,7 @@ async function finishSuccess(loaded: Loaded, def: WorkflowDef): Promise<Step> {
         batchId: loaded.run.batchId,
       } : null,
       events,
-    }, requestId ?? null);
-    if (!moved) throw new Error(`node ${loaded.node.id} changed under the run's lock`);
+    }, requestId ?? null));
   }
   return ended;
 }

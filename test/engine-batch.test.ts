@@ -73,7 +73,13 @@ describe('a step transaction of several runs', () => {
     // The agent answers: the next batch completes the first step and runs the second to the run's end.
     for (const { runId } of runs) await playAgent(sql(), runId, () => ok('off'));
     const again = await leaseOnly(ids);
+    const beforeEnd = counter.statements.count;
     expect(await Promise.all(advanceLeasedBatch(d, again))).toEqual(again.map(() => ({ kind: 'finished', status: 'succeeded' })));
+    // The BEGIN with the load (two); each run's end written with its step rows (one statement
+    // each: the end is part of the flush); each node's move to inspecting (with the next run) and
+    // each run's last events go with the COMMIT (eight, and the COMMIT): fifteen, where the run's
+    // end as a statement of its own and the node's move before the COMMIT made it nineteen.
+    expect(counter.statements.count - beforeEnd).toBe(15);
     for (const { runId } of runs) {
       expect((await stepsOf(sql(), runId)).map((s) => [s.name, s.status])).toEqual([['read-power', 'succeeded'], ['picky', 'succeeded']]);
       expect(await runOf(sql(), runId)).toMatchObject({ status: 'succeeded' });

@@ -6,7 +6,7 @@
  */
 import pg from 'pg';
 import { checkEventPayload } from '../src/events/outbox';
-import { createNode, prismaRunner, updateNode } from '../src/modules/metal/node-store';
+import { createNode, prismaRunner, updateNode, updateNodeStatement } from '../src/modules/metal/node-store';
 import { newId } from '../src/ids';
 import { makeTenantTree } from './helpers/fixtures';
 import { startTestApp, type TestApp } from './helpers/app';
@@ -110,6 +110,35 @@ describe('node writes', () => {
     const events = await prisma.event.findMany({ where: { nodeId: node.id } });
     expect(events.map((e) => e.payload)).toEqual([{ nodeId: node.id, verb: 'undeploy', workflowId: runId, requestId: 'req-run' }]);
     expect(await advanceJobs(node.id)).toEqual([{ runId }]);
+  });
+
+  it('the same write sent with the COMMIT (updateNodeStatement): written as updateNode writes it; a node changed since raises and nothing commits', async () => {
+    const { prisma, sql } = t.app.services;
+    const node = await freshNode();
+    const runId = newId('WorkflowRun');
+    const write = {
+      data: { provisionState: 'releasing' as const, inventory: { note: "it's quoted" }, macs: ['52:54:00:00:00:01', 'a"b'] },
+      run: { id: runId, kind: 'metal-release' as const, params: { verb: 'undeploy', reason: "o'clock" } },
+      events: [{ type: 'node.provision.releasing', payload: { verb: 'undeploy' } }],
+    };
+    // A version another writer moved past: the check raises at the COMMIT, and nothing of the transaction stays.
+    const marker = newId('Tenant');
+    await expect(sql.transaction(async (tx) => {
+      await tx.query(`UPDATE node SET name = $2 WHERE id = $1`, [node.id, marker]);
+      tx.commitWith(updateNodeStatement({ id: node.id, version: node.version - 1 }, write, 'req-stale'));
+    })).rejects.toThrow(`node ${node.id} changed under its run's lock`);
+    expect(await prisma.node.findUniqueOrThrow({ where: { id: node.id } })).toMatchObject({ name: node.name, version: node.version, provisionState: node.provisionState });
+    expect(await prisma.workflowRun.count({ where: { id: runId } })).toBe(0);
+    // The current version: one round trip with the COMMIT, the same rows as updateNode's.
+    let answer: Promise<unknown> | null = null;
+    await sql.transaction(async (tx) => { answer = tx.commitWith(updateNodeStatement(node, write, 'req-commit')); });
+    expect(await answer).toMatchObject({ rows: [{ ok: true, started: 1 }] });
+    expect(await prisma.node.findUniqueOrThrow({ where: { id: node.id } })).toMatchObject({
+      provisionState: 'releasing', workflowId: runId, version: node.version + 1, inventory: { note: "it's quoted" }, macs: ['52:54:00:00:00:01', 'a"b'],
+    });
+    expect(await runOf(runId)).toMatchObject({ nodeId: node.id, kind: 'metal-release', status: 'queued', params: { verb: 'undeploy', reason: "o'clock", requestId: 'req-commit' } });
+    const events = await prisma.event.findMany({ where: { nodeId: node.id } });
+    expect(events.map((e) => e.payload)).toEqual([{ nodeId: node.id, verb: 'undeploy', workflowId: runId, requestId: 'req-commit' }]);
   });
 
   it('a new run supersedes the node\'s active one in the same statement (finished_at set); finished runs are left as they are', async () => {

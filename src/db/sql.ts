@@ -109,6 +109,15 @@ export interface FirstStatement {
   values: readonly (string | null)[];
 }
 
+/** A value as the quoted literal an EXECUTE takes: pg's own serialisation (arrays as PostgreSQL array literals, dates in ISO form). */
+export function executeLiteral(value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  return String((pg as unknown as { utils: { prepareValue(v: unknown): unknown } }).utils.prepareValue(value));
+}
+
+/** A FirstStatement's name for a text: its hash, so one text always has one name. */
+export const firstStatementName = (text: string): string => `f${createHash('sha1').update(text).digest('base64url').replace(/[^A-Za-z0-9]/g, '_')}`;
+
 /**
  * `statements` run with EXECUTE in one simple-protocol message between `before` and `after` (each
  * PREPARE'd first on a connection that has not yet), so in one round trip. Resolves to the

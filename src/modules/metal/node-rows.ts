@@ -187,16 +187,18 @@ export type NodeChange = Partial<{
 }>;
 
 /** `col = $n::type, ...` for a change, its parameters numbered from `first`. */
-export function setClause(change: NodeChange, first: number): { sql: string; values: unknown[] } {
+export function setClause(change: NodeChange, first: number): { sql: string; values: unknown[]; types: string[] } {
   const parts: string[] = [];
   const values: unknown[] = [];
+  const types: string[] = [];
   for (const [field, value] of Object.entries(change)) {
     if (value === undefined) continue;
     const cast = CHANGE_CASTS[field as keyof typeof CHANGE_CASTS];
     if (!cast) throw new Error(`setClause: ${field} is not a column a verb may change`);
     // jsonb parameters go as JSON text: pg would send an object as its own JSON, an array as a PG array.
     values.push(cast === 'jsonb' && value !== null ? JSON.stringify(value) : value);
+    types.push(cast);
     parts.push(`${snake(field)} = $${first + values.length - 1}::${cast}`);
   }
-  return { sql: parts.join(', '), values };
+  return { sql: parts.join(', '), values, types };
 }

@@ -1,5 +1,5 @@
 import type { Tx } from '../../db/client';
-import type { Sql } from '../../db/sql';
+import { executeLiteral, firstStatementName, type FirstStatement, type Sql } from '../../db/sql';
 import { AppError } from '../../errors';
 import { newId } from '../../ids';
 import { checkEventPayload } from '../../events/outbox';
@@ -163,18 +163,11 @@ const COUNTS = '(SELECT count(*) FROM woke)::int AS "woken", (SELECT count(*) FR
  * while the node's aborted run still runs its cleanup is CONFLICT, with nothing written.
  */
 export async function updateNode(db: Runner, node: { id: string; version: number | null }, write: NodeWrite, requestId: string | null): Promise<NodeRow | null> {
-  if (write.run && write.activeRun === 'abort') throw new Error('an abort starts no run: the aborted run runs its cleanup');
-  const data = write.run ? { ...write.data, workflowId: write.run.id } : write.data;
-  const set = setClause(data, 10);
+  const { head, values } = updateNodeParts(node, write, requestId);
   const rows = await storeQuery<Record<string, unknown>>(db,
-    `WITH upd AS (
-       UPDATE node SET ${set.sql ? `${set.sql}, ` : ''}version = version + 1, updated_at = now()
-        WHERE id = $1 AND ($2::int IS NULL OR version = $2::int)
-          AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM workflow_run WHERE node_id = $1 AND status = 'aborting'))
-       RETURNING *
-     ), ${runEventsJob('upd', 3)}
+    `${head}
      SELECT ${nodeViewColumns('u')}, ${COUNTS} FROM ${nodeViewFrom('upd', 'u')}`,
-    [node.id, node.version, ...runValues(node.id, write, requestId), ...set.values],
+    values,
     `node ${node.id}`,
   );
   if (!rows[0]) {
@@ -182,6 +175,35 @@ export async function updateNode(db: Runner, node: { id: string; version: number
     return null;
   }
   return toNodeRow(rows[0]);
+}
+
+/** updateNode's write (its CTEs, up to its answer), its values and their types. */
+function updateNodeParts(node: { id: string; version: number | null }, write: NodeWrite, requestId: string | null): { head: string; values: unknown[]; types: string[] } {
+  if (write.run && write.activeRun === 'abort') throw new Error('an abort starts no run: the aborted run runs its cleanup');
+  const data = write.run ? { ...write.data, workflowId: write.run.id } : write.data;
+  const set = setClause(data, 10);
+  return {
+    head: `WITH upd AS (
+       UPDATE node SET ${set.sql ? `${set.sql}, ` : ''}version = version + 1, updated_at = now()
+        WHERE id = $1::text AND ($2::int IS NULL OR version = $2::int)
+          AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM workflow_run WHERE node_id = $1::text AND status = 'aborting'))
+       RETURNING *
+     ), ${runEventsJob('upd', 3)}`,
+    values: [node.id, node.version, ...runValues(node.id, write, requestId), ...set.values],
+    types: ['text', 'int', 'text', 'text', 'jsonb', 'text', 'text[]', 'jsonb[]', 'text', ...set.types],
+  };
+}
+
+/**
+ * updateNode as a statement for a transaction's COMMIT message (SqlTx.commitWith), for a writer
+ * that holds the node's lock (the workflow engine at a run's end) and needs no answer: the same
+ * write, which raises when it wrote no node (metal_flush_check), so the COMMIT does not run.
+ */
+export function updateNodeStatement(node: { id: string; version: number | null }, write: NodeWrite, requestId: string | null): FirstStatement {
+  const { head, values, types } = updateNodeParts(node, write, requestId);
+  const text = `${head}
+     SELECT metal_flush_check((SELECT count(*) FROM upd) = 1, 'node ' || $1::text || ' changed under its run''s lock') AS ok, ${COUNTS}`;
+  return { name: firstStatementName(text), text, types, values: values.map(executeLiteral) };
 }
 
 /**
