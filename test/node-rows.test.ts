@@ -77,11 +77,14 @@ describe('node rows read with plain SQL', () => {
     expect(setClause({ provisionState: 'ready', maintenance: true, lastErrorCode: null }, 3)).toEqual({
       sql: 'provision_state = $3::"ProvisionState", maintenance = $4::boolean, last_error_code = $5::text',
       values: ['ready', true, null],
+      // Each value's type, for a statement PREPAREd with its types (updateNodeStatement).
+      types: ['"ProvisionState"', 'boolean', 'text'],
     });
     // The control-node API's register changes a control node's BMC; the node's tenancy never changes.
     expect(setClause({ bmcCredentialsRef: 'secret://x', driverBindings: { power: 'idrac' } }, 1)).toEqual({
       sql: 'bmc_credentials_ref = $1::text, driver_bindings = $2::jsonb',
       values: ['secret://x', '{"power":"idrac"}'],
+      types: ['text', 'jsonb'],
     });
     for (const column of ['tenantId', 'poolId', 'siteId', 'id', 'createdAt']) {
       expect(() => setClause({ [column]: 'x' } as never, 1)).toThrow(/not a column a verb may change/);
