@@ -71,7 +71,10 @@ describe('a worker SIGKILLed in the middle of running workflows', () => {
     }
     const readyCount = async () => Number((await sql.query(`SELECT count(*) FROM node WHERE id = ANY($1) AND provision_state = 'ready'`, [[...byId.keys()]])).rows[0].count);
 
-    let first = startWorker(t.app.databaseUrl);
+    // The first worker's pool connections by name: what they had sent before the kill still runs.
+    const firstApp = `crash-first-${process.pid}`;
+    const firstUrl = `${t.app.databaseUrl}${t.app.databaseUrl.includes('?') ? '&' : '?'}application_name=${firstApp}`;
+    let first = startWorker(firstUrl);
     let killedLeases: string[] = [];
     try {
       // Let the first worker get going, then catch it holding a lease: freeze it, look, kill it.
@@ -81,10 +84,22 @@ describe('a worker SIGKILLed in the middle of running workflows', () => {
         first.child.kill('SIGSTOP');
         const { rows } = await sql.query(`SELECT id FROM workflow_run WHERE node_id = ANY($1) AND lease_until > now()`, [[...byId.keys()]]);
         if (rows.length > 0 && i > 3) {
-          killedLeases = rows.map((r) => r.id as string);
           const exited = new Promise((resolve) => first.child.once('exit', resolve));
           first.child.kill('SIGKILL');
           await exited;
+          // A message the frozen worker had already sent is still carried out (its COMMIT, maybe
+          // after waiting for a lock its other transaction held until the kill rolled that one
+          // back): the runs it held are those still leased once its connections are gone. (Read
+          // at the freeze, a run whose last COMMIT landed after it counted as held: CI, 2026-12-07.)
+          for (let wait = 0; Number((await sql.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1`, [firstApp])).rows[0].n) > 0; wait += 1) {
+            if (wait > 400) throw new Error('the killed worker\'s connections did not go away');
+            await sleep(25);
+          }
+          const { rows: held } = await sql.query(
+            `SELECT id FROM workflow_run WHERE node_id = ANY($1) AND lease_until IS NOT NULL AND status IN ('queued', 'running', 'waiting', 'aborting')`, [[...byId.keys()]]);
+          killedLeases = held.map((r) => r.id as string);
+          // Everything it held had landed: catch another worker in the act.
+          if (killedLeases.length === 0) first = startWorker(firstUrl);
         } else {
           first.child.kill('SIGCONT');
           await sleep(20);
