@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { FirstStatement, SqlTx } from '../src/db/sql';
+import { executeLiteral, type FirstStatement, type SqlTx } from '../src/db/sql';
 import { checkEventPayload } from '../src/events/outbox';
 import { nodeViewColumns, toNodeRow, type NodeRow } from '../src/modules/metal/node-rows';
 import { readPolicy, type PoolPolicy } from '../src/modules/tenancy/pool';
@@ -172,12 +172,9 @@ const LOAD_MANY_SQL = loadSql(true);
 /** The load as its step transaction's first statement, sent with the BEGIN (Sql.transaction's `first`): one round trip fewer per step transaction. */
 export const loadStatement = (runId: string): FirstStatement => ({ name: 'metal_step_load', text: LOAD_SQL, types: ['text'], values: [runId] });
 
-/** An array of ids as PostgreSQL's text[] literal (EXECUTE takes its values as literals). */
-const textArray = (ids: readonly string[]) => `{${ids.map((id) => `"${id.replace(/["\\]/g, (c) => `\\${c}`)}"`).join(',')}}`;
-
 /** The load of several runs (a step transaction of several runs, engine.ts advanceLeasedBatch), sent with the BEGIN. */
 export const loadManyStatement = (runIds: readonly string[]): FirstStatement =>
-  ({ name: 'metal_step_load_many', text: LOAD_MANY_SQL, types: ['text[]'], values: [textArray(runIds)] });
+  ({ name: 'metal_step_load_many', text: LOAD_MANY_SQL, types: ['text[]'], values: [executeLiteral(runIds)] });
 
 /** A run's rows as the load read them, checked against the caller's lease (`token`). */
 export type Base = Omit<Loaded, 'def' | 'info' | 'injected' | 'observed'>;
@@ -281,10 +278,6 @@ const FLUSH_TYPES = ['text', 'jsonb', 'boolean', 'int', 'int', 'text', 'timestam
 const FLUSH_SQL = Array.from({ length: 16 }, (_, variant) => ((variant & 9) === 9 ? null
   : flushSql((variant & 2) !== 0, (variant & 1) !== 0, (variant & 4) !== 0, (variant & 8) !== 0)));
 
-/** A value as the literal EXECUTE takes (the statement's parameter types cast it). */
-const literal = (value: unknown): string | null =>
-  value === null || value === undefined ? null : value instanceof Date ? value.toISOString() : String(value);
-
 /**
  * Writes what the transaction changed in memory, in one statement: the step rows, the run's update
  * (the last step's end, with its next due time), the events and the commands the steps queued.
@@ -326,7 +319,7 @@ export async function flush(loaded: Loaded, last = false): Promise<void> {
     ending?.status ?? null, ending?.revoke ?? null, ending?.withdrawnResult ?? null,
   ];
   if (last) {
-    loaded.tx.commitWith({ name: `metal_step_flush_${variant}`, text: FLUSH_SQL[variant]!, types: FLUSH_TYPES, values: values.map(literal) });
+    loaded.tx.commitWith({ name: `metal_step_flush_${variant}`, text: FLUSH_SQL[variant]!, types: FLUSH_TYPES, values: values.map(executeLiteral) });
   } else {
     await loaded.tx.query(FLUSH_SQL[variant]!, values);
   }

@@ -87,10 +87,12 @@ const DEADLOCK_RETRIES = 3;
 /** The FirstStatement names each connection has PREPARE'd (Sql.transaction). */
 const preparedFirst = new WeakMap<pg.PoolClient, Set<string>>();
 const prepared = new Map<string, string>();
+/** A text's hash as an SQL identifier's tail (base64url's `-` would end an unquoted name). */
+const textHash = (text: string): string => createHash('sha1').update(text).digest('base64url').replace(/-/g, '_');
 export function statementName(text: string): string | undefined {
   let name = prepared.get(text);
   if (name === undefined && prepared.size < MAX_PREPARED) {
-    name = `s${createHash('sha1').update(text).digest('base64url')}`;
+    name = `s${textHash(text)}`;
     prepared.set(text, name);
   }
   return name;
@@ -115,8 +117,8 @@ export function executeLiteral(value: unknown): string | null {
   return String((pg as unknown as { utils: { prepareValue(v: unknown): unknown } }).utils.prepareValue(value));
 }
 
-/** A FirstStatement's name for a text: its hash, so one text always has one name. */
-export const firstStatementName = (text: string): string => `f${createHash('sha1').update(text).digest('base64url').replace(/[^A-Za-z0-9]/g, '_')}`;
+/** A FirstStatement's name for a text (PREPARE'd by name): its hash, so one text always has one name. */
+export const firstStatementName = (text: string): string => `f${textHash(text)}`;
 
 /**
  * `statements` run with EXECUTE in one simple-protocol message between `before` and `after` (each

@@ -6,7 +6,6 @@
  * player polls every 15 s: the player only ever reads On. Before it read sushy's access log, such a
  * restart booted nothing (CI, 2026-12-07: a release waited 200 s for a ramdisk that never booted).
  */
-import { request } from 'undici';
 import { startSushy, SUSHY_SYSTEMS, type Sushy } from './helpers/sushy';
 import { RESET_APPLIED_MS, startSushyMachines, type SushyMachines } from './helpers/sushy-machine';
 
@@ -33,12 +32,8 @@ describe('sushy machine player', () => {
     while (machine.observations.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     expect(machine.observations.map((o) => [o.power, o.booted])).toEqual([['On', null]]);
 
-    const auth = `Basic ${Buffer.from(`${sushy.username}:${sushy.password}`).toString('base64')}`;
-    const reset = await request(`${sushy.url}/redfish/v1/Systems/${uuid}/Actions/ComputerSystem.Reset`, {
-      method: 'POST', headers: { authorization: auth, 'content-type': 'application/json' }, body: JSON.stringify({ ResetType: 'ForceRestart' }),
-    });
-    await reset.body.text();
-    expect(reset.statusCode).toBe(204);
+    const reset = await sushy.post(`/redfish/v1/Systems/${uuid}/Actions/ComputerSystem.Reset`, { ResetType: 'ForceRestart' });
+    expect(reset.status).toBe(204);
     // The read-back the service would make: Off at once, then On once the deadline passed.
     const seen: string[] = [];
     for (let i = 0; i < 200 && seen.at(-1) !== 'On'; i += 1) {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
 import { afterWake, wakeRunsSql, type RunWaker } from '../../../jobs/wake';
-import type { FirstStatement, Sql } from '../../db/sql';
+import { executeLiteral, type FirstStatement, type Sql } from '../../db/sql';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -297,11 +297,8 @@ const STORE_REPORT_SQL = `WITH s AS (
      )
      SELECT rep.id::text AS id, rep.created_at, s.*, (SELECT count(*)::int FROM woke) AS woken FROM s LEFT JOIN rep ON true`;
 
-/** Purposes as a text[] literal (they are the fixed BOOT_PURPOSES: quoted all the same). */
-const purposesLiteral = (purposes: readonly BootPurpose[]) => `{${purposes.map((p) => `"${p.replace(/["\\]/g, (c) => `\\${c}`)}"`).join(',')}}`;
-
 function storeReportValues(report: ReportToStore): string[] {
-  return [hashToken(report.token), report.kind, JSON.stringify(report.payload), purposesLiteral(report.wakes), report.entryId, purposesLiteral(report.allowed)];
+  return [hashToken(report.token), report.kind, JSON.stringify(report.payload), executeLiteral(report.wakes)!, report.entryId, executeLiteral(report.allowed)!];
 }
 
 /**

@@ -29,6 +29,8 @@ export interface Sushy extends PeerProcess {
   caCert: string | null;
   /** A GET as any Redfish client would make it (basic auth; the certificate trusted in TLS mode). */
   get(redfishPath: string): Promise<{ status: number; body: any }>;
+  /** A POST of a JSON body, the same way (for a test that acts as the BMC's client itself). */
+  post(redfishPath: string, body: unknown): Promise<{ status: number; body: any }>;
 }
 
 export async function startSushy(opts: { tls?: boolean } = {}): Promise<Sushy> {
@@ -50,16 +52,22 @@ export async function startSushy(opts: { tls?: boolean } = {}): Promise<Sushy> {
   const url = `${tls ? 'https' : 'http'}://127.0.0.1:${peer.port}`;
   const dispatcher: Dispatcher = new Agent(caCert ? { connect: { ca: caCert } } : {});
   const auth = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
+  const send = async (method: 'GET' | 'POST', redfishPath: string, json?: unknown) => {
+    const r = await request(`${url}${redfishPath}`, {
+      method, dispatcher, headersTimeout: 10000, bodyTimeout: 10000,
+      headers: { authorization: auth, accept: 'application/json', ...(json === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: json === undefined ? undefined : JSON.stringify(json),
+    });
+    const text = await r.body.text();
+    let body: unknown = text;
+    try { body = JSON.parse(text); } catch { /* not JSON */ }
+    return { status: r.statusCode, body: body as any };
+  };
   return {
     ...peer,
     url, tls, username, password, caCert,
-    async get(redfishPath) {
-      const r = await request(`${url}${redfishPath}`, { headers: { authorization: auth, accept: 'application/json' }, dispatcher, headersTimeout: 10000, bodyTimeout: 10000 });
-      const text = await r.body.text();
-      let body: unknown = text;
-      try { body = JSON.parse(text); } catch { /* not JSON */ }
-      return { status: r.statusCode, body };
-    },
+    get: (redfishPath) => send('GET', redfishPath),
+    post: (redfishPath, body) => send('POST', redfishPath, body),
     async stop() {
       await (dispatcher as Agent).close().catch(() => undefined);
       await peer.stop();
