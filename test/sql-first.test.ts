@@ -131,3 +131,36 @@ describe('a transaction whose first statement goes with its BEGIN', () => {
     expect((await sql.query(`SELECT count(*)::int AS n FROM item WHERE n IN (22, 23)`)).rows[0].n).toBe(0);
   });
 });
+
+describe('the planner settings of key lookups (KEY_LOOKUP_SETTINGS)', () => {
+  // A table analyzed while it was small, as autovacuum leaves one that grows fast from empty: its
+  // statistics say one page, where a seq scan is the cheapest plan for any lookup.
+  const planOf = async (run: (text: string) => Promise<pg.QueryResult>) =>
+    (await run('EXPLAIN (GENERIC_PLAN, COSTS OFF) SELECT id, n FROM item WHERE id = $1')).rows.map((r) => r['QUERY PLAN'] as string).join('\n');
+  beforeAll(async () => { await sql.query('ANALYZE item'); });
+
+  it('a genericPlans transaction plans a lookup by key as an index scan whatever the statistics say; outside it, the same statistics give a seq scan', async () => {
+    expect(await planOf((text) => sql.query(text))).toMatch(/Seq Scan on item/);
+    const inside = await sql.transaction((tx) => planOf((text) => tx.query(text)), { genericPlans: true });
+    expect(inside).toMatch(/Index Scan using item_pkey on item/);
+    expect(inside).not.toMatch(/Seq Scan/);
+    // SET LOCAL: nothing of it stays on the connection after the COMMIT.
+    expect(await planOf((text) => sql.query(text))).toMatch(/Seq Scan on item/);
+    expect(await sql.transaction((tx) => planOf((text) => tx.query(text)))).toMatch(/Seq Scan on item/);
+  });
+
+  it('statements joined in one message (joinedWhenConnected) run with the same settings, which end with the message', async () => {
+    const setting = (name: string): FirstStatement => ({ name: 'test_setting', text: 'SELECT current_setting($1) AS v', types: ['text'], values: [name] });
+    const { results } = await sql.joinedWhenConnected(() => [setting('enable_seqscan'), setting('enable_hashjoin'), setting('enable_mergejoin')]);
+    expect(results.map((r) => r.rows[0].v)).toEqual(['off', 'off', 'off']);
+    expect((await sql.query('SHOW enable_seqscan')).rows[0].enable_seqscan).toBe('on');
+  });
+
+  it('a statement of a transaction sent with planEachTime is not prepared (planned for its values at every call)', async () => {
+    const named = async () => Number((await sql.query('SELECT count(*)::int AS n FROM pg_prepared_statements WHERE statement LIKE $1', ['%plan_each_time_probe%'])).rows[0].n);
+    await sql.transaction(async (tx) => { await tx.query('SELECT $1::int AS plan_each_time_probe', [1], { planEachTime: true }); });
+    expect(await named()).toBe(0);
+    await sql.transaction(async (tx) => { await tx.query('SELECT $1::int AS plan_each_time_probe', [1]); });
+    expect(await named()).toBe(1);
+  });
+});

@@ -84,6 +84,24 @@ const ARRAY_ROW_TYPES = {
 const MAX_PREPARED = 400;
 /** How many times a single statement chosen as a deadlock's victim is sent again (Sql.query). */
 const DEADLOCK_RETRIES = 3;
+
+/**
+ * The planner settings of statements that are lookups by key (a `genericPlans` transaction's, a
+ * joinedWhenConnected message's). A named statement's generic plan is built once per connection,
+ * with the statistics of that moment, and kept until the next ANALYZE of its tables: in a database
+ * that grows fast from empty (a bulk enroll of 1,000 machines, a fresh install) that is a plan for
+ * a table of 50 rows, kept while it grows to thousands, as autovacuum looks only once a minute.
+ * Such plans were seq scans joined by hash: in the lifecycle bench (auto_explain, one sampled call
+ * in ten) the engine's load of several runs read every node and every run on 37% of its calls, a
+ * run's end every boot token, a ramdisk report's token lookup the whole boot_token table on 26%.
+ * Without seq scans, hash and merge joins the planner is left with index scans in nested loops, the
+ * plan a lookup by key needs at any size. Every join of these statements is on indexed keys (one
+ * without an index would still run, as a nested loop over a scan). SET LOCAL: a simple-protocol
+ * message of several statements is one transaction, so these end with it.
+ */
+const KEY_LOOKUP_SETTINGS = 'SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off';
+/** A `genericPlans` transaction's settings: generic plans at once (Sql.transaction), of key lookups. */
+const GENERIC_PLAN_SETTINGS = `SET LOCAL plan_cache_mode = force_generic_plan; ${KEY_LOOKUP_SETTINGS}`;
 /** The FirstStatement names each connection has PREPARE'd (Sql.transaction). */
 const preparedFirst = new WeakMap<pg.PoolClient, Set<string>>();
 const prepared = new Map<string, string>();
@@ -148,7 +166,8 @@ async function sendJoined(client: pg.PoolClient, before: string, statements: rea
 
 /** One connection inside an open transaction. */
 export interface SqlTx {
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>;
+  /** `planEachTime`: as {@link Sql.query}'s. */
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], opts?: { planEachTime?: boolean }): Promise<pg.QueryResult<R>>;
   /** Rows as arrays of column values in select-list order (see {@link Sql.queryArrays}). */
   queryArrays(text: string, values?: unknown[]): Promise<unknown[][]>;
   /** For APIs that take an executor (pg-boss's `db` option): its statements join this transaction. */
@@ -246,7 +265,7 @@ export class Sql {
         return { results: [] };
       }
       this.statements.count += statements.length;
-      const results = await sendJoined(client, '', statements, '');
+      const results = await sendJoined(client, `${KEY_LOOKUP_SETTINGS}; `, statements, '');
       broken = false;
       return { results };
     } catch (error) {
@@ -262,24 +281,24 @@ export class Sql {
   /**
    * Runs fn inside BEGIN ... COMMIT on one connection; any throw rolls back and is rethrown.
    * `genericPlans`: the transaction's prepared statements run their generic plan at once
-   * (plan_cache_mode = force_generic_plan, set in the BEGIN's round trip) instead of being planned
-   * again at each call while PostgreSQL compares custom plans: for statements whose plan does not
-   * depend on their values (lookups by key). The workflow engine's load and flush were planned at
-   * every call, 0.6-0.9 ms each (26 s of PostgreSQL's time at 1,000 machines).
+   * (GENERIC_PLAN_SETTINGS, set in the BEGIN's round trip) instead of being planned again at each
+   * call while PostgreSQL compares custom plans: for statements whose plan does not depend on their
+   * values (lookups by key). The workflow engine's load and flush were planned at every call,
+   * 0.6-0.9 ms each (26 s of PostgreSQL's time at 1,000 machines).
    */
   async transaction<T>(fn: (tx: SqlTx, first: pg.QueryResult | null) => Promise<T>, opts: { genericPlans?: boolean; first?: FirstStatement } = {}): Promise<T> {
     const client = await this.pool.connect();
-    const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) => {
+    const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[], queryOpts?: { planEachTime?: boolean }) => {
       this.statements.count += 1;
       // BEGIN, COMMIT, SAVEPOINT ...: nothing to plan, and no parameters.
-      return values === undefined ? client.query<R>(text) : client.query<R>({ text, values, name: statementName(text) });
+      return values === undefined ? client.query<R>(text) : client.query<R>({ text, values, name: queryOpts?.planEachTime ? undefined : statementName(text) });
     };
     let broken = false;
     /** commitWith's statements, and their answers' promises. */
     const last: { statement: FirstStatement; resolve(result: pg.QueryResult): void; reject(error: unknown): void }[] = [];
     try {
       // Two statements in one simple-protocol round trip (no parameters).
-      const begin = opts.genericPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan' : 'BEGIN';
+      const begin = opts.genericPlans ? `BEGIN; ${GENERIC_PLAN_SETTINGS}` : 'BEGIN';
       let first: pg.QueryResult | null = null;
       /** A failure may leave a PREPARE done and not recorded: that connection is not reused. */
       const joined = async (before: string, statements: readonly FirstStatement[], after: string): Promise<pg.QueryResult[]> => {

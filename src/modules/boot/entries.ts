@@ -18,7 +18,7 @@ export const REPORT_KINDS = ['heartbeat', 'inventory', 'step', 'dcgm', 'wipe'] a
 export type ReportKind = (typeof REPORT_KINDS)[number];
 
 interface Runner {
-  query(text: string, values?: unknown[]): Promise<{ rows: Record<string, unknown>[] }>;
+  query(text: string, values?: unknown[], opts?: { planEachTime?: boolean }): Promise<{ rows: Record<string, unknown>[] }>;
 }
 
 export class NoConfirmedMac extends Error {
@@ -172,7 +172,7 @@ export async function startBoot(sql: Sql, mac: string): Promise<Boot | null> {
       values: [found.id as string, tokenId, found.node_id as string, hashToken(token), String(MAX_BOOTS_PER_ENTRY)],
     });
     return found;
-  }, { first: { name: 'metal_boot_entry_lock', text: BOOT_ENTRY_LOCK_SQL, types: ['text'], values: [mac] } });
+  }, { genericPlans: true, first: { name: 'metal_boot_entry_lock', text: BOOT_ENTRY_LOCK_SQL, types: ['text'], values: [mac] } });
   if (!entry) return null;
   const { rows } = await inserted!;
   if (!rows[0]) return null;
@@ -228,7 +228,9 @@ export async function bootSession(db: Runner, token: string): Promise<BootSessio
        FROM boot_token t JOIN boot_entry e ON e.id = t.boot_entry_id AND e.node_id = t.node_id
       WHERE t.hash = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
         AND e.revoked_at IS NULL AND e.expires_at > now()`,
-    [hashToken(token)],
+    // Planned at every call: a generic plan made while boot_token was nearly empty scans it whole
+    // (src/db/sql.ts, KEY_LOOKUP_SETTINGS, says why such plans stay).
+    [hashToken(token)], { planEachTime: true },
   );
   const r = rows[0];
   if (!r) return null;

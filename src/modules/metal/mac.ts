@@ -90,11 +90,15 @@ export async function refuseTakenMacs(db: Runner, siteId: string, macs: readonly
     // The nodes holding any of the MACs come from the GIN index on macs (the only index of the
     // MATERIALIZED part's one condition); the site and state are checked on those few. As one
     // WHERE, a planner with statistics older than the table's growth started at the site's index
-    // and filtered every node of the site (0.7-1.8 ms a call at 1,000 nodes).
+    // and filtered every node of the site (0.7-1.8 ms a call at 1,000 nodes). Planned at every
+    // call: a generic plan made while node was nearly empty (a bulk enroll's first minute, before
+    // any autoanalyze) is a seq scan, and a named statement kept it for the connection's life:
+    // every sampled call of the lifecycle bench read the whole table (auto_explain, 0.05 -> 0.66 ms
+    // as it grew to 1,000 rows).
     `WITH holders AS MATERIALIZED (SELECT id, macs, site_id, provision_state FROM node WHERE macs && $2::text[])
      SELECT id, macs FROM holders WHERE site_id = $1 AND provision_state <> 'retired'
         AND ($3::text IS NULL OR id <> $3::text) ORDER BY id LIMIT 1`,
-    [siteId, [...macs], exceptNodeId]);
+    [siteId, [...macs], exceptNodeId], { planEachTime: true });
   const clash = rows[0];
   if (!clash) return;
   const mac = macs.find((m) => clash.macs.includes(m))!;

@@ -20,7 +20,8 @@ import { nodeArrayView, nodeViewColumns, nodeViewFrom, setClause, toNodeRow, typ
 
 /** Something that runs SQL in an open transaction: a pg transaction (SqlTx) or Prisma's (prismaRunner). */
 export interface Runner {
-  query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[]): Promise<{ rows: R[] }>;
+  /** `opts.planEachTime`: planned for its values at every call (Sql.query's); Prisma's statements always are. */
+  query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[], opts?: { planEachTime?: boolean }): Promise<{ rows: R[] }>;
 }
 
 /** A Prisma interactive transaction as a Runner, for writers whose other reads are Prisma's. */
