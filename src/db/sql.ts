@@ -164,10 +164,12 @@ async function sendJoined(client: pg.PoolClient, before: string, statements: rea
   return results.slice(end - statements.length, end);
 }
 
+/** How a statement is sent: `planEachTime` (see {@link Sql.query}). */
+export interface QueryOptions { planEachTime?: boolean }
+
 /** One connection inside an open transaction. */
 export interface SqlTx {
-  /** `planEachTime`: as {@link Sql.query}'s. */
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], opts?: { planEachTime?: boolean }): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], opts?: QueryOptions): Promise<pg.QueryResult<R>>;
   /** Rows as arrays of column values in select-list order (see {@link Sql.queryArrays}). */
   queryArrays(text: string, values?: unknown[]): Promise<unknown[][]>;
   /** For APIs that take an executor (pg-boss's `db` option): its statements join this transaction. */
@@ -208,7 +210,7 @@ export class Sql {
    * the one chosen while `event` was nearly empty (seq scan and sort) read the whole table at
    * every call once it held 100,000 rows (npm run bench -- events: 25-30 ms a read).
    */
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], opts?: { planEachTime?: boolean }): Promise<pg.QueryResult<R>> {
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], opts?: QueryOptions): Promise<pg.QueryResult<R>> {
     this.statements.count += 1;
     // A text without parameters may hold several statements (the simple protocol): sent as it is.
     if (values === undefined) {
@@ -288,7 +290,7 @@ export class Sql {
    */
   async transaction<T>(fn: (tx: SqlTx, first: pg.QueryResult | null) => Promise<T>, opts: { genericPlans?: boolean; first?: FirstStatement } = {}): Promise<T> {
     const client = await this.pool.connect();
-    const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[], queryOpts?: { planEachTime?: boolean }) => {
+    const query = <R extends pg.QueryResultRow>(text: string, values?: unknown[], queryOpts?: QueryOptions) => {
       this.statements.count += 1;
       // BEGIN, COMMIT, SAVEPOINT ...: nothing to plan, and no parameters.
       return values === undefined ? client.query<R>(text) : client.query<R>({ text, values, name: queryOpts?.planEachTime ? undefined : statementName(text) });
@@ -297,7 +299,7 @@ export class Sql {
     /** commitWith's statements, and their answers' promises. */
     const last: { statement: FirstStatement; resolve(result: pg.QueryResult): void; reject(error: unknown): void }[] = [];
     try {
-      // Two statements in one simple-protocol round trip (no parameters).
+      // The BEGIN and its settings in one simple-protocol round trip (no parameters).
       const begin = opts.genericPlans ? `BEGIN; ${GENERIC_PLAN_SETTINGS}` : 'BEGIN';
       let first: pg.QueryResult | null = null;
       /** A failure may leave a PREPARE done and not recorded: that connection is not reused. */

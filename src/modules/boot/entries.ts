@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hashToken } from '../../auth/tokens';
 import { newId } from '../../ids';
 import { afterWake, wakeRunsSql, type RunWaker } from '../../../jobs/wake';
-import { executeLiteral, type FirstStatement, type Sql } from '../../db/sql';
+import { executeLiteral, type FirstStatement, type QueryOptions, type Sql } from '../../db/sql';
 
 /**
  * Boot entries, as the workflow engine uses them: a step that boots a ramdisk issues an entry for
@@ -18,7 +18,7 @@ export const REPORT_KINDS = ['heartbeat', 'inventory', 'step', 'dcgm', 'wipe'] a
 export type ReportKind = (typeof REPORT_KINDS)[number];
 
 interface Runner {
-  query(text: string, values?: unknown[], opts?: { planEachTime?: boolean }): Promise<{ rows: Record<string, unknown>[] }>;
+  query(text: string, values?: unknown[], opts?: QueryOptions): Promise<{ rows: Record<string, unknown>[] }>;
 }
 
 export class NoConfirmedMac extends Error {

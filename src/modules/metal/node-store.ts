@@ -1,5 +1,5 @@
 import type { Tx } from '../../db/client';
-import { executeLiteral, firstStatementName, type FirstStatement, type Sql } from '../../db/sql';
+import { executeLiteral, firstStatementName, type FirstStatement, type QueryOptions, type Sql } from '../../db/sql';
 import { AppError } from '../../errors';
 import { newId } from '../../ids';
 import { checkEventPayload } from '../../events/outbox';
@@ -21,7 +21,7 @@ import { nodeArrayView, nodeViewColumns, nodeViewFrom, setClause, toNodeRow, typ
 /** Something that runs SQL in an open transaction: a pg transaction (SqlTx) or Prisma's (prismaRunner). */
 export interface Runner {
   /** `opts.planEachTime`: planned for its values at every call (Sql.query's); Prisma's statements always are. */
-  query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[], opts?: { planEachTime?: boolean }): Promise<{ rows: R[] }>;
+  query<R extends Record<string, unknown> = Record<string, unknown>>(text: string, values?: unknown[], opts?: QueryOptions): Promise<{ rows: R[] }>;
 }
 
 /** A Prisma interactive transaction as a Runner, for writers whose other reads are Prisma's. */
